@@ -1,0 +1,146 @@
+/* hpcio C kernels: plain C99, no Python headers.
+ *
+ * Every kernel returns an hpcio_status; on failure it fills the caller's hpcio_error
+ * with the item (sample/record) and byte offset where it stopped.  Kernels never abort,
+ * never read outside the buffers they are given, and allocate only where documented.
+ * They are called with the GIL released.
+ */
+#ifndef HPCIO_H
+#define HPCIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    HPCIO_OK = 0,
+    HPCIO_E_RANGE = 1,     /* an index outside the valid range */
+    HPCIO_E_CORRUPT = 2,   /* structure contradicts itself (offsets decreasing, bad header) */
+    HPCIO_E_TRUNCATED = 3, /* data ends before the bytes a header/offset promises */
+    HPCIO_E_IO = 4,        /* a system call failed; sys_errno is set */
+    HPCIO_E_NOMEM = 5,     /* allocation failed */
+    HPCIO_E_CODEC = 6,     /* a decoder rejected its input */
+    HPCIO_E_LIMIT = 7,     /* decompressed size would exceed the caller's limit */
+    HPCIO_E_BUFFER = 8,    /* the caller's output buffer is too small */
+    HPCIO_E_ARG = 9        /* invalid argument (width not 4/8, ...) */
+} hpcio_status;
+
+typedef struct {
+    int64_t item;     /* record/sample index where the failure happened, -1 if none */
+    int64_t offset;   /* byte offset (in the file/buffer) where it happened, -1 if none */
+    int sys_errno;    /* errno for HPCIO_E_IO, else 0 */
+    char msg[192];    /* human-readable detail: expected vs got */
+} hpcio_error;
+
+void hpcio_error_clear(hpcio_error *err);
+
+/* ---- index bisection (bisect.c) ------------------------------------------------------
+ * cum[0..nshards] are cumulative sample counts: cum[0] == 0, non-decreasing,
+ * cum[nshards] == total.  For each id in ids[0..n): shard = the last k with
+ * cum[k] <= id (empty shards are skipped), local = id - cum[shard].
+ * Ids >= total give HPCIO_E_RANGE with err->item = position in ids. */
+hpcio_status hpcio_bisect(const uint64_t *cum, size_t nshards, const uint64_t *ids,
+                          size_t n, int64_t *shard_out, uint64_t *local_out,
+                          hpcio_error *err);
+
+/* ---- offset tables (offsets.c) -------------------------------------------------------
+ * table: nrec+1 little-endian unsigned integers of `width` bytes (4 or 8), unaligned OK.
+ * Record i spans [off[i], off[i+1]).  Checks that the used entries are non-decreasing
+ * and <= limit (the file/buffer size).  With indices == NULL, all nrec records are
+ * produced in order (m must equal nrec); otherwise record indices[j] for j < m
+ * (indices >= nrec give HPCIO_E_RANGE).  err->offset is the byte offset of the bad
+ * table entry relative to the table start. */
+hpcio_status hpcio_offset_ranges(const uint8_t *table, int width, size_t nrec,
+                                 uint64_t limit, const uint64_t *indices, size_t m,
+                                 uint64_t *starts, uint64_t *ends, hpcio_error *err);
+
+/* ---- record gather (offsets.c) -------------------------------------------------------
+ * Copy src[starts[j]:ends[j]] for j < m back to back into out (capacity out_cap) and
+ * write out_offsets[0..m] (out_offsets[0] = 0).  Ranges must lie within src_len. */
+hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *starts,
+                          const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
+                          uint64_t *out_offsets, hpcio_error *err);
+
+/* ---- buffered file reads (fileio.c) --------------------------------------------------
+ * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF
+ * early is HPCIO_E_TRUNCATED with err->offset = the file offset where data ended. */
+hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
+                              hpcio_error *err);
+
+/* Read records [starts[j], ends[j]) for j < m into buf (capacity cap) back to back,
+ * merging ranges that touch into single preads.  Stops before the first record that
+ * does not fit; *n_done is the number of records read and out_offsets[0..*n_done]
+ * their positions in buf.  A single record larger than cap is HPCIO_E_BUFFER with
+ * err->item = j (the caller grows the buffer and retries). */
+hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t *ends,
+                                 size_t m, uint8_t *buf, uint64_t cap,
+                                 uint64_t *out_offsets, size_t *n_done,
+                                 hpcio_error *err);
+
+/* ---- newline scanning (scan.c) -------------------------------------------------------
+ * Record starts of the lines in buf[0..len): out[0] = 0, out[k] = byte after the k-th
+ * '\n'; a final line without '\n' still counts, and out[count] = len.  With out == NULL
+ * only *count (number of lines) is computed.  Otherwise cap is out's capacity in
+ * entries and must be >= count+1.  base is added to every offset written. */
+hpcio_status hpcio_scan_lines(const uint8_t *buf, uint64_t len, uint64_t base,
+                              uint64_t *out, size_t cap, size_t *count,
+                              hpcio_error *err);
+
+/* ---- zstd (zstd.c) -------------------------------------------------------------------
+ * Content size of the zstd frame at src: *size = declared size, or UINT64_MAX when the
+ * frame does not declare it (JINX frames).  Not a zstd frame: HPCIO_E_CODEC. */
+hpcio_status hpcio_zstd_content_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                     hpcio_error *err);
+
+/* Decode frames src[starts[j]:ends[j]] (j < m) whose content sizes are all declared
+ * into dst at dst_offsets[j] .. dst_offsets[j+1] (the caller sized them from
+ * hpcio_zstd_content_size).  A frame that decodes to another size is HPCIO_E_CODEC.
+ * nthreads > 1 splits the frames over that many threads. */
+hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
+                                     const uint64_t *starts, const uint64_t *ends,
+                                     size_t m, uint8_t *dst, const uint64_t *dst_offsets,
+                                     int nthreads, hpcio_error *err);
+
+/* Stream-decode one frame (or concatenated frames) of unknown content size into a
+ * buffer allocated with malloc (*out, *out_len; free with hpcio_free).  More than
+ * limit output bytes is HPCIO_E_LIMIT. */
+hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
+                                      uint8_t **out, uint64_t *out_len, hpcio_error *err);
+
+/* Compress src into dst (capacity from hpcio_zstd_bound).  content_size = 0 omits the
+ * size from the frame header, as streaming compressors do. */
+uint64_t hpcio_zstd_bound(uint64_t len);
+hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
+                                 int content_size, uint8_t *dst, uint64_t cap,
+                                 uint64_t *written, hpcio_error *err);
+unsigned hpcio_zstd_version(void);
+
+/* ---- blosc2 (blosc.c) ----------------------------------------------------------------
+ * Same shape as the zstd functions, for blosc2 chunks (whose header always carries
+ * the uncompressed size). */
+hpcio_status hpcio_blosc2_content_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                       hpcio_error *err);
+hpcio_status hpcio_blosc2_decode_known(const uint8_t *src, uint64_t src_len,
+                                       const uint64_t *starts, const uint64_t *ends,
+                                       size_t m, uint8_t *dst,
+                                       const uint64_t *dst_offsets, int nthreads,
+                                       hpcio_error *err);
+uint64_t hpcio_blosc2_bound(uint64_t len);
+/* codec: "blosclz", "lz4", "lz4hc", "zlib", "zstd"; shuffle: 0 none, 1 byte, 2 bit */
+hpcio_status hpcio_blosc2_compress(const uint8_t *src, uint64_t len, const char *codec,
+                                   int clevel, int typesize, int shuffle, uint8_t *dst,
+                                   uint64_t cap, uint64_t *written, hpcio_error *err);
+const char *hpcio_blosc2_version(void);
+
+void hpcio_free(void *p);
+
+/* Compiler and SIMD flags the kernels were built with, for `hpcio info`. */
+const char *hpcio_build_flags(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPCIO_H */

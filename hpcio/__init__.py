@@ -1,0 +1,66 @@
+"""hpcio: training-data shards for HPC clusters.
+
+Convert raw datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), stage them onto
+the fastest storage tier, and read them back fast: iterate, global shuffle, sort and
+split across ranks and dataloader workers.
+
+>>> import hpcio
+>>> sorted(hpcio.available_formats())[:3]
+['hdf5', 'jinx', 'jsonl']
+"""
+
+from ._version import __version__
+from .dataset import Dataset, open, open_writer
+from .errors import (
+    CapabilityError,
+    CorruptShardError,
+    DecodeError,
+    DecompressionLimitError,
+    FormatSniffError,
+    HpcioError,
+    IndexOutOfRangeError,
+    MissingDependencyError,
+    SchemaError,
+    ShardNotFoundError,
+    TruncatedShardError,
+    UnknownFormatError,
+    UnsupportedValueError,
+)
+from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
+
+__all__ = [
+    "__version__",
+    "Dataset",
+    "open",
+    "open_writer",
+    "convert",
+    "available_formats",
+    "get_format",
+    "register_format",
+    "sniff_format",
+    "Capabilities",
+    "HpcioError",
+    "CapabilityError",
+    "CorruptShardError",
+    "DecodeError",
+    "DecompressionLimitError",
+    "FormatSniffError",
+    "IndexOutOfRangeError",
+    "MissingDependencyError",
+    "SchemaError",
+    "ShardNotFoundError",
+    "TruncatedShardError",
+    "UnknownFormatError",
+    "UnsupportedValueError",
+]
+
+
+def convert(src, dst, to: str, **options):
+    """Convert ``src`` (paths or a dataset) into ``dst`` in format ``to``.
+
+    See :func:`hpcio.convert.convert` for the options (shard count, compression,
+    fault tolerance, resume); under MPI every rank calls it with the same arguments.
+    """
+    from .convert import convert as _convert
+
+    return _convert(src, dst, to=to, **options)

@@ -1,0 +1,190 @@
+"""Dataset views: ``open``, iteration, ``shuffle``, ``sort``, ``select``, ``split``.
+
+A :class:`Dataset` is a reader plus an optional index array and field projection.
+Every view method returns a new Dataset sharing the reader; no sample data is copied.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .errors import IndexOutOfRangeError
+from .formats.base import DEFAULT_BATCH, Reader
+from .registry import get_format, sniff_format
+
+__all__ = ["Dataset", "open", "open_writer"]
+
+
+class Dataset(Sequence):
+    """A view of a dataset's samples.
+
+    >>> import hpcio, tempfile, os
+    >>> d = os.path.join(tempfile.mkdtemp(), "toy")
+    >>> with hpcio.open_writer(d, format="mds") as w:
+    ...     for i in range(5):
+    ...         w.write({"id": i, "text": f"sample {i}"})
+    >>> ds = hpcio.open(d)
+    >>> len(ds), ds[-1]["text"]
+    (5, 'sample 4')
+    >>> [s["id"] for s in ds.shuffle(seed=42)]
+    [1, 4, 0, 3, 2]
+    >>> [s["id"] for s in ds.sort("text", reverse=True).select(["id"])]
+    [4, 3, 2, 1, 0]
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        indices: np.ndarray | None = None,
+        fields: Sequence[str] | None = None,
+    ):
+        self.reader = reader
+        self.indices = indices  # None means 0..len(reader)-1 in order
+        self.fields = None if fields is None else list(fields)
+
+    # --- size and access ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.reader) if self.indices is None else len(self.indices)
+
+    def _positions(self, key) -> np.ndarray:
+        """Reader positions for view positions ``key`` (int array), range-checked."""
+        n = len(self)
+        key = np.asarray(key)
+        if key.dtype == bool:
+            if key.shape != (n,):
+                raise IndexError(f"boolean mask of shape {key.shape} for {n} samples")
+            key = np.flatnonzero(key)
+        key = key.astype(np.int64, copy=False)
+        if key.size:
+            lo, hi = int(key.min()), int(key.max())
+            if lo < -n or hi >= n:
+                bad = lo if lo < -n else hi
+                raise IndexOutOfRangeError(
+                    f"index {bad} out of range for a dataset of {n} samples",
+                    path=self.reader.path,
+                )
+            key = np.where(key < 0, key + n, key)
+        return key if self.indices is None else self.indices[key]
+
+    def __getitem__(self, key):
+        """``ds[i]`` a sample; ``ds[a:b]`` a view; ``ds[array]`` a list of samples."""
+        if isinstance(key, slice):
+            pos = np.arange(len(self), dtype=np.int64)[key]
+            return self._view(pos)
+        if isinstance(key, (int, np.integer)):
+            n = len(self)
+            i = int(key)
+            if not -n <= i < n:
+                raise IndexOutOfRangeError(
+                    f"index {i} out of range for a dataset of {n} samples",
+                    path=self.reader.path,
+                )
+            if i < 0:
+                i += n
+            j = i if self.indices is None else int(self.indices[i])
+            return self.reader.read(j, self.fields)
+        return self.reader.read_many(self._positions(key), self.fields)
+
+    def get_batch(self, indices) -> list:
+        """Many samples in one vectorised call (the batch read API)."""
+        return self.reader.read_many(self._positions(indices), self.fields)
+
+    def __iter__(self) -> Iterator[Mapping]:
+        if self.indices is None:
+            yield from self.reader.iter_range(0, len(self.reader), self.fields)
+            return
+        for lo in range(0, len(self.indices), DEFAULT_BATCH):
+            yield from self.reader.read_many(self.indices[lo : lo + DEFAULT_BATCH], self.fields)
+
+    # --- views -----------------------------------------------------------------------
+    def _view(self, positions: np.ndarray) -> "Dataset":
+        idx = positions if self.indices is None else self.indices[positions]
+        return Dataset(self.reader, np.ascontiguousarray(idx, dtype=np.int64), self.fields)
+
+    def shuffle(self, seed: int) -> "Dataset":
+        """A global permutation view: ``numpy.random.default_rng(seed).permutation(n)``."""
+        return self._view(np.random.default_rng(seed).permutation(len(self)))
+
+    def sort(self, key: str | Callable[[Mapping], object], reverse: bool = False) -> "Dataset":
+        """A stable sort view by a field name or a function of the sample.
+
+        A field name reads only that field (lazy and columnar formats decode nothing
+        else); a callable sees the whole (projected) sample.
+        """
+        idx = np.arange(len(self), dtype=np.int64) if self.indices is None else self.indices
+        keys = []
+        for lo in range(0, len(idx), DEFAULT_BATCH * 16):
+            chunk = idx[lo : lo + DEFAULT_BATCH * 16]
+            if isinstance(key, str):
+                keys.extend(self.reader.read_field(chunk, key))
+            else:
+                keys.extend(key(s) for s in self.reader.read_many(chunk, self.fields))
+        return self._view(_stable_argsort(keys, descending=reverse))
+
+    def select(self, fields: Sequence[str]) -> "Dataset":
+        """A projection view holding only ``fields``."""
+        if isinstance(fields, str):
+            fields = [fields]
+        return Dataset(self.reader, self.indices, fields)
+
+    def split(self, rank: int, world_size: int) -> "Dataset":
+        """Part ``rank`` of ``world_size`` contiguous, equal-length parts.
+
+        Each part has ``len(self) // world_size`` samples; the last
+        ``len(self) % world_size`` samples are dropped so every rank sees the same count
+        (DDP never waits at epoch end).  Shuffle first for random parts.
+        """
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        per = len(self) // world_size
+        return self._view(np.arange(rank * per, (rank + 1) * per, dtype=np.int64))
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        view = "" if self.indices is None else " (view)"
+        return f"<hpcio.Dataset {self.reader.path!r} n={len(self)}{view}>"
+
+
+def _stable_argsort(keys: list, descending: bool = False) -> np.ndarray:
+    """Stable argsort of comparable Python keys; descending keeps ties in order.
+
+    Descending is an ascending stable sort of the reversed keys, mapped back and
+    reversed, which orders equal keys by their original position.
+    """
+    n = len(keys)
+    if descending:
+        return (n - 1 - _stable_argsort(keys[::-1]))[::-1].copy()
+    arr = None
+    try:
+        arr = np.asarray(keys)
+    except (ValueError, TypeError):
+        pass
+    if arr is not None and arr.shape == (n,) and arr.dtype.kind in "biuf":
+        return np.argsort(arr, kind="stable")
+    return np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64)
+
+
+def open(path: str | os.PathLike, format: str | None = None, **options) -> Dataset:
+    """Open a dataset, sniffing its format unless ``format`` is given.
+
+    ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
+    compressed MDS, ``lazy=`` for JINX).
+    """
+    module = get_format(format) if format else sniff_format(path)
+    return Dataset(module.Reader(path, **options))
+
+
+def open_writer(path: str | os.PathLike, format: str, **options):
+    """A writer for ``format`` at ``path``; use it as a context manager."""
+    return get_format(format).Writer(path, **options)

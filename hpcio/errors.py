@@ -1,0 +1,110 @@
+"""The hpcio error hierarchy.
+
+Every error raised on purpose by hpcio is an :class:`HpcioError`; most also inherit the
+built-in exception a Python user would expect, so ``except IndexError`` or
+``except FileNotFoundError`` keep working.  Messages say what was expected, what was
+found, and where: file, byte offset and sample index when they are known.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HpcioError",
+    "CorruptShardError",
+    "TruncatedShardError",
+    "ShardNotFoundError",
+    "IndexOutOfRangeError",
+    "DecodeError",
+    "DecompressionLimitError",
+    "UnknownFormatError",
+    "FormatSniffError",
+    "SchemaError",
+    "UnsupportedValueError",
+    "MissingDependencyError",
+    "CapabilityError",
+    "where",
+]
+
+
+def where(path=None, offset=None, sample=None) -> str:
+    """Format the location suffix used by every hpcio error message.
+
+    >>> where("a/shard.00000.mds", 1024, 7)
+    'a/shard.00000.mds, byte offset 1024, sample 7'
+    >>> where(sample=3)
+    'sample 3'
+    """
+    parts = []
+    if path is not None:
+        parts.append(str(path))
+    if offset is not None and offset >= 0:
+        parts.append(f"byte offset {offset}")
+    if sample is not None and sample >= 0:
+        parts.append(f"sample {sample}")
+    return ", ".join(parts)
+
+
+class HpcioError(Exception):
+    """Base class of every error hpcio raises on purpose.
+
+    ``path``, ``offset`` and ``sample`` are kept as attributes (``None`` when unknown)
+    so callers such as the converter's ``--skip-bad`` can record them.
+    """
+
+    def __init__(self, message: str, *, path=None, offset=None, sample=None):
+        self.path = None if path is None else str(path)
+        self.offset = offset if offset is None or offset >= 0 else None
+        self.sample = sample if sample is None or sample >= 0 else None
+        loc = where(path, offset, sample)
+        super().__init__(f"{message} ({loc})" if loc else message)
+
+
+class CorruptShardError(HpcioError, ValueError):
+    """A shard's bytes contradict its own structure (offsets, header, checksum)."""
+
+
+class TruncatedShardError(CorruptShardError):
+    """A shard ends before the bytes its header or index promise."""
+
+
+class ShardNotFoundError(HpcioError, FileNotFoundError):
+    """A shard or index file named by a dataset is missing."""
+
+
+class IndexOutOfRangeError(HpcioError, IndexError):
+    """A sample index outside ``[-len(ds), len(ds))``."""
+
+
+class DecodeError(HpcioError, ValueError):
+    """A value could not be decoded (codec error, bad base85, bad JSON, ...)."""
+
+
+class DecompressionLimitError(DecodeError):
+    """A compressed value would decompress to more than the configured limit."""
+
+
+class UnknownFormatError(HpcioError, KeyError):
+    """A format name that is not registered."""
+
+    def __str__(self):  # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+class FormatSniffError(HpcioError, ValueError):
+    """``hpcio.open`` could not tell which format a path holds."""
+
+
+class SchemaError(HpcioError, ValueError):
+    """A sample does not fit the columns/fields a writer was set up with."""
+
+
+class UnsupportedValueError(HpcioError, TypeError):
+    """A value a format cannot store faithfully."""
+
+
+class MissingDependencyError(HpcioError, ImportError):
+    """An optional backend (zarr, h5py, mpi4py, torch, ...) is not installed."""
+
+
+class CapabilityError(HpcioError, NotImplementedError):
+    """An operation the chosen format does not support (e.g. random access on a stream)."""

@@ -1,0 +1,138 @@
+"""The reader and writer interfaces every format implements.
+
+Readers are random-access where the format allows it; the dataset views in
+:mod:`hpcio.dataset` are index arrays over a reader and never copy data.  A format
+overrides the batch methods (``read_many``, ``iter_range``) with vectorised paths built
+on the compiled kernels; the defaults here are correct but per-sample.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CapabilityError, IndexOutOfRangeError
+
+__all__ = ["Reader", "Writer", "project"]
+
+# Batch size used by the default sequential paths: large enough to amortise Python
+# overhead, small enough to keep a batch of big samples in cache-sized memory.
+DEFAULT_BATCH = 256
+
+
+def project(sample: Mapping, fields: Sequence[str] | None) -> Mapping:
+    """``sample`` restricted to ``fields`` (all fields when ``fields`` is None)."""
+    if fields is None:
+        return sample
+    return {f: sample[f] for f in fields}
+
+
+class Reader(abc.ABC):
+    """Random-access (or sequential-only) access to the samples of one dataset.
+
+    Subclasses implement ``__len__`` and ``read``; ``fields`` is the list of field
+    names when the format knows it up front (MDS columns, Zarr arrays), else None.
+    """
+
+    path: str
+    fields: list[str] | None = None
+
+    def __init__(self, path: str | os.PathLike, **options):
+        self.path = os.fspath(path)
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        """Sample ``i`` (0 <= i < len), restricted to ``fields`` if given."""
+
+    def read_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> list:
+        """Samples at ``indices`` (already non-negative and in range), in that order."""
+        return [self.read(int(i), fields) for i in indices]
+
+    def iter_range(
+        self, start: int = 0, stop: int | None = None, fields: Sequence[str] | None = None
+    ) -> Iterator[Mapping]:
+        """Samples ``start..stop`` in order: the sequential fast path."""
+        stop = len(self) if stop is None else stop
+        for lo in range(start, stop, DEFAULT_BATCH):
+            idx = np.arange(lo, min(lo + DEFAULT_BATCH, stop), dtype=np.int64)
+            yield from self.read_many(idx, fields)
+
+    def read_field(self, indices: np.ndarray, field: str) -> list:
+        """The value of one field for many samples (sort keys); formats with lazy or
+        columnar access override this to avoid decoding other fields."""
+        return [s[field] for s in self.read_many(indices, [field])]
+
+    def check_index(self, i: int) -> int:
+        """``i`` as a non-negative index, or IndexOutOfRangeError."""
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexOutOfRangeError(
+                f"index {i} out of range for a dataset of {n} samples", path=self.path
+            )
+        return j
+
+    def close(self) -> None:
+        """Release files and maps; the reader is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<{type(self).__module__}.{type(self).__name__} {self.path!r} n={len(self)}>"
+
+
+class SequentialReader(Reader):
+    """Base for stream-only formats: ``read`` raises CapabilityError."""
+
+    def read(self, i, fields=None):
+        raise CapabilityError(
+            f"{type(self).__name__} has no random access; iterate, or convert to a "
+            "format with an index (mds, jinx, zarr, hdf5)",
+            path=self.path,
+        )
+
+
+class Writer(abc.ABC):
+    """Writes samples; nothing is visible to readers until ``close`` publishes the index.
+
+    Used as a context manager: on normal exit the dataset is finalised; on an exception
+    ``abort`` removes what was written, so no half-written dataset is ever visible.
+    """
+
+    def __init__(self, path: str | os.PathLike, **options):
+        self.path = os.fspath(path)
+        self.count = 0
+
+    @abc.abstractmethod
+    def write(self, sample: Mapping) -> None: ...
+
+    def write_many(self, samples: Iterable[Mapping]) -> None:
+        for s in samples:
+            self.write(s)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush shards and publish the index (atomically)."""
+
+    def abort(self) -> None:
+        """Discard the output written so far (temporary files included)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False

@@ -1,0 +1,5 @@
+"""Test support shipped with hpcio: the format conformance suite (needs pytest)."""
+
+from .formats import FormatTests, assert_sample_equal, normalize
+
+__all__ = ["FormatTests", "assert_sample_equal", "normalize"]

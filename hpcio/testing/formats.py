@@ -1,0 +1,222 @@
+"""``FormatTests``: the conformance suite every format's tests subclass.
+
+A subclass names the format and supplies samples the format can hold; every test here
+then runs against it.  Capabilities a format lacks skip with the reason, never pass
+silently::
+
+    class TestMDS(FormatTests):
+        format_name = "mds"
+        writer_options = {"compression": "sample::zstd"}
+
+        def make_sample(self, i):
+            return {"id": i, "text": f"t{i}", "blob": bytes([i % 256]) * i}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+import hpcio
+from hpcio.errors import HpcioError, IndexOutOfRangeError
+
+__all__ = ["FormatTests", "normalize", "assert_sample_equal"]
+
+
+def normalize(value):
+    """A value in a comparable canonical form (bytes-likes become bytes, arrays lists)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {k: normalize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalize(v) for v in value]
+    return value
+
+
+def assert_sample_equal(got: Mapping, expected: Mapping, where: str = "") -> None:
+    """Every field of ``expected`` is in ``got`` with an equal value and type class."""
+    assert set(got.keys()) == set(expected.keys()), (
+        f"{where}: fields {sorted(got.keys())} != {sorted(expected.keys())}"
+    )
+    for key, exp in expected.items():
+        val = got[key]
+        assert normalize(val) == normalize(exp), f"{where}: field {key!r}: {val!r} != {exp!r}"
+        if isinstance(exp, (bytes, bytearray)):
+            # bytes-like is fine (zero-copy views), but never a decoded object
+            assert isinstance(val, (bytes, bytearray, memoryview)), f"{where}: {key!r}"
+        elif isinstance(exp, str):
+            assert isinstance(val, str), f"{where}: field {key!r} is {type(val).__name__}"
+
+
+class FormatTests:
+    """Conformance tests; subclass and set ``format_name`` (and maybe the hooks)."""
+
+    format_name: str = ""
+    writer_options: dict = {}
+    reader_options: dict = {}
+    num_samples: int = 57
+
+    # --- hooks a subclass may override -------------------------------------------------
+    def make_sample(self, i: int) -> dict:
+        """Sample ``i`` of the test dataset: every value type the format supports."""
+        rng = np.random.default_rng(i)
+        return {
+            "id": i,
+            "text": f"sample {i} " + "é✓" * (i % 5),
+            "blob": rng.integers(0, 256, size=int(rng.integers(0, 300)), dtype=np.uint8).tobytes(),
+        }
+
+    def dataset_path(self, tmp_path) -> str:
+        """Where the writer writes (a directory or a file, as the format prefers)."""
+        return os.path.join(tmp_path, "ds")
+
+    def shard_files(self, path: str) -> list[str]:
+        """The data files of a written dataset (for the corruption tests)."""
+        if os.path.isfile(path):
+            return [path]
+        files = []
+        for root, _dirs, names in os.walk(path):
+            files += [os.path.join(root, n) for n in names if not n.endswith(".json")]
+        return sorted(files)
+
+    @property
+    def capabilities(self) -> hpcio.Capabilities:
+        return hpcio.get_format(self.format_name).CAPABILITIES
+
+    # --- helpers -----------------------------------------------------------------------
+    def write(self, tmp_path, samples, **options) -> str:
+        path = self.dataset_path(tmp_path)
+        opts = {**self.writer_options, **options}
+        with hpcio.open_writer(path, format=self.format_name, **opts) as w:
+            for s in samples:
+                w.write(s)
+        return path
+
+    def open(self, path, **options):
+        return hpcio.open(path, format=self.format_name, **{**self.reader_options, **options})
+
+    @pytest.fixture
+    def samples(self):
+        return [self.make_sample(i) for i in range(self.num_samples)]
+
+    @pytest.fixture
+    def written(self, tmp_path, samples):
+        return self.write(tmp_path, samples)
+
+    def require(self, capability: str):
+        if not getattr(self.capabilities, capability):
+            pytest.skip(f"format {self.format_name!r} lacks capability {capability!r}")
+
+    # --- the suite ---------------------------------------------------------------------
+    def test_registered(self):
+        module = hpcio.get_format(self.format_name)
+        assert module.NAME == self.format_name
+        for name in ("CAPABILITIES", "sniff", "Reader", "Writer"):
+            assert hasattr(module, name)
+
+    def test_sniff(self, written):
+        assert hpcio.sniff_format(written).NAME == self.format_name
+        assert len(hpcio.open(written, **self.reader_options)) == self.num_samples
+
+    def test_round_trip_iteration(self, written, samples):
+        with self.open(written) as ds:
+            assert len(ds) == len(samples)
+            got = list(ds)
+        assert len(got) == len(samples)
+        for i, (g, e) in enumerate(zip(got, samples)):
+            assert_sample_equal(g, e, f"sample {i}")
+
+    def test_random_access(self, written, samples):
+        self.require("random_access")
+        ds = self.open(written)
+        for i in [0, len(samples) - 1, 7, 3, 7]:
+            assert_sample_equal(ds[i], samples[i], f"ds[{i}]")
+        assert_sample_equal(ds[-1], samples[-1], "ds[-1]")
+        assert_sample_equal(ds[-len(samples)], samples[0], "ds[-n]")
+
+    def test_out_of_range(self, written):
+        self.require("random_access")
+        ds = self.open(written)
+        n = len(ds)
+        for bad in (n, -n - 1, 10**12):
+            with pytest.raises(IndexOutOfRangeError, match=f"index {bad} out of range"):
+                ds[bad]
+
+    def test_batch_equals_single(self, written, samples):
+        self.require("random_access")
+        ds = self.open(written)
+        idx = np.random.default_rng(0).integers(0, len(samples), size=40)
+        batch = ds.get_batch(idx)
+        for j, i in enumerate(idx):
+            assert_sample_equal(batch[j], samples[i], f"batch[{j}] = sample {i}")
+
+    def test_shuffle_order(self, written, samples):
+        self.require("random_access")
+        ds = self.open(written)
+        perm = np.random.default_rng(42).permutation(len(samples))
+        got = [s["id"] for s in ds.shuffle(seed=42)]
+        assert got == [samples[i]["id"] for i in perm]
+
+    def test_sort_and_select(self, written, samples):
+        self.require("random_access")
+        ds = self.open(written)
+        by_text = ds.sort("text").select(["id"])
+        expected = sorted(range(len(samples)), key=lambda i: samples[i]["text"])
+        assert [s["id"] for s in by_text] == [samples[i]["id"] for i in expected]
+        assert all(set(s.keys()) == {"id"} for s in by_text)
+
+    def test_split_equal_parts(self, written, samples):
+        ds = self.open(written)
+        parts = [ds.split(r, 4) for r in range(4)]
+        assert {len(p) for p in parts} == {len(samples) // 4}
+        ids = [s["id"] for p in parts for s in p]
+        assert len(ids) == len(set(ids)) == 4 * (len(samples) // 4)
+
+    def test_empty_dataset(self, tmp_path):
+        path = self.write(tmp_path, [])
+        ds = self.open(path)
+        assert len(ds) == 0
+        assert list(ds) == []
+
+    def test_huge_sample(self, tmp_path):
+        big = self.make_sample(1)
+        payload = np.random.default_rng(1).integers(0, 256, 24 << 20, dtype=np.uint8).tobytes()
+        big["blob"] = payload
+        path = self.write(tmp_path, [self.make_sample(0), big, self.make_sample(2)])
+        ds = self.open(path)
+        got = list(ds)[1]["blob"]
+        assert bytes(got) == payload
+
+    def test_unicode_keys(self, tmp_path):
+        sample = {**self.make_sample(0), "légende_文字": "ünïcødé ✓"}
+        path = self.write(tmp_path, [sample])
+        assert_sample_equal(list(self.open(path))[0], sample, "unicode key")
+
+    def test_truncated_shard(self, written):
+        files = self.shard_files(written)
+        assert files, "the writer produced no data files"
+        victim = max(files, key=os.path.getsize)
+        size = os.path.getsize(victim)
+        with open(victim, "r+b") as f:
+            f.truncate(size // 2)
+        with pytest.raises(HpcioError):
+            ds = self.open(written)
+            for _ in ds:
+                pass
+
+    def test_failed_write_leaves_nothing(self, tmp_path):
+        path = self.dataset_path(tmp_path)
+        with pytest.raises(RuntimeError, match="boom"):
+            with hpcio.open_writer(path, format=self.format_name, **self.writer_options) as w:
+                w.write(self.make_sample(0))
+                raise RuntimeError("boom")
+        leftovers = os.listdir(path) if os.path.isdir(path) else [path] * os.path.exists(path)
+        assert leftovers == [], f"a failed write left {leftovers}"
