@@ -22,6 +22,9 @@ __all__ = [
     "UnsupportedValueError",
     "MissingDependencyError",
     "CapabilityError",
+    "StagingError",
+    "InsufficientSpaceError",
+    "ChecksumMismatchError",
     "where",
 ]
 
@@ -108,3 +111,15 @@ class MissingDependencyError(HpcioError, ImportError):
 
 class CapabilityError(HpcioError, NotImplementedError):
     """An operation the chosen format does not support (e.g. random access on a stream)."""
+
+
+class StagingError(HpcioError, OSError):
+    """Copying a dataset between storage tiers failed (I/O error, quota, bad manifest)."""
+
+
+class InsufficientSpaceError(StagingError):
+    """The destination tier has fewer free bytes or inodes than a staging plan needs."""
+
+
+class ChecksumMismatchError(CorruptShardError):
+    """A file's checksum differs from the one recorded in its index or manifest."""
