@@ -150,7 +150,7 @@ class StagePlan:
             if need > free
         ]
         return (
-            f"not enough room to stage {len(self.to_copy)} files into {self.dst}: "
+            f"not enough room to stage {len(self.to_copy)} files: "
             f"need {format_bytes(self.need_bytes)} ({self.need_bytes} bytes) and {self.need_inodes} inodes, "
             f"free {format_bytes(self.free_bytes)} ({self.free_bytes} bytes) and {self.free_inodes} inodes "
             f"(short of {' and '.join(short)}; limit from {self.limited_by})"
