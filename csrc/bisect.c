@@ -40,6 +40,7 @@ hpcio_status hpcio_bisect(const uint64_t *cum, size_t nshards, const uint64_t *i
             k = hint;
         else
             k = find_shard(cum, nshards, id);
+        assert(k < nshards && cum[k] <= id && id < cum[k + 1]);
         hint = k;
         shard_out[j] = (int64_t)k;
         local_out[j] = id - cum[k];

@@ -226,3 +226,31 @@ def test_build_info_describes_the_build():
     assert re.fullmatch(r"\d+\.\d+\.\d+", info["zstd"])
     assert info["compiler"] and isinstance(info["simd"], list)
     assert isinstance(info["debug"], bool) and isinstance(info["sanitize"], bool)
+
+
+# ---- corrupted input never crashes -------------------------------------------------------
+
+@pytest.mark.parametrize("codec", ["zstd", "blosc2"])
+def test_mutated_frames_raise_typed_errors_or_decode(codec):
+    rng = np.random.default_rng(99)
+    value = b"".join(sample_values(5, 8))
+    if codec == "zstd":
+        frames = [_codecs.zstd_compress(value, content_size=cs) for cs in (True, False)]
+        decode = _codecs.zstd_decompress
+    else:
+        frames = [_codecs.blosc2_compress(value, codec=c) for c in ("zstd", "lz4", "blosclz")]
+        decode = _codecs.blosc2_decompress
+    outcomes = set()
+    for _ in range(300):
+        frame = bytearray(frames[int(rng.integers(0, len(frames)))])
+        for pos in rng.integers(0, len(frame), size=int(rng.integers(1, 4))):
+            frame[pos] = int(rng.integers(0, 256))
+        cut = len(frame) if rng.random() < 0.7 else int(rng.integers(0, len(frame)))
+        try:
+            out = decode(bytes(frame[:cut]), limit=10 * len(value))
+        except DecodeError:
+            outcomes.add("error")
+        else:
+            assert isinstance(out, bytes) and len(out) <= 10 * len(value)
+            outcomes.add("decoded")
+    assert "error" in outcomes
