@@ -5,7 +5,10 @@ from numpy.typing import NDArray
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
 class ShardFile:
-    """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
+    """A file opened for reading with pread into a reusable buffer (default 8 MiB).
+
+    ``pread`` may be called from several threads; ``read_records`` reuses one buffer,
+    so each thread needs its own ShardFile."""
     path: str
     size: int
     def __init__(self, path: str, buffer_size: int = ...) -> None: ...

@@ -85,7 +85,11 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
 
 
 cdef class ShardFile:
-    """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
+    """A file opened for reading with pread into a reusable buffer (default 8 MiB).
+
+    ``pread`` may be called from several threads; ``read_records`` reuses one buffer,
+    so each thread needs its own ShardFile.
+    """
 
     cdef int fd
     cdef readonly str path

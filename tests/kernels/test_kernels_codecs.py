@@ -119,6 +119,7 @@ def test_zstd_limit_without_declared_size_stops_while_streaming():
     with pytest.raises(DecompressionLimitError,
                        match=re.escape(f"limit of 1000 bytes (byte offset {starts[1]}, sample 1)")):
         _codecs.zstd_decode_many(src, starts, ends, limit=1000, nthreads=2)
+    assert _codecs.zstd_decompress(frame, limit=None) == value
     # With a declared size the same limit is checked from the header.
     with pytest.raises(DecompressionLimitError, match="declares 100000 decompressed bytes"):
         _codecs.zstd_decompress(_codecs.zstd_compress(value), limit=1000)

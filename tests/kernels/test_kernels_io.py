@@ -214,3 +214,19 @@ def test_mapped_empty_file(tmp_path):
         assert m.size == 0 and bytes(m.buffer()) == b"" and bytes(m.view(0, 0)) == b""
         with pytest.raises(TruncatedShardError):
             m.view(0, 1)
+
+
+def test_system_call_failure_is_an_os_error_with_errno(tmp_path):
+    import errno
+
+    from hpcio.errors import ShardReadError
+
+    directory = str(tmp_path)
+    f = _io.ShardFile(directory)  # opening works; reading a directory fails with EISDIR
+    if f.size == 0:
+        pytest.skip("this filesystem reports size 0 for directories")
+    with pytest.raises(ShardReadError) as info:
+        f.pread(0, 1)
+    assert str(info.value) == f"read of 1 bytes failed: Is a directory ({directory}, byte offset 0)"
+    assert isinstance(info.value, OSError) and info.value.errno == errno.EISDIR
+    f.close()
