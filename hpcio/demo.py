@@ -58,11 +58,13 @@ import base64
 import gzip
 import io
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import MissingDependencyError
+from .errors import MissingDependencyError, ShardNotFoundError
 
 __all__ = [
     "PROFILES",
@@ -73,6 +75,11 @@ __all__ = [
     "make_sample",
     "write_jsonl",
     "read_jsonl",
+    "TOUR_FORMATS",
+    "FormatResult",
+    "TourReport",
+    "tour",
+    "format_report",
 ]
 
 PROFILES = {
@@ -198,14 +205,14 @@ def _jpeg(rng: np.random.Generator) -> bytes:
     from PIL import Image, ImageDraw
 
     h, w = _IMAGE_SHAPES[int(rng.integers(len(_IMAGE_SHAPES)))]
-    field = rng.standard_normal((3, 3, 3), dtype=np.float32) * np.float32(70)
+    colour_field = rng.standard_normal((3, 3, 3), dtype=np.float32) * np.float32(70)
     amp = np.float32(40)
     for g in (7, 15, 31, 63):  # each octave doubles the detail and halves the amplitude
-        field = _resample(_resample(field, g, 0), g, 1)
-        field += rng.standard_normal((g, g, 3), dtype=np.float32) * amp
+        colour_field = _resample(_resample(colour_field, g, 0), g, 1)
+        colour_field += rng.standard_normal((g, g, 3), dtype=np.float32) * amp
         amp *= np.float32(0.5)
-    field += rng.uniform(60, 190, 3).astype(np.float32)
-    image = Image.fromarray(np.clip(field, 0, 255).astype(np.uint8)).resize(
+    colour_field += rng.uniform(60, 190, 3).astype(np.float32)
+    image = Image.fromarray(np.clip(colour_field, 0, 255).astype(np.uint8)).resize(
         (w, h), Image.Resampling.BICUBIC
     )
     draw = ImageDraw.Draw(image)
@@ -355,22 +362,22 @@ def generate(profile: str, n: int, seed: int = 0, start: int = 0) -> Iterator[di
 
 def _to_json(sample: dict, profile: str) -> dict:
     record = dict(sample)
-    for field in BYTES_FIELDS[profile]:
-        value = record[field]
+    for name in BYTES_FIELDS[profile]:
+        value = record[name]
         if isinstance(value, list):
-            record[field] = [base64.b64encode(v).decode("ascii") for v in value]
+            record[name] = [base64.b64encode(v).decode("ascii") for v in value]
         else:
-            record[field] = base64.b64encode(value).decode("ascii")
+            record[name] = base64.b64encode(value).decode("ascii")
     return record
 
 
 def _from_json(record: dict, profile: str) -> dict:
-    for field in BYTES_FIELDS[profile]:
-        value = record[field]
+    for name in BYTES_FIELDS[profile]:
+        value = record[name]
         if isinstance(value, list):
-            record[field] = [base64.b64decode(v, validate=True) for v in value]
+            record[name] = [base64.b64decode(v, validate=True) for v in value]
         else:
-            record[field] = base64.b64decode(value, validate=True)
+            record[name] = base64.b64decode(value, validate=True)
     return record
 
 
@@ -406,6 +413,9 @@ def write_jsonl(
     import orjson
 
     path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ShardNotFoundError("the output directory does not exist", path=parent)
     tmp = f"{path}.tmp-{os.getpid()}"
     written = 0
     try:
@@ -432,3 +442,237 @@ def read_jsonl(path: str | os.PathLike, profile: str) -> Iterator[dict]:
         for line in io.BufferedReader(f) if path.endswith(".zst") else f:
             if line.strip():
                 yield _from_json(orjson.loads(line), profile)
+
+
+# --- the demo tour: generate, write shards, read them back --------------------------
+
+# Formats the tour writes, and the writer options it uses for each.
+TOUR_FORMATS = ("mds", "jinx", "webdataset", "zarr", "hdf5")
+TOUR_WRITE_OPTIONS = {"mds": {"compression": "sample::zstd"}}
+DEFAULT_COUNTS = {"vlm": 500, "text": 5000}
+
+
+@dataclass
+class FormatResult:
+    """What the tour measured for one format; rates are samples per second."""
+
+    format: str
+    status: str  # "ok", "unavailable" (not in this build / backend missing) or "failed"
+    detail: str = ""
+    write_rate: float | None = None
+    size_bytes: int | None = None
+    iterate_rate: float | None = None
+    shuffle_rate: float | None = None
+    sort_seconds: float | None = None
+    split: str = ""
+
+
+@dataclass
+class TourReport:
+    """The tour's results: generation speed, raw source size, and one row per format."""
+
+    profile: str
+    n: int
+    seed: int
+    out: str
+    generate_rate: float = 0.0
+    source_path: str = ""
+    source_bytes: int = 0
+    formats: list[FormatResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """At least one format worked and none failed."""
+        return any(r.status == "ok" for r in self.formats) and not any(
+            r.status == "failed" for r in self.formats
+        )
+
+
+def _same(got, expected) -> bool:
+    """Equality where bytes-like values (zero-copy views) count as their bytes."""
+    if isinstance(expected, (bytes, bytearray)):
+        return isinstance(got, (bytes, bytearray, memoryview)) and bytes(got) == expected
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, Mapping)
+            and set(got) == set(expected)
+            and all(_same(got[k], v) for k, v in expected.items())
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, (list, tuple))
+            and len(got) == len(expected)
+            and all(_same(g, e) for g, e in zip(got, expected))
+        )
+    return type(got) is type(expected) and got == expected
+
+
+def _check_samples(got: list, expected: list, what: str) -> None:
+    if len(got) != len(expected):
+        raise AssertionError(f"{what}: {len(got)} samples, expected {len(expected)}")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if not _same(g, e):
+            raise AssertionError(f"{what}: sample {i} differs from the generated one")
+
+
+def _disk_usage(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def _why_unavailable(exc: ImportError) -> str:
+    missing = getattr(exc, "name", None) or ""
+    if missing.startswith("hpcio.formats."):
+        return f"not in this build ({missing} does not exist)"
+    return " ".join(str(exc).split())
+
+
+def _tour_format(name: str, samples: list, out: str, log) -> FormatResult:
+    import hpcio
+
+    try:
+        hpcio.get_format(name)
+    except ImportError as exc:
+        return FormatResult(name, "unavailable", _why_unavailable(exc))
+    n = len(samples)
+    dst = os.path.join(out, name)
+    try:
+        t0 = time.perf_counter()
+        with hpcio.open_writer(dst, format=name, **TOUR_WRITE_OPTIONS.get(name, {})) as w:
+            for s in samples:
+                w.write(s)
+        result = FormatResult(name, "ok", write_rate=n / (time.perf_counter() - t0))
+        result.size_bytes = _disk_usage(dst)
+
+        sniffed = hpcio.sniff_format(dst).NAME
+        if sniffed != name:
+            raise AssertionError(f"hpcio.open would read {dst} as {sniffed}, not {name}")
+        with hpcio.open(dst) as ds:
+            t0 = time.perf_counter()
+            got = list(ds)
+            result.iterate_rate = n / (time.perf_counter() - t0)
+            _check_samples(got, samples, "iteration")
+
+            perm = np.random.default_rng(42).permutation(n)
+            shuffled = ds.shuffle(seed=42)
+            t0 = time.perf_counter()
+            got = list(shuffled)
+            result.shuffle_rate = n / (time.perf_counter() - t0)
+            _check_samples(got, [samples[int(i)] for i in perm], "shuffle(seed=42)")
+
+            # Sorting the shuffled view by id must give back the original order.
+            t0 = time.perf_counter()
+            ordered = shuffled.sort("id")
+            result.sort_seconds = time.perf_counter() - t0
+            ids = [s["id"] for s in ordered.select(["id"])]
+            if ids != [s["id"] for s in samples]:
+                raise AssertionError("shuffle(42).sort('id') is not the original order")
+
+            world = 4
+            parts = [shuffled.split(rank, world).select(["id"]) for rank in range(world)]
+            seen = [s["id"] for part in parts for s in part]
+            expected_ids = [samples[int(i)]["id"] for i in perm[: world * (n // world)]]
+            if seen != expected_ids:
+                raise AssertionError("split(rank, 4) parts do not tile the shuffled order")
+            result.split = f"{world} x {n // world}"
+        log(f"  {name}: ok")
+        return result
+    except ImportError as exc:  # an optional backend (zarr, h5py) is missing
+        return FormatResult(name, "unavailable", _why_unavailable(exc))
+    except Exception as exc:
+        log(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
+        return FormatResult(name, "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+
+
+def tour(
+    out: str | os.PathLike,
+    profile: str = "vlm",
+    n: int | None = None,
+    seed: int = 0,
+    formats: Sequence[str] = TOUR_FORMATS,
+    log=print,
+) -> TourReport:
+    """Generate a demo dataset, write it in each format, read it back and check it.
+
+    For each format available in this build: write the samples as shards, open them
+    with :func:`hpcio.open`, iterate, iterate ``shuffle(seed=42)``, sort the shuffled
+    view by ``id`` (which must restore the original order) and split it across 4
+    ranks, checking every sample against the generated one byte for byte.  Formats
+    that are not in this build are reported as unavailable, never skipped silently.
+
+    Parameters
+    ----------
+    out : path
+        Directory for the raw JSON Lines source and one sub-directory per format.
+    profile : {"vlm", "text"}
+    n : int, optional
+        Number of samples (default :data:`DEFAULT_COUNTS` of the profile).
+    seed : int
+        Dataset seed.
+    formats : sequence of str
+        Formats to try.
+    log : callable
+        Receives progress lines.
+    """
+    _check_profile(profile)
+    n = DEFAULT_COUNTS[profile] if n is None else n
+    out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
+    report = TourReport(profile, n, seed, out)
+
+    log(f"generating {n} {profile} samples (seed {seed})")
+    t0 = time.perf_counter()
+    samples = list(generate(profile, n, seed))
+    report.generate_rate = n / max(time.perf_counter() - t0, 1e-9)
+
+    report.source_path = os.path.join(out, f"{profile}.jsonl")
+    log(f"writing the raw source {report.source_path}")
+    report.source_bytes = write_jsonl(report.source_path, profile, n, seed)
+
+    log("writing shards and reading them back:")
+    for name in formats:
+        report.formats.append(_tour_format(name, samples, out, log))
+    return report
+
+
+def format_report(report: TourReport) -> str:
+    """A :class:`TourReport` as a plain-text table."""
+
+    def rate(v):
+        return "-" if v is None else f"{v:,.0f}"
+
+    lines = [
+        f"demo: {report.n} {report.profile} samples, seed {report.seed}, in {report.out}",
+        f"generated at {report.generate_rate:,.0f} samples/s; raw source "
+        f"{report.source_bytes / 1e6:.1f} MB ({os.path.basename(report.source_path)}, "
+        f"bytes fields base64)",
+        "",
+    ]
+    header = ("format", "write/s", "MB", "iterate/s", "shuffled/s", "sort s", "split", "check")
+    rows = [header]
+    notes = []
+    for r in report.formats:
+        if r.status == "ok":
+            rows.append((
+                r.format,
+                rate(r.write_rate),
+                f"{r.size_bytes / 1e6:.1f}",
+                rate(r.iterate_rate),
+                rate(r.shuffle_rate),
+                f"{r.sort_seconds:.3f}",
+                r.split,
+                "byte-exact",
+            ))
+        else:
+            rows.append((r.format, "-", "-", "-", "-", "-", "-", r.status.upper()))
+            notes.append(f"{r.format}: {r.status}: {r.detail}")
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    lines.extend(["", *notes] if notes else [])
+    return "\n".join(lines)
