@@ -55,6 +55,7 @@ True
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import io
 import os
@@ -381,24 +382,33 @@ def _from_json(record: dict, profile: str) -> dict:
     return record
 
 
-def _open_compressed(path: str, mode: str):
-    if path.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError as exc:
-            raise MissingDependencyError(
-                "writing or reading .zst needs zstandard: pip install 'hpcio[codecs]'",
-                path=path,
-            ) from exc
-        raw = open(path, mode)
-        if "w" in mode:
-            return zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=True)
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-    if path.endswith(".gz"):
-        raw = open(path, mode)
-        # mtime=0 and no file name in the header keep the bytes deterministic.
-        return gzip.GzipFile(filename="", mode=mode, fileobj=raw, mtime=0)
-    return open(path, mode)
+@contextlib.contextmanager
+def _open_compressed(path: str, mode: str, name: str | None = None):
+    """``path`` opened through the codec that ``name``'s suffix (default path's) names."""
+    name = path if name is None else name
+    with contextlib.ExitStack() as stack:
+        if name.endswith(".zst"):
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    "writing or reading .zst needs zstandard: pip install 'hpcio[codecs]'",
+                    path=name,
+                ) from exc
+            raw = stack.enter_context(open(path, mode))
+            if "w" in mode:
+                codec = zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)
+            else:
+                codec = io.BufferedReader(
+                    zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+                )
+            yield stack.enter_context(codec)
+        elif name.endswith(".gz"):
+            raw = stack.enter_context(open(path, mode))
+            # mtime=0 and no file name in the header keep the bytes deterministic.
+            yield stack.enter_context(gzip.GzipFile(filename="", mode=mode, fileobj=raw, mtime=0))
+        else:
+            yield stack.enter_context(open(path, mode))
 
 
 def write_jsonl(
@@ -419,7 +429,7 @@ def write_jsonl(
     tmp = f"{path}.tmp-{os.getpid()}"
     written = 0
     try:
-        with _open_compressed(tmp, "wb") as out:
+        with _open_compressed(tmp, "wb", name=path) as out:
             for sample in generate(profile, n, seed, start):
                 line = orjson.dumps(_to_json(sample, profile)) + b"\n"
                 out.write(line)
@@ -439,7 +449,7 @@ def read_jsonl(path: str | os.PathLike, profile: str) -> Iterator[dict]:
     _check_profile(profile)
     path = os.fspath(path)
     with _open_compressed(path, "rb") as f:
-        for line in io.BufferedReader(f) if path.endswith(".zst") else f:
+        for line in f:
             if line.strip():
                 yield _from_json(orjson.loads(line), profile)
 
