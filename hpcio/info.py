@@ -18,6 +18,7 @@ import os
 import platform
 import subprocess
 import sys
+import textwrap
 
 from ._version import __version__
 
@@ -45,6 +46,9 @@ DEPENDENCIES = (
     ("orjson", "orjson"),
     ("tqdm", "tqdm"),
 )
+
+# Clearer names for build_info() keys in the text report (JSON keeps the keys).
+_CORE_LABELS = {"zstd": "libzstd", "blosc2": "C-Blosc2", "simd": "SIMD", "cflags": "CFLAGS"}
 
 _MPI_PROBE = "from mpi4py import MPI; print(MPI.Get_library_version().strip())"
 
@@ -176,14 +180,14 @@ def format_text(info: dict) -> str:
     if "error" in core:
         lines.append(f"compiled core: BROKEN: {core['error']}")
     else:
-        kernels = core.get("kernels", {})
+        kernels = kernel_names(core)
         lines.append(f"compiled core: {len(kernels)} kernels")
-        rest = {k: v for k, v in core.items() if k != "kernels"}
-        if isinstance(kernels, dict):
-            lines.extend(_lines({"kernels": kernels}, 2))
-        else:
-            lines.append(f"  kernels  {_scalar(kernels)}")
-        lines.extend(_lines(rest, 2))
+        lines.extend(textwrap.wrap(
+            "  ".join(kernels), 88, initial_indent="  ", subsequent_indent="  ",
+            break_long_words=False, break_on_hyphens=False,
+        ))
+        shown = {_CORE_LABELS.get(k, k): v for k, v in core.items() if k != "kernels"}
+        lines.extend(_lines(shown, 2))
     lines.append("dependencies")
     lines.extend(_lines({k: v or "MISSING" for k, v in info["dependencies"].items()}, 2))
     lines.append("optional backends")

@@ -16,7 +16,9 @@ STAMP="$VENV/.hpcio-build-stamp"
 say() { printf 'setup: %s\n' "$*"; }
 
 # --- 1. system packages: libzstd headers and pkg-config ---------------------------------
-if ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libzstd; }; then
+# HPCIO_ZSTD_PREFIX names a libzstd install that setup.py uses without pkg-config.
+if [ -z "${HPCIO_ZSTD_PREFIX:-}" ] \
+   && ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libzstd; }; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         say "installing libzstd-dev and pkg-config with apt-get"
         export DEBIAN_FRONTEND=noninteractive
@@ -63,7 +65,8 @@ fi
 build_key() {
     {
         echo "python=$("$PY" -c 'import sys; print(sys.version)')"
-        echo "HPCIO_DEBUG=${HPCIO_DEBUG:-} HPCIO_SANITIZE=${HPCIO_SANITIZE:-} CFLAGS=${CFLAGS:-}"
+        echo "HPCIO_DEBUG=${HPCIO_DEBUG:-} HPCIO_SANITIZE=${HPCIO_SANITIZE:-}"
+        echo "HPCIO_ZSTD_PREFIX=${HPCIO_ZSTD_PREFIX:-} CFLAGS=${CFLAGS:-}"
         find pyproject.toml setup.py csrc hpcio/_core -type f \
             \( -name pyproject.toml -o -name setup.py -o -path 'csrc/*' \
                -o -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.h' \) \
