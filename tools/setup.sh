@@ -85,7 +85,16 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] && installed_here; then
 else
     say "installing hpcio (editable, compiling the kernels) with the test extra"
     rm -f "$STAMP"
-    "$PY" -m pip install -q -e '.[test]'
+    # Build in the venv itself, not in pip's throw-away isolated environment: the
+    # kernels link the libblosc2 of the blosc2 package found at build time, and an
+    # editable install must find that library again at run time.
+    "$PY" - <<'PYEOF' > "$VENV/.hpcio-build-requires"
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
+PYEOF
+    "$PY" -m pip install -q -r "$VENV/.hpcio-build-requires"
+    "$PY" -m pip install -q --no-build-isolation -e '.[test]'
     installed_here || {
         echo "setup: hpcio installed, but its compiled core does not import:" >&2
         "$PY" -c 'import hpcio._core' >&2 || true
