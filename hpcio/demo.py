@@ -59,13 +59,14 @@ import contextlib
 import gzip
 import io
 import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import MissingDependencyError, ShardNotFoundError
+from .errors import CapabilityError, MissingDependencyError, ShardNotFoundError
 
 __all__ = [
     "PROFILES",
@@ -79,6 +80,7 @@ __all__ = [
     "TOUR_FORMATS",
     "FormatResult",
     "TourReport",
+    "shard_layout",
     "tour",
     "format_report",
 ]
@@ -517,12 +519,38 @@ def _same(got, expected) -> bool:
     return type(got) is type(expected) and got == expected
 
 
-def _check_samples(got: list, expected: list, what: str) -> None:
-    if len(got) != len(expected):
-        raise AssertionError(f"{what}: {len(got)} samples, expected {len(expected)}")
-    for i, (g, e) in enumerate(zip(got, expected)):
-        if not _same(g, e):
-            raise AssertionError(f"{what}: sample {i} differs from the generated one")
+def shard_layout(sample: dict) -> dict:
+    """``sample`` in the layout the tour writes to shards.
+
+    A ``vlm`` sample's one-image ``images`` list becomes an ``image`` bytes field:
+    neither an MDS column (``json``) nor a JINX value (list items lose their type in
+    mldataforge) can keep bytes inside a list, while a bytes field is stored verbatim
+    by every format.  Other samples are returned unchanged.
+
+    >>> s = shard_layout(make_sample("vlm", 0))
+    >>> sorted(s), s["image"][:2]
+    (['id', 'image', 'messages'], b'\\xff\\xd8')
+    """
+    images = sample.get("images")
+    if isinstance(images, list) and len(images) == 1:
+        out = {k: v for k, v in sample.items() if k != "images"}
+        out["image"] = images[0]
+        return out
+    return sample
+
+
+def _check_by_id(got: list, by_id: dict, what: str) -> None:
+    """Every generated sample exactly once, each equal byte for byte, in any order."""
+    if len(got) != len(by_id):
+        raise AssertionError(f"{what}: {len(got)} samples, expected {len(by_id)}")
+    seen = set()
+    for i, sample in enumerate(got):
+        key = sample.get("id")
+        if key not in by_id or key in seen:
+            raise AssertionError(f"{what}: sample {i} has an unknown or repeated id {key!r}")
+        seen.add(key)
+        if not _same(sample, by_id[key]):
+            raise AssertionError(f"{what}: sample {i} (id {key!r}) differs from the generated one")
 
 
 def _disk_usage(path: str) -> int:
@@ -541,7 +569,37 @@ def _why_unavailable(exc: ImportError) -> str:
     return " ".join(str(exc).split())
 
 
-def _tour_format(name: str, samples: list, out: str, log) -> FormatResult:
+def _convert_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("hpcio.convert") is not None
+
+
+def _write(name: str, samples: list, dst: str, source: str | None) -> str:
+    """Write ``samples`` as format ``name`` at ``dst``; return how it was written.
+
+    With a ``source`` dataset and :func:`hpcio.convert` in this build, the shards are
+    converted from it (what users run); otherwise they are written sample by sample.
+    """
+    import hpcio
+
+    options = TOUR_WRITE_OPTIONS.get(name, {})
+    how = "open_writer"
+    if source is not None and _convert_available():
+        try:
+            hpcio.convert(source, dst, to=name, progress=False, **options)
+            return f"hpcio.convert from {os.path.basename(source)}"
+        except CapabilityError as exc:  # a format the converter cannot write (yet)
+            how = f"open_writer (hpcio.convert: {' '.join(str(exc).split())})"
+            if os.path.isdir(dst):
+                shutil.rmtree(dst)
+    with hpcio.open_writer(dst, format=name, **options) as writer:
+        for sample in samples:
+            writer.write(sample)
+    return how
+
+
+def _tour_format(name: str, samples: list, out: str, source: str | None, log) -> FormatResult:
     import hpcio
 
     try:
@@ -549,53 +607,52 @@ def _tour_format(name: str, samples: list, out: str, log) -> FormatResult:
     except ImportError as exc:
         return FormatResult(name, "unavailable", _why_unavailable(exc))
     n = len(samples)
+    by_id = {s["id"]: s for s in samples}
     dst = os.path.join(out, name)
     try:
         t0 = time.perf_counter()
-        with hpcio.open_writer(dst, format=name, **TOUR_WRITE_OPTIONS.get(name, {})) as w:
-            for s in samples:
-                w.write(s)
-        result = FormatResult(name, "ok", write_rate=n / (time.perf_counter() - t0))
+        how = _write(name, samples, dst, source)
+        result = FormatResult(name, "ok", how, write_rate=n / (time.perf_counter() - t0))
         result.size_bytes = _disk_usage(dst)
-
         sniffed = hpcio.sniff_format(dst).NAME
         if sniffed != name:
             raise AssertionError(f"hpcio.open would read {dst} as {sniffed}, not {name}")
+
         with hpcio.open(dst) as ds:
             t0 = time.perf_counter()
-            got = list(ds)
+            stored = list(ds)
             result.iterate_rate = n / (time.perf_counter() - t0)
-            _check_samples(got, samples, "iteration")
+            _check_by_id(stored, by_id, "iteration")
 
             perm = np.random.default_rng(42).permutation(n)
             shuffled = ds.shuffle(seed=42)
             t0 = time.perf_counter()
             got = list(shuffled)
             result.shuffle_rate = n / (time.perf_counter() - t0)
-            _check_samples(got, [samples[int(i)] for i in perm], "shuffle(seed=42)")
+            if [s["id"] for s in got] != [stored[int(i)]["id"] for i in perm]:
+                raise AssertionError("shuffle(seed=42) is not default_rng(42).permutation(n)")
+            _check_by_id(got, by_id, "shuffle(seed=42)")
 
-            # Sorting the shuffled view by id must give back the original order.
             t0 = time.perf_counter()
             ordered = shuffled.sort("id")
             result.sort_seconds = time.perf_counter() - t0
-            ids = [s["id"] for s in ordered.select(["id"])]
-            if ids != [s["id"] for s in samples]:
-                raise AssertionError("shuffle(42).sort('id') is not the original order")
+            if [s["id"] for s in ordered.select(["id"])] != sorted(by_id):
+                raise AssertionError("shuffle(42).sort('id') is not in id order")
 
             world = 4
             parts = [shuffled.split(rank, world).select(["id"]) for rank in range(world)]
             seen = [s["id"] for part in parts for s in part]
-            expected_ids = [samples[int(i)]["id"] for i in perm[: world * (n // world)]]
-            if seen != expected_ids:
+            if seen != [s["id"] for s in got[: world * (n // world)]]:
                 raise AssertionError("split(rank, 4) parts do not tile the shuffled order")
             result.split = f"{world} x {n // world}"
-        log(f"  {name}: ok")
+        log(f"  {name}: ok ({how})")
         return result
     except ImportError as exc:  # an optional backend (zarr, h5py) is missing
         return FormatResult(name, "unavailable", _why_unavailable(exc))
     except Exception as exc:
-        log(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
-        return FormatResult(name, "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        detail = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        log(f"  {name}: FAILED: {detail}")
+        return FormatResult(name, "failed", detail)
 
 
 def tour(
@@ -608,11 +665,12 @@ def tour(
 ) -> TourReport:
     """Generate a demo dataset, write it in each format, read it back and check it.
 
-    For each format available in this build: write the samples as shards, open them
-    with :func:`hpcio.open`, iterate, iterate ``shuffle(seed=42)``, sort the shuffled
-    view by ``id`` (which must restore the original order) and split it across 4
-    ranks, checking every sample against the generated one byte for byte.  Formats
-    that are not in this build are reported as unavailable, never skipped silently.
+    The samples are written in :func:`shard_layout`: the first available format with
+    :func:`hpcio.open_writer`, the others with :func:`hpcio.convert` from it when this
+    build has the converter.  Each dataset is opened with :func:`hpcio.open`, iterated,
+    iterated as ``shuffle(seed=42)``, sorted by ``id`` and split across 4 ranks; every
+    sample is checked byte for byte against the generated one.  Formats not in this
+    build are reported as unavailable, never skipped silently.
 
     Parameters
     ----------
@@ -636,7 +694,7 @@ def tour(
 
     log(f"generating {n} {profile} samples (seed {seed})")
     t0 = time.perf_counter()
-    samples = list(generate(profile, n, seed))
+    samples = [shard_layout(s) for s in generate(profile, n, seed)]
     report.generate_rate = n / max(time.perf_counter() - t0, 1e-9)
 
     report.source_path = os.path.join(out, f"{profile}.jsonl")
@@ -644,8 +702,12 @@ def tour(
     report.source_bytes = write_jsonl(report.source_path, profile, n, seed)
 
     log("writing shards and reading them back:")
+    source = None
     for name in formats:
-        report.formats.append(_tour_format(name, samples, out, log))
+        result = _tour_format(name, samples, out, source, log)
+        report.formats.append(result)
+        if source is None and result.status == "ok":
+            source = os.path.join(out, name)
     return report
 
 
@@ -658,11 +720,13 @@ def format_report(report: TourReport) -> str:
     lines = [
         f"demo: {report.n} {report.profile} samples, seed {report.seed}, in {report.out}",
         f"generated at {report.generate_rate:,.0f} samples/s; raw source "
-        f"{report.source_bytes / 1e6:.1f} MB ({os.path.basename(report.source_path)}, "
-        f"bytes fields base64)",
+        f"{report.source_bytes / 1e6:.1f} MB ({os.path.basename(report.source_path)}"
+        + (f", {'/'.join(BYTES_FIELDS[report.profile])} as base64)"
+           if BYTES_FIELDS[report.profile] else ")"),
         "",
     ]
-    header = ("format", "write/s", "MB", "iterate/s", "shuffled/s", "sort s", "split", "check")
+    header = ("format", "write/s", "MB", "iterate/s", "shuffled/s", "sort s", "split", "check",
+              "written with")
     rows = [header]
     notes = []
     for r in report.formats:
@@ -676,13 +740,18 @@ def format_report(report: TourReport) -> str:
                 f"{r.sort_seconds:.3f}",
                 r.split,
                 "byte-exact",
+                r.detail,
             ))
         else:
-            rows.append((r.format, "-", "-", "-", "-", "-", "-", r.status.upper()))
+            rows.append((r.format, "-", "-", "-", "-", "-", "-", r.status.upper(), ""))
             notes.append(f"{r.format}: {r.status}: {r.detail}")
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
     for row in rows:
-        cells = [row[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(row[1:], widths[1:])]
+        cells = (
+            [row[0].ljust(widths[0])]
+            + [v.rjust(w) for v, w in zip(row[1:-1], widths[1:-1])]
+            + [row[-1]]
+        )
         lines.append("  ".join(cells).rstrip())
     lines.extend(["", *notes] if notes else [])
     return "\n".join(lines)

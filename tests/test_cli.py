@@ -174,13 +174,14 @@ def test_demo_run_reports_every_format(run_hpcio, tmp_path):
             available.append(name)
         except ImportError:
             pass
-    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()}
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
     assert "demo: 40 text samples, seed 0" in proc.stdout
     for name in TOUR_FORMATS:
         if name in available:
-            assert rows[name].endswith("byte-exact"), proc.stdout + proc.stderr
+            assert rows[name][6:9] == ["4", "x", "10"], proc.stdout + proc.stderr
+            assert rows[name][9] == "byte-exact", proc.stdout + proc.stderr
         else:
-            assert rows[name].endswith("UNAVAILABLE"), proc.stdout
+            assert rows[name][-1] == "UNAVAILABLE", proc.stdout
     assert (out / "text.jsonl").exists()
     if available:
         assert proc.returncode == 0, proc.stdout + proc.stderr
