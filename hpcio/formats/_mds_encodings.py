@@ -282,11 +282,12 @@ class ColumnCodec:
 
     # --- decoding ---------------------------------------------------------------------
     def decode_batch(self, buf, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     decode_images: bool = False) -> list:
+                     decode_images: bool = False, zero_copy: bool = False) -> list:
         """Values of this column for records whose column bytes are ``buf[starts[j]:ends[j]]``.
 
         ``u8`` is ``buf`` as a uint8 array (for the vectorised fixed-size paths).  Values
-        never reference ``buf``: it may be a reused read buffer or an mmap.
+        never reference ``buf`` (a reused read buffer or an mmap), except with
+        ``zero_copy``, where bytes and undecoded image values are memoryviews of it.
         """
         kind = self.kind
         if kind in NUMERIC_DTYPES or kind == "int":
@@ -306,7 +307,15 @@ class ColumnCodec:
         if kind == "str":
             return [str(mv[a:b], "utf-8") for a, b in pairs]
         if kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil")):
+            if zero_copy:
+                return [mv[a:b] for a, b in pairs]
             return [mv[a:b].tobytes() for a, b in pairs]
+        if kind == "json":
+            loads = orjson.loads
+            try:
+                return [loads(mv[a:b]) for a, b in pairs]
+            except orjson.JSONDecodeError:
+                pairs = zip(starts.tolist(), ends.tolist())  # NaN, big ints: Python's json
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 

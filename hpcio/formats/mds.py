@@ -35,6 +35,7 @@ import os
 import struct
 import warnings
 from collections import OrderedDict
+from itertools import chain
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -351,7 +352,7 @@ class _Layout:
             ) from None
 
     def columns(self, buf, starts: np.ndarray, ends: np.ndarray, cols: list[int],
-                decode_images: bool, locate) -> list[list]:
+                decode_images: bool, locate, zero_copy: bool = False) -> list[list]:
         """Values of columns ``cols`` for the records ``buf[starts[j]:ends[j]]``.
 
         ``locate(j)`` gives (path, file offset, sample) of record j for error messages.
@@ -389,7 +390,7 @@ class _Layout:
             hi = col_ends[:, c]
             lo = hi - sizes[:, c]
             try:
-                out.append(codec.decode_batch(buf, u8, lo, hi, decode_images))
+                out.append(codec.decode_batch(buf, u8, lo, hi, decode_images, zero_copy))
             except HpcioError:
                 raise
             except Exception:
@@ -479,8 +480,9 @@ class _OpenShard:
         return _io.gather(self.buf, starts, ends)
 
     def close(self) -> None:
+        # Values handed out with zero_copy may still view the bytes: the mapping (or the
+        # decompressed buffer) then lives on with them, so never force a release here.
         self.table.release()
-        self.buf.release()
         if self.mapped is not None:
             self.mapped.close()
             self.mapped = None
@@ -572,12 +574,17 @@ class Reader(base.Reader):
         Threads the C kernels use to decompress one batch of sample-compressed records.
     limit
         Largest decompressed size accepted for one record or shard.
+    zero_copy
+        Return ``bytes`` (and undecoded image) values as read-only memoryviews of the
+        mapped shard or decompressed batch instead of copies: fastest for large binary
+        values, but memoryviews cannot be pickled (e.g. sent back by DataLoader workers)
+        and keep their shard mapped while alive.
     """
 
     def __init__(self, path, *, cache_dir=None, max_open: int = 256, max_decompressed: int = 8,
                  decode_images: bool = False, allow_pickle: bool = False,
                  validate_hashes: bool | str = False, decode_threads: int = 1,
-                 limit: int = _codec_table.DEFAULT_LIMIT):
+                 limit: int = _codec_table.DEFAULT_LIMIT, zero_copy: bool = False):
         from .._core import _index  # noqa: F401  (a broken build fails here, on open)
 
         self.directory = _dataset_dir(path)
@@ -586,6 +593,7 @@ class Reader(base.Reader):
         self.max_open = max(1, int(max_open))
         self.max_decompressed = max(1, int(max_decompressed))
         self.decode_images = decode_images
+        self.zero_copy = zero_copy
         self.decode_threads = decode_threads
         self.limit = limit
         self.validate_hashes = validate_hashes
@@ -740,7 +748,13 @@ class Reader(base.Reader):
         return [] if values is None else values[0]
 
     def _read_columns(self, indices, cols: list[int]) -> list[list] | None:
-        """Column value lists for samples ``indices`` (non-negative, in range), in order."""
+        """Column value lists for samples ``indices`` (non-negative, in range), in order.
+
+        Records are grouped by shard (one offset lookup and one batch decompression per
+        shard).  Uncompressed and decompressed-in-memory shards are sliced in place (one
+        copy per value); when a batch touches many shards with few records each, the
+        records are first gathered into one buffer so the slicing runs once.
+        """
         from .._core import _index
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -762,49 +776,74 @@ class Reader(base.Reader):
         first = int(shard_of[0])
         if (shard_of == first).all():
             order = None
-            groups = [(first, slice(None))]
+            groups = [(first, local)]
         else:
             order = np.lexsort((local, shard_of))
             shard_of, local = shard_of[order], local[order]
             cuts = np.flatnonzero(np.diff(shard_of)) + 1
             bounds = [0, *cuts.tolist(), m]
-            groups = [(int(shard_of[a]), slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        parts = []
-        for k, sel in groups:
-            sh = self._shard(k)
-            lidx = np.ascontiguousarray(local[sel], dtype=np.uint64)
-            starts, ends = _index.offset_ranges(
-                sh.table, 4, sh.n, sh.size, lidx, path=sh.path, table_offset=4, sample_base=sh.base
-            )
-            data, pos = self._records(sh, starts, ends, lidx)
-            parts.append((sh, data, pos, starts, lidx))
-        if len(parts) == 1:
-            sh, buf, pos, file_starts, lidx = parts[0]
-
-            def locate(j):
-                return sh.path, int(file_starts[j]) if sh.in_file else None, sh.base + int(lidx[j])
+            groups = [(int(shard_of[a]), local[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        if len(groups) > 8 and m < 8 * len(groups):
+            values = self._columns_gathered(groups, cols)
         else:
-            buf = b"".join(p[1] if isinstance(p[1], (bytes, bytearray)) else bytes(p[1]) for p in parts)
-            shifts = np.cumsum([0] + [int(p[2][-1]) for p in parts[:-1]])
-            pos = np.concatenate(
-                [p[2][:-1].astype(np.int64) + s for p, s in zip(parts, shifts)] + [np.array([len(buf)], np.int64)]
-            )
-            firsts = np.cumsum([0] + [len(p[4]) for p in parts])
-
-            def locate(j):
-                g = int(np.searchsorted(firsts, j, side="right")) - 1
-                sh, _, _, file_starts, lidx = parts[g]
-                r = j - int(firsts[g])
-                return sh.path, int(file_starts[r]) if sh.in_file else None, sh.base + int(lidx[r])
-
-        pos = pos.astype(np.int64, copy=False)
-        values = self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+            per_group = [self._columns_of(k, lidx, cols) for k, lidx in groups]
+            values = per_group[0] if len(per_group) == 1 else [
+                list(chain.from_iterable(g[c] for g in per_group)) for c in range(len(cols))
+            ]
         if order is not None:
             inverse = np.empty(m, np.int64)
             inverse[order] = np.arange(m)
             inv = inverse.tolist()
             values = [[col[j] for j in inv] for col in values]
         return values
+
+    def _ranges(self, k: int, lidx: np.ndarray):
+        from .._core import _index
+
+        sh = self._shard(k)
+        lidx = np.ascontiguousarray(lidx, dtype=np.uint64)
+        starts, ends = _index.offset_ranges(
+            sh.table, 4, sh.n, sh.size, lidx, path=sh.path, table_offset=4, sample_base=sh.base
+        )
+        return sh, lidx, starts, ends
+
+    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int]) -> list[list]:
+        """Columns of shard ``k``'s records ``lidx``, sliced in place where possible."""
+        sh, lidx, starts, ends = self._ranges(k, lidx)
+
+        def locate(j):
+            return sh.path, int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])
+
+        codec = sh.info.compression
+        if codec is None or not codec.per_sample:
+            buf, lo, hi = sh.buf, starts, ends
+        else:
+            buf, pos = self._records(sh, starts, ends, lidx)
+            pos = pos.astype(np.int64, copy=False)
+            lo, hi = pos[:-1], pos[1:]
+        return self._layout.columns(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
+
+    def _columns_gathered(self, groups, cols: list[int]) -> list[list]:
+        """Columns of records spread thinly over many shards: gather, then slice once."""
+        parts = []
+        for k, lidx in groups:
+            sh, lidx, starts, ends = self._ranges(k, lidx)
+            data, pos = self._records(sh, starts, ends, lidx)
+            parts.append((sh, data, pos, starts, lidx))
+        buf = b"".join(p[1] for p in parts)
+        shifts = np.cumsum([0] + [int(p[2][-1]) for p in parts[:-1]])
+        pos = np.concatenate(
+            [p[2][:-1].astype(np.int64) + s for p, s in zip(parts, shifts)] + [np.array([len(buf)], np.int64)]
+        )
+        firsts = np.cumsum([0] + [len(p[4]) for p in parts])
+
+        def locate(j):
+            g = int(np.searchsorted(firsts, j, side="right")) - 1
+            sh, _, _, file_starts, lidx = parts[g]
+            r = j - int(firsts[g])
+            return sh.path, int(file_starts[r]) if sh.in_file else None, sh.base + int(lidx[r])
+
+        return self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
 
     def _records(self, sh: _OpenShard, starts, ends, lidx):
         """The (decompressed) records ``[starts[j], ends[j])`` of ``sh`` back to back."""
@@ -846,11 +885,11 @@ class Reader(base.Reader):
             lo = max(start, self._cum_list[k]) - self._cum_list[k]
             hi = min(stop, self._cum_list[k + 1]) - self._cum_list[k]
             if hi > lo:
-                for values in self._scan_shard(k, lo, hi, cols):
+                for count, values in self._scan_shard(k, lo, hi, cols):
                     if cols:
-                        yield from (dict(zip(names, row)) for row in zip(*values))
+                        yield from [dict(zip(names, row)) for row in zip(*values)]
                     else:
-                        yield from ({} for _ in range(len(values)))
+                        yield from [{} for _ in range(count)]
             k += 1
 
     def _scan_shard(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[list[list]]:
@@ -859,13 +898,13 @@ class Reader(base.Reader):
 
         info = self.shards[k]
         base_id = self._cum_list[k]
-        if info.whole_shard or k in self._maps:
-            # Already in memory (or mapped): slice batches straight out of it.
-            sh = self._shard(k)
+        if info.whole_shard or self.zero_copy or k in self._maps:
+            # In memory or mapped already (zero-copy values must not view a reused
+            # read buffer): slice batches straight out of the shard.
             step = 4096
             for a in range(lo, hi, step):
                 b = min(a + step, hi)
-                yield self._read_columns(np.arange(base_id + a, base_id + b, dtype=np.int64), cols)
+                yield b - a, self._columns_of(k, np.arange(a, b, dtype=np.int64), cols)
             return
         path = self._file(info)
         if self.validate_hashes:
@@ -895,7 +934,7 @@ class Reader(base.Reader):
                     offset, sample = where(r)
                     return path, offset, sample
 
-                yield self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+                yield count, self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
                 j += count
 
     def close(self) -> None:

@@ -600,3 +600,14 @@ def test_parse_compression_names():
         mds.parse_compression("blosc2")
     with pytest.raises(ValueError, match="compression level 3 is not valid for snappy"):
         mds.parse_compression("snappy:3")
+
+
+@pytest.mark.parametrize("compression", [None, "sample::zstd"])
+def test_zero_copy_values_outlive_the_reader(tmp_path, compression):
+    blobs = [{"id": i, "b": bytes([i]) * (i + 1)} for i in range(50)]
+    path = write(tmp_path / "z", blobs, compression=compression, size_limit=300)
+    reader = mds.Reader(path, zero_copy=True, max_open=2)
+    got = reader.read_many(np.arange(49, -1, -1)) + list(reader.iter_range(0, 50))
+    assert all(isinstance(g["b"], memoryview) for g in got)
+    reader.close()  # evicts every map while the views are alive
+    assert [bytes(g["b"]) for g in got] == [b["b"] for b in blobs[::-1] + blobs]
