@@ -75,6 +75,9 @@ CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True,
 INDEX_NAME = "index.json"
 DEFAULT_SIZE_LIMIT = 1 << 26
 
+# Mean record size above which the sequential path maps the shard instead of reading it
+# through the pread buffer (which costs a second copy of every value).
+_LARGE_RECORD = 16 << 10
 _U32 = struct.Struct("<I")
 _PAIR = struct.Struct("<2I")
 
@@ -898,10 +901,12 @@ class Reader(base.Reader):
 
         info = self.shards[k]
         base_id = self._cum_list[k]
-        if info.whole_shard or self.zero_copy or k in self._maps:
-            # In memory or mapped already (zero-copy values must not view a reused
-            # read buffer): slice batches straight out of the shard.
-            step = 4096
+        large = info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+        if info.whole_shard or self.zero_copy or large or k in self._maps:
+            # In memory or mapped already (zero-copy values must not view a reused read
+            # buffer; large values are copied once from the map instead of twice through
+            # the read buffer): slice batches straight out of the shard.
+            step = 4096 if not large else 16
             for a in range(lo, hi, step):
                 b = min(a + step, hi)
                 yield b - a, self._columns_of(k, np.arange(a, b, dtype=np.int64), cols)
