@@ -30,7 +30,7 @@ class Dataset(Sequence):
     >>> len(ds), ds[-1]["text"]
     (5, 'sample 4')
     >>> [s["id"] for s in ds.shuffle(seed=42)]
-    [1, 4, 0, 3, 2]
+    [4, 2, 3, 1, 0]
     >>> [s["id"] for s in ds.sort("text", reverse=True).select(["id"])]
     [4, 3, 2, 1, 0]
     """
