@@ -265,3 +265,37 @@ hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *foote
     *footer_end = start - 1;
     return HPCIO_OK;
 }
+
+uint64_t hpcio_a85_encoded_bound(uint64_t len)
+{
+    return (len + 3) / 4 * 5;
+}
+
+hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err)
+{
+    uint64_t out = 0;
+
+    if (cap < hpcio_a85_encoded_bound(len))
+        return enc_fail(err, HPCIO_E_BUFFER, 0, "output buffer too small");
+    for (uint64_t i = 0; i < len; i += 4) {
+        uint64_t rest = len - i;
+        int k = rest >= 4 ? 4 : (int)rest;
+        uint32_t word = 0;
+        for (int j = 0; j < 4; j++)
+            word = (word << 8) | (j < k ? src[i + j] : 0u);
+        if (k == 4 && word == 0) {
+            dst[out++] = 'z'; /* only whole zero groups fold, as base64.a85encode does */
+            continue;
+        }
+        uint8_t group[5];
+        for (int j = 4; j >= 0; j--) {
+            group[j] = (uint8_t)('!' + word % 85u);
+            word /= 85u;
+        }
+        memcpy(dst + out, group, (size_t)k + 1);
+        out += (uint64_t)k + 1;
+    }
+    *written = out;
+    return HPCIO_OK;
+}

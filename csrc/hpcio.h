@@ -146,6 +146,11 @@ hpcio_status hpcio_a85_decoded_size(const uint8_t *src, uint64_t len, uint64_t *
                                     hpcio_error *err);
 hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
                               uint64_t *written, hpcio_error *err);
+/* Python's base64.a85encode(data) (no folding but 'z', no wrapping) into dst of at
+ * least hpcio_a85_encoded_bound(len) bytes. */
+uint64_t hpcio_a85_encoded_bound(uint64_t len);
+hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
 /* Standard alphabet with '=' padding; length must be a multiple of 4. */
 hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
                                     hpcio_error *err);

@@ -11,6 +11,8 @@ def a85decode(data: str | bytes, **where) -> bytes:
 def b64decode(data: str | bytes, **where) -> bytes:
     """Strict standard base64 with padding."""
 def hexdecode(data: str | bytes, **where) -> bytes: ...
-def locate_footer(buf) -> tuple[int, int]:
+def a85encode(data: bytes) -> str:
+    """``base64.a85encode(data).decode()`` in C (the JINX writer's default encoding)."""
+def locate_footer(buf, *, path: str | None = None) -> tuple[int, int]:
     """(footer_offset, footer_end) of a whole JINX file in ``buf``; the footer JSON is
     ``buf[footer_offset:footer_end]``.  CorruptShardError/TruncatedShardError otherwise."""

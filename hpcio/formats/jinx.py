@@ -22,6 +22,7 @@ metadata fields costs one ``orjson.loads`` per sample.
 
 from __future__ import annotations
 
+import binascii
 import bisect
 import io
 import math
@@ -790,13 +791,9 @@ class _Options:
             binary_threshold if binary_threshold is not None else inf,
         )
         if encoding == "a85":
-            import base64
-
-            self._encode = lambda b: base64.a85encode(b).decode("ascii")
+            self._encode = _kernels().a85encode
         elif encoding == "b64":
-            import base64
-
-            self._encode = lambda b: base64.b64encode(b).decode("ascii")
+            self._encode = lambda b: binascii.b2a_base64(b, newline=False).decode("ascii")
         else:
             self._encode = lambda b: b.hex()
 
