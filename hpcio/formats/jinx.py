@@ -579,7 +579,8 @@ class Reader(base.Reader):
                     continue
                 self.shards.append(shard)
         except BaseException:
-            self.close()
+            for s in self.shards:
+                s.close()
             raise
         counts = [s.num_samples for s in self.shards]
         self.cum = np.concatenate([[0], np.cumsum(counts, dtype=np.uint64)]).astype(np.uint64)
@@ -640,8 +641,8 @@ class Reader(base.Reader):
             self.lazy = lazy
 
     def close(self) -> None:
-        for s in self.shards:
-            s.close()
+        """Drop the reader's maps.  Lazy samples already returned keep their shard
+        alive and stay readable; its maps close when the last of them is gone."""
         self.shards = []
 
 
