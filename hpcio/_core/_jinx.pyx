@@ -1,4 +1,5 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
+# distutils: language = c
 """JINX kernels: Ascii85/base64/hex decoding and the footer locator (compiled).
 
 Values arrive as ``str`` straight from ``orjson.loads``; an ASCII ``str`` exposes its
@@ -8,48 +9,19 @@ once into an exactly-sized ``bytes`` object.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.stdint cimport uint8_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint64_t
 
-from ..errors import CorruptShardError, DecodeError, TruncatedShardError
+from ._chpcio cimport (
+    HPCIO_OK, hpcio_a85_decode, hpcio_a85_decoded_size, hpcio_a85_encode,
+    hpcio_a85_encoded_bound, hpcio_b64_decode, hpcio_b64_decoded_size, hpcio_error,
+    hpcio_error_clear, hpcio_hex_decode, hpcio_jinx_footer, hpcio_status,
+)
+from ._utils cimport data_ptr, raise_error
 
-
-cdef extern from "hpcio.h" nogil:
-    ctypedef enum hpcio_status:
-        HPCIO_OK
-        HPCIO_E_RANGE
-        HPCIO_E_CORRUPT
-        HPCIO_E_TRUNCATED
-        HPCIO_E_IO
-        HPCIO_E_NOMEM
-        HPCIO_E_CODEC
-        HPCIO_E_LIMIT
-        HPCIO_E_BUFFER
-        HPCIO_E_ARG
-    ctypedef struct hpcio_error:
-        int64_t item
-        int64_t offset
-        int sys_errno
-        char msg[192]
-    void hpcio_error_clear(hpcio_error *err)
-    hpcio_status hpcio_a85_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
-                                        hpcio_error *err)
-    hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
-    hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
-                                        hpcio_error *err)
-    hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
-    hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
-    uint64_t hpcio_a85_encoded_bound(uint64_t len)
-    hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
-    hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *footer_offset,
-                                   uint64_t *footer_end, hpcio_error *err)
+from ..errors import DecodeError
 
 
 ENCODINGS = {"a85": 0, "b64": 1, "hex": 2}
-_NAMES = ("base85", "base64", "hex")
 _SMALL = 4096  # values up to this size are decoded without releasing the GIL
 
 
@@ -77,7 +49,7 @@ def decode(data, int encoding, *, path=None, long long offset=-1, long long samp
     else:
         view = data
         n = view.shape[0]
-        src = &view[0] if n else NULL
+        src = data_ptr(view)
     hpcio_error_clear(&err)
     if encoding == 0:
         st = hpcio_a85_decoded_size(src, <uint64_t> n, &size, &err)
@@ -141,7 +113,7 @@ def a85encode(data):
         return ""
     hpcio_error_clear(&err)
     with nogil:
-        st = hpcio_a85_encode(&view[0], n, &dst[0], cap, &written, &err)
+        st = hpcio_a85_encode(data_ptr(view), n, &dst[0], cap, &written, &err)
     if st != HPCIO_OK:
         raise ValueError(_message(&err))
     return out[:written].decode("ascii")
@@ -159,8 +131,7 @@ def locate_footer(buf, *, path=None):
     cdef hpcio_status st
     hpcio_error_clear(&err)
     with nogil:
-        st = hpcio_jinx_footer(&view[0] if n else NULL, n, &fo, &fe, &err)
-    if st == HPCIO_OK:
-        return fo, fe
-    cls = TruncatedShardError if st == HPCIO_E_TRUNCATED else CorruptShardError
-    raise cls(_message(&err), path=path, offset=err.offset)
+        st = hpcio_jinx_footer(data_ptr(view), n, &fo, &fe, &err)
+    if st != HPCIO_OK:
+        raise_error(st, &err, path, err.offset, -1)
+    return fo, fe
