@@ -37,6 +37,8 @@ import numpy as np
 import orjson
 
 from .. import codecs as _codecs_table
+from .._core import _codecs as _zstd_kernels
+from .._core import _jinx
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -94,12 +96,6 @@ _SHARD_TEMPLATE = "shard-{:05d}.jinx"
 _MISSING = object()
 
 
-def _kernels():
-    from .._core import _jinx
-
-    return _jinx
-
-
 def _canonical_compression(name):
     if name is None:
         return None
@@ -120,6 +116,11 @@ def _compress(ext: str, data: bytes) -> bytes:
 
 
 def _decompress(ext: str, data, limit: int, path=None, offset=None, sample=None) -> bytes:
+    if ext == "zst":  # the hot path: straight to the kernel (frames without content size)
+        return _zstd_kernels.zstd_decompress(
+            data, limit, path=path, offset=-1 if offset is None else offset,
+            sample=-1 if sample is None else sample,
+        )
     return _codecs_table.get_codec(COMPRESSIONS[ext]).decompress(
         data, limit, path=path, offset=offset, sample=sample
     )
@@ -158,7 +159,7 @@ class _Shard:
         self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.buf = memoryview(self._mm)
         self.size = size
-        fo, fe = _kernels().locate_footer(self.buf, path=path)
+        fo, fe = _jinx.locate_footer(self.buf, path=path)
         try:
             footer = orjson.loads(self.buf[fo:fe])
         except orjson.JSONDecodeError as exc:
@@ -199,7 +200,7 @@ class _Shard:
             table = self._sidecar_view(value, key, -1, fo)
             exts = exts[:-1]
         elif isinstance(value, str):
-            table = _kernels().decode(value, self.enc_code, path=self.path, offset=fo, what=key)
+            table = _jinx.decode(value, self.enc_code, path=self.path, offset=fo, what=key)
         else:
             raise CorruptShardError(f"JINX footer {key!r} is not a string", path=self.path, offset=fo)
         if not exts or exts[0] != "npy" or len(exts) > 2:
@@ -331,7 +332,7 @@ class _Shard:
             data = self._sidecar_view(value, raw_key, sample, offset)
             exts = exts[:-1]
         elif isinstance(value, str):
-            data = _kernels().decode(value, self.enc_code, path=self.path, offset=offset, sample=sample, what=raw_key)
+            data = _jinx.decode(value, self.enc_code, path=self.path, offset=offset, sample=sample, what=raw_key)
         else:
             raise DecodeError(
                 f"value {raw_key!r}: expected encoded text, got {type(value).__name__}",
@@ -792,7 +793,7 @@ class _Options:
             binary_threshold if binary_threshold is not None else inf,
         )
         if encoding == "a85":
-            self._encode = _kernels().a85encode
+            self._encode = _jinx.a85encode
         elif encoding == "b64":
             self._encode = lambda b: binascii.b2a_base64(b, newline=False).decode("ascii")
         else:
@@ -1118,7 +1119,7 @@ class _Passthrough(_Encoder):
               and not (kind == "str" and comp is None)):
             return v, o.ext_sep.join(body)  # same text, same place: copy verbatim
         elif isinstance(v, str):
-            data = _kernels().decode(v, src.enc_code, path=src.path, offset=src.offsets[self.src_index],
+            data = _jinx.decode(v, src.enc_code, path=src.path, offset=src.offsets[self.src_index],
                                      sample=self.src_index, what=rk)
         else:
             return self.value(src.decode(rk, v, self.src_index), rk)

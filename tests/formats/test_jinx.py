@@ -22,6 +22,7 @@ from hpcio.errors import (
     TruncatedShardError,
     UnsupportedValueError,
 )
+from hpcio._core import _jinx
 from hpcio.formats import jinx
 from hpcio.testing import FormatTests
 
@@ -396,9 +397,9 @@ def test_index_length_mismatch(tmp_path):
 def test_index_not_increasing(tmp_path):
     p = _write(tmp_path / "a.jinx")
     lines, footer = _footer(p)
-    idx = np.frombuffer(jinx._kernels().a85decode(footer["index.npy"]), "<u8").copy()
+    idx = np.frombuffer(_jinx.a85decode(footer["index.npy"]), "<u8").copy()
     idx[2] = idx[1]
-    footer["index.npy"] = jinx._kernels().a85encode(idx.tobytes())
+    footer["index.npy"] = _jinx.a85encode(idx.tobytes())
     _rewrite(p, lines, footer)
     with pytest.raises(CorruptShardError, match=r"JINX index entry 2 \(\d+\) does not follow entry 1"):
         hpcio.open(p, format="jinx")
@@ -428,8 +429,8 @@ def test_missing_sidecar(tmp_path):
 def test_corrupt_compressed_value(tmp_path):
     p = _write(tmp_path / "a.jinx", [{"t": "abc" * 50}], compression="zst")
     line = orjson.loads(p.read_bytes().split(b"\n")[0])
-    frame = jinx._kernels().a85decode(line["t.str.zst"])
-    bad = jinx._kernels().a85encode(frame[:-4] + b"\x00\x00\x00\x00")
+    frame = _jinx.a85decode(line["t.str.zst"])
+    bad = _jinx.a85encode(frame[:-4] + b"\x00\x00\x00\x00")
     data = p.read_bytes().replace(orjson.dumps(line["t.str.zst"]), orjson.dumps(bad))
     p.write_bytes(data)
     with pytest.raises(DecodeError, match=r"\(.*a\.jinx, byte offset 0, sample 0\)"):
