@@ -479,3 +479,21 @@ def test_sniff(tmp_path):
     (tmp_path / "x.jsonl").write_bytes(b'{"a": 1}\n{"a": 2}\n')
     assert not jinx.sniff(tmp_path / "x.jsonl")
     assert jinx.sniff(FIXTURES / "sharded")
+
+
+def test_read_field_batches_sidecar_zstd(tmp_path):
+    path = tmp_path / "b.jinx"
+    rnd = np.random.default_rng(0)
+    texts = ["".join(rnd.choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), 150 + i)) for i in range(10)]
+    # values (~120 compressed bytes) go to the sidecar, the 88-byte index stays inline
+    with hpcio.open_writer(path, format="jinx", compression="zst", binary_threshold=100) as w:
+        for i, t in enumerate(texts):
+            w.write({"id": i, "text": t})
+    ds = hpcio.open(path)
+    assert all("text.str.zst.bin" in dict(s.raw_items()) for s in ds)
+    assert ds.reader.read_field(np.array([9, 0, 4, 4]), "text") == [texts[i] for i in (9, 0, 4, 4)]
+    assert [s["id"] for s in ds.sort("text", reverse=True)] == sorted(range(10), key=texts.__getitem__)[::-1]
+    binx = path.with_suffix(".binx")
+    binx.write_bytes(binx.read_bytes()[:-100])
+    with pytest.raises(TruncatedShardError, match=r"value 'text\.str\.zst\.bin': sidecar bytes"):
+        hpcio.open(path).reader.read_field(np.arange(10), "text")
