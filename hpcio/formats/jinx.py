@@ -538,6 +538,35 @@ class JinxSample(Mapping):
         return f"JinxSample({self._raw!r})"
 
 
+def _lazy_run(shard: _Shard, a: int, b: int):
+    """Lazy samples a..b-1 of one shard: the per-sample cost is one orjson.loads."""
+    buf, off, loads = shard.buf, shard.offsets, orjson.loads
+    j = a
+    try:
+        for j in range(a, b):
+            raw = loads(buf[off[j] : off[j + 1]])
+            if type(raw) is not dict:
+                break
+            yield JinxSample(raw, shard, j)
+        else:
+            return
+    except orjson.JSONDecodeError:
+        pass
+    shard.raw(j)  # raises the located error for the line that failed
+
+
+def _lazy_gather(shard: _Shard, indices: list):
+    buf, off, loads = shard.buf, shard.offsets, orjson.loads
+    for j in indices:
+        try:
+            raw = loads(buf[off[j] : off[j + 1]])
+        except orjson.JSONDecodeError:
+            raw = None
+        if type(raw) is not dict:
+            shard.raw(j)  # raises the located error
+        yield JinxSample(raw, shard, j)
+
+
 def _shard_paths(path: str) -> list[str]:
     if os.path.isdir(path):
         files = sorted(str(p) for p in Path(path).glob(_SHARD_GLOB))
@@ -613,6 +642,8 @@ class Reader(base.Reader):
     def read_many(self, indices, fields=None) -> list:
         if len(self.shards) == 1:
             shard = self.shards[0]
+            if self.lazy and fields is None:
+                return list(_lazy_gather(shard, np.asarray(indices).tolist()))
             return [self._sample(shard, i, fields) for i in np.asarray(indices).tolist()]
         idx = np.asarray(indices, dtype=np.int64)
         which = np.searchsorted(self.cum, idx, side="right") - 1
@@ -625,8 +656,11 @@ class Reader(base.Reader):
         sample = self._sample
         for shard, lo in zip(self.shards, self._starts):
             a, b = max(start - lo, 0), min(stop - lo, shard.num_samples)
-            for j in range(a, b):
-                yield sample(shard, j, fields)
+            if self.lazy and fields is None:
+                yield from _lazy_run(shard, a, b)
+            else:
+                for j in range(a, b):
+                    yield sample(shard, j, fields)
 
     def read_field(self, indices, field: str) -> list:
         """One field of many samples; zstd values in the sidecar are decoded in one

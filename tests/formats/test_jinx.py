@@ -456,6 +456,9 @@ def test_garbled_sample_line(tmp_path):
     with pytest.raises(CorruptShardError, match=r"garbled JINX sample line: .*\(.*a\.jinx, byte "
                        r"offset 0, sample 0\)"):
         hpcio.open(p)[0]
+    for access in (list, lambda ds: ds.get_batch([1, 0])):
+        with pytest.raises(CorruptShardError, match=r"garbled JINX sample line: .*sample 0\)"):
+            access(hpcio.open(p))
 
 
 def test_not_found():
