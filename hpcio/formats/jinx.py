@@ -157,6 +157,7 @@ class _Shard:
         if size == 0:
             raise TruncatedShardError("empty file: no JINX offset line", path=path, offset=0)
         self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._file.close()  # the map holds its own descriptor
         self.buf = memoryview(self._mm)
         self.size = size
         fo, fe = _jinx.locate_footer(self.buf, path=path)
@@ -252,6 +253,7 @@ class _Shard:
             else:
                 self._binx_mm = mmap.mmap(self._binx_file.fileno(), 0, access=mmap.ACCESS_READ)
                 self._binx = memoryview(self._binx_mm)
+            self._binx_file.close()
         return self._binx
 
     def _sidecar_view(self, loc, key, sample, offset):
@@ -793,6 +795,14 @@ class _ShardWriter:
                     index, ext = o.encode(c), f"npy.{o.index_compression}"
             if index is None:
                 index = o.encode(data)
+            if o.encoding == "hex":
+                warnings.warn(
+                    f"JINX encoding 'hex': mldataforge cannot read the index of {self.path} "
+                    "(hpcio can); use a85 or b64, or a binary_threshold below the index "
+                    "size, for files mldataforge must read",
+                    UserWarning,
+                    stacklevel=4,
+                )
         footer = {
             f"index.{ext}": index,
             "num_samples": self.num_samples,
@@ -889,7 +899,7 @@ class Writer(base.Writer):
         compressed form is kept when it is at most ``compress_ratio`` times the size.
     encoding
         ``a85`` (default), ``b64`` or ``hex`` for inline binary values.  mldataforge
-        cannot read the index of a ``hex`` file, so ``hex`` warns.
+        cannot read an inline ``hex`` index, so closing a shard that has one warns.
     binary_threshold
         Values (and the index) longer than this many bytes go to the ``.binx`` sidecar.
     shard_size
@@ -910,13 +920,6 @@ class Writer(base.Writer):
         super().__init__(path)
         self.opts = _Options(compression, index_compression, compress_threshold, compress_ratio,
                              encoding, binary_threshold, ext_sep)
-        if encoding == "hex" and binary_threshold is None:
-            warnings.warn(
-                "JINX encoding 'hex': mldataforge cannot read the index of this file "
-                "(hpcio can); use a85 or b64 for files mldataforge must read",
-                UserWarning,
-                stacklevel=2,
-            )
         self.shard_size = shard_size
         self.split = split
         self._done: list[_ShardWriter] = []

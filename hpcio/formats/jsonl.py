@@ -95,7 +95,7 @@ class Reader(base.Reader):
         super().__init__(path)
         if not os.path.isfile(self.path):
             raise ShardNotFoundError("no such JSONL file", path=self.path)
-        self._file = self._mm = None
+        self._mm = None
         _, codec = _codec_of(self.path)
         st = os.stat(self.path)
         key = f"{os.path.basename(self.path)}.{st.st_size}.{st.st_mtime_ns}"
@@ -113,13 +113,12 @@ class Reader(base.Reader):
                     with open(self.path, "rb") as f:
                         _atomic_write(data_path, self._decompress(codec, f.read()))
         if data_path is not None:
-            self._file = open(data_path, "rb")
-            size = os.fstat(self._file.fileno()).st_size
-            if size:
-                self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-                self.buf = memoryview(self._mm)
-            else:
-                self.buf = memoryview(b"")
+            with open(data_path, "rb") as f:  # the map holds its own descriptor
+                if os.fstat(f.fileno()).st_size:
+                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self.buf = memoryview(self._mm)
+                else:
+                    self.buf = memoryview(b"")
         index_path = None if cache_dir is None else os.path.join(cache_dir, key + ".lines.npy")
         if index_path is not None and os.path.exists(index_path):
             bounds = np.load(index_path)
@@ -168,12 +167,11 @@ class Reader(base.Reader):
                 self.buf.release()
             except BufferError:
                 pass
-        for handle in (self._mm, self._file):
-            if handle is not None:
-                try:
-                    handle.close()
-                except BufferError:
-                    pass
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:  # a caller still holds a view; the map dies with it
+                pass
 
 
 class _AtomicFile:

@@ -3,6 +3,7 @@ bad input with exact messages, and no temporary files."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -222,7 +223,7 @@ def test_lists_keep_long_strings_verbatim(tmp_path):
 
 def test_hex_encoding_warns_and_reads(tmp_path):
     path = tmp_path / "h.jinx"
-    with pytest.warns(UserWarning, match="mldataforge cannot read the index of this file"):
+    with pytest.warns(UserWarning, match=r"mldataforge cannot read the index of .*h\.jinx"):
         with hpcio.open_writer(path, format="jinx", encoding="hex") as w:
             w.write({"b": b"\xff\x00"})
     assert bytes(hpcio.open(path)[0]["b"]) == b"\xff\x00"
@@ -289,7 +290,9 @@ def test_join_copies_without_decoding(source, tmp_path, monkeypatch):
 ], ids=["a85", "hex-bin", "gz", "plain", "no-sidecar"])
 def test_join_with_other_settings_re_encodes(source, tmp_path, options):
     out = tmp_path / "joined.jinx"
-    with pytest.warns() if options.get("encoding") == "hex" else _nullcontext():
+    hex_warning = pytest.warns(UserWarning, match="mldataforge cannot read the index")
+    inline_hex = options.get("encoding") == "hex" and options.get("binary_threshold", 100) > 72
+    with hex_warning if inline_hex else contextlib.nullcontext():
         jinx.join([source], out, **options)
     assert [S.to_jsonable(s) for s in hpcio.open(out)] == [S.to_jsonable(s) for s in S.make_samples(8)]
     footer = jinx.inspect(out)["shards"][0]
@@ -297,14 +300,6 @@ def test_join_with_other_settings_re_encodes(source, tmp_path, options):
         assert footer[key] == value
     if options.get("compression") is None and "compression" in options:
         assert b".zst" not in out.read_bytes()
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_split_parts_and_size_hint(source, tmp_path):

@@ -11,8 +11,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
