@@ -145,6 +145,36 @@ hpcio_status hpcio_blosc2_compress(const uint8_t *src, uint64_t len, const char 
                                    uint64_t cap, uint64_t *written, hpcio_error *err);
 const char *hpcio_blosc2_version(void);
 
+/* ---- text encodings and the JINX tail (encodings.c) ----------------------------------
+ * Strict decoders for the encodings JINX uses for inline binary values.  *_decoded_size
+ * validates src and gives the exact output size; *_decode writes into dst (capacity
+ * cap) and sets *written.  Invalid input is HPCIO_E_CODEC with err->offset = the
+ * position of the bad character in src.
+ * Ascii85 is Python's base64.a85decode(foldspaces=True) alphabet: '!'..'u' groups,
+ * 'z' (4 zero bytes), 'y' (4 spaces), whitespace ignored, no <~ ~> frame. */
+hpcio_status hpcio_a85_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                    hpcio_error *err);
+hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Python's base64.a85encode(data) (no folding but 'z', no wrapping) into dst of at
+ * least hpcio_a85_encoded_bound(len) bytes. */
+uint64_t hpcio_a85_encoded_bound(uint64_t len);
+hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Standard alphabet with '=' padding; length must be a multiple of 4. */
+hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                    hpcio_error *err);
+hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Hex digits of either case; output size is len / 2. */
+hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* A JINX file ends "<footer json>\n<decimal footer offset>\n".  Finds the footer line
+ * buf[*footer_offset : *footer_end] (footer_end is its newline) from the last line,
+ * checking that the offset line is decimal and the offset starts a line before it. */
+hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *footer_offset,
+                               uint64_t *footer_end, hpcio_error *err);
+
 void hpcio_free(void *p);
 
 /* Compiler and SIMD flags the kernels were built with, for `hpcio info`. */
