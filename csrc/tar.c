@@ -3,21 +3,11 @@
  *
  * Only the 512-byte header blocks are touched, so indexing a mapped shard costs one
  * page fault per member, not a read of the data. */
-#include <stdio.h>
 #include <string.h>
 
-#include "hpcio.h"
+#include "internal.h"
 
 #define BLOCK 512u
-
-static void set_error(hpcio_error *err, int64_t item, int64_t offset, const char *msg)
-{
-    err->item = item;
-    err->offset = offset;
-    err->sys_errno = 0;
-    strncpy(err->msg, msg, sizeof(err->msg) - 1);
-    err->msg[sizeof(err->msg) - 1] = '\0';
-}
 
 static int is_zero_block(const uint8_t *block)
 {
@@ -70,7 +60,6 @@ hpcio_status hpcio_tar_parse_header(const uint8_t *block, uint64_t offset, hpcio
 {
     uint64_t stored, unsigned_sum = 0;
     int64_t signed_sum = 0;
-    char msg[160];
 
     memset(out, 0, sizeof(*out));
     if (is_zero_block(block)) {
@@ -83,19 +72,18 @@ hpcio_status hpcio_tar_parse_header(const uint8_t *block, uint64_t offset, hpcio
         signed_sum += (int8_t)c;
     }
     if (parse_number(block + 148, 8, &stored) != 0) {
-        set_error(err, -1, (int64_t)offset, "tar header checksum field is not an octal number");
-        return HPCIO_E_CORRUPT;
+        return hpcio_fail(err, HPCIO_E_CORRUPT, -1, (int64_t)offset,
+                          "tar header checksum field is not an octal number");
     }
     /* Old writers summed signed chars; tarfile and GNU tar accept either sum. */
     if (stored != unsigned_sum && (int64_t)stored != signed_sum) {
-        snprintf(msg, sizeof(msg), "bad tar header checksum: stored %llu, computed %llu",
-                 (unsigned long long)stored, (unsigned long long)unsigned_sum);
-        set_error(err, -1, (int64_t)offset, msg);
-        return HPCIO_E_CORRUPT;
+        return hpcio_fail(err, HPCIO_E_CORRUPT, -1, (int64_t)offset,
+                          "bad tar header checksum: stored %llu, computed %llu",
+                          (unsigned long long)stored, (unsigned long long)unsigned_sum);
     }
     if (parse_number(block + 124, 12, &out->size) != 0) {
-        set_error(err, -1, (int64_t)offset, "tar header size field is not a number");
-        return HPCIO_E_CORRUPT;
+        return hpcio_fail(err, HPCIO_E_CORRUPT, -1, (int64_t)offset,
+                          "tar header size field is not a number");
     }
     out->type = block[156] ? (char)block[156] : '0';
     /* POSIX ustar splits long paths into prefix "/" name; GNU headers use that area
@@ -169,22 +157,19 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
     int has_pax_size = 0;
     hpcio_tar_header h;
     hpcio_status st;
-    char msg[160];
 
     *count = 0;
     *names_len = 0;
     *next = start;
     for (;;) {
         if (pos == len) {
-            set_error(err, (int64_t)*count, (int64_t)pos,
-                      "tar archive ends without its end-of-archive blocks");
-            return HPCIO_E_TRUNCATED;
+            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
+                              "tar archive ends without its end-of-archive blocks");
         }
         if (len - pos < BLOCK) {
-            snprintf(msg, sizeof(msg), "tar header truncated: expected 512 bytes, got %llu",
-                     (unsigned long long)(len - pos));
-            set_error(err, (int64_t)*count, (int64_t)pos, msg);
-            return HPCIO_E_TRUNCATED;
+            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
+                              "tar header truncated: expected 512 bytes, got %llu",
+                              (unsigned long long)(len - pos));
         }
         st = hpcio_tar_parse_header(buf + pos, pos, &h, err);
         if (st != HPCIO_OK) {
@@ -200,11 +185,9 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
             size = pax_size;
         uint64_t data = pos + BLOCK;
         if (size > len - data) {
-            snprintf(msg, sizeof(msg),
-                     "tar member data truncated: header promises %llu bytes, file has %llu",
-                     (unsigned long long)size, (unsigned long long)(len - data));
-            set_error(err, (int64_t)*count, (int64_t)pos, msg);
-            return HPCIO_E_TRUNCATED;
+            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
+                              "tar member data truncated: header promises %llu bytes, file has %llu",
+                              (unsigned long long)size, (unsigned long long)(len - data));
         }
         uint64_t after = data + padded(size);
         if (after > len)
@@ -220,8 +203,8 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
             break;
         case 'x':
             if (parse_pax(buf + data, size, &pax_path, &pax_path_len, &pax_size, &has_pax_size) != 0) {
-                set_error(err, (int64_t)*count, (int64_t)pos, "malformed pax extended header");
-                return HPCIO_E_CORRUPT;
+                return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)*count, (int64_t)pos,
+                                  "malformed pax extended header");
             }
             break;
         case 'g': /* global pax header: applies to no single member */
