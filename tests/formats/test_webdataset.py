@@ -206,3 +206,23 @@ def test_bad_keys_rejected(tmp_path):
     with pytest.raises(UnsupportedValueError, match=r"^sample key 'a.b' must be non-empty and contain no '.'"):
         write(tmp_path / "k", [{"__key__": "a.b", "x": b""}])
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
+def test_member_index_matches_tarfile(fmt):
+    from hpcio._core import _tar
+
+    long = "p" * 120 + "/q.bin" if fmt == tarfile.USTAR_FORMAT else "d/" + "x" * 150 + ".bin"
+    names = ["a.txt", long] + (["é✓.json"] if fmt != tarfile.USTAR_FORMAT else [])
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for i, name in enumerate(names * 400):  # enough members to grow the C buffers
+            info = tarfile.TarInfo(name)
+            data = bytes([i % 256]) * (i % 700)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    data = buf.getvalue()
+    got_names, _headers, offsets, sizes, _end, error = _tar.scan(data)
+    expected = [(m.name, m.offset_data, m.size) for m in tarfile.open(fileobj=io.BytesIO(data))]
+    assert error is None
+    assert [(n.decode(), int(o), int(s)) for n, o, s in zip(got_names, offsets, sizes)] == expected
