@@ -153,6 +153,7 @@ def make_extensions():
         kernel_extension("_io", ["offsets.c", "fileio.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
         kernel_extension("_jinx", ["encodings.c"]),
+        kernel_extension("_tar", ["tar.c"]),
     ]
     pyx = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob("hpcio/_core/_*.pyx")}
