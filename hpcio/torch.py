@@ -24,7 +24,13 @@ import numpy as np
 
 from .dataset import Dataset
 from .distributed.context import RuntimeContext, infer_context
-from .distributed.split import REMAINDERS, consumed_position, per_consumer, split_indices
+from .distributed.split import (
+    REMAINDERS,
+    consumed_position,
+    per_consumer,
+    shuffle_mode,
+    split_indices,
+)
 from .errors import MissingDependencyError
 
 try:
@@ -37,16 +43,6 @@ except ImportError as exc:
 __all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler"]
 
 _STATE_VERSION = 1
-
-
-def _shuffle_mode(shuffle) -> str:
-    if shuffle is True:
-        return "global"
-    if shuffle is False or shuffle is None:
-        return "none"
-    if shuffle in ("global", "block", "none"):
-        return shuffle
-    raise ValueError(f"shuffle must be True, False, 'global', 'block' or 'none', got {shuffle!r}")
 
 
 class _EpochCursor:
@@ -78,7 +74,7 @@ class _EpochCursor:
             raise ValueError(f"unknown remainder {remainder!r}; expected one of drop, pad")
         self.dataset = dataset
         self.batch_size = int(batch_size)
-        self.mode = _shuffle_mode(shuffle)
+        self.mode = shuffle_mode(shuffle)
         self.seed = int(seed)
         self.remainder = remainder
         self.window = int(window)

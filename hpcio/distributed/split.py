@@ -34,6 +34,7 @@ import numpy as np
 __all__ = [
     "SHUFFLE_MODES",
     "REMAINDERS",
+    "shuffle_mode",
     "epoch_order",
     "block_order",
     "per_consumer",
@@ -45,6 +46,23 @@ __all__ = [
 
 SHUFFLE_MODES = ("global", "block", "none")
 REMAINDERS = ("drop", "pad")
+
+
+def shuffle_mode(shuffle) -> str:
+    """The mode named by a user's ``shuffle=`` argument: True is "global", False "none".
+
+    >>> shuffle_mode(True), shuffle_mode("block")
+    ('global', 'block')
+    """
+    if shuffle is True:
+        return "global"
+    if shuffle is False or shuffle is None:
+        return "none"
+    if shuffle in SHUFFLE_MODES:
+        return shuffle
+    raise ValueError(
+        f"shuffle must be True, False or one of {', '.join(SHUFFLE_MODES)}, got {shuffle!r}"
+    )
 
 
 def _rng(seed: int, epoch: int) -> np.random.Generator:
