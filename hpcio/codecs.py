@@ -1,0 +1,230 @@
+"""Whole-buffer codecs, one place for every format.
+
+Formats name their compressions differently (MDS says ``zstd``/``gz``/``br`` and means
+raw snappy by ``snappy``; JINX says ``zst``/``gz``/``br`` and means the snappy *framing*
+format), so each format module keeps its own name table and maps it onto the codecs
+here.  zstd and blosc2 go through the compiled kernels; the others through the standard
+library or their optional packages, imported on first use with an error saying what to
+install.  Every ``decompress`` takes a ``limit`` so a hostile value cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import DecodeError, DecompressionLimitError, MissingDependencyError
+
+__all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT"]
+
+DEFAULT_LIMIT = 1 << 30  # 1 GiB per value: larger than any sane sample, small enough to fail safely
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A named codec: ``compress(data, level)`` and ``decompress(data, limit, **where)``."""
+
+    name: str
+    default_level: int | None
+    _compress: Callable
+    _decompress: Callable
+
+    def compress(self, data, level: int | None = None) -> bytes:
+        return self._compress(data, self.default_level if level is None else level)
+
+    def decompress(self, data, limit: int = DEFAULT_LIMIT, *, path=None, offset=None, sample=None) -> bytes:
+        try:
+            out = self._decompress(data, limit)
+        except (DecodeError, MissingDependencyError) as exc:
+            if exc.path is None and (path is not None or sample is not None):
+                raise type(exc)(str(exc), path=path, offset=offset, sample=sample) from exc
+            raise
+        except Exception as exc:  # each library raises its own error type
+            raise DecodeError(
+                f"{self.name} decompression failed: {exc}", path=path, offset=offset, sample=sample
+            ) from exc
+        return out
+
+
+def _over(name: str, limit: int) -> DecompressionLimitError:
+    return DecompressionLimitError(f"{name} value decompresses to more than the limit of {limit} bytes")
+
+
+def _optional(module: str, package: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"this compression needs the {package!r} package: pip install {package} "
+            "(or pip install 'hpcio[codecs]')"
+        ) from exc
+
+
+# --- zstd and blosc2: compiled kernels ------------------------------------------------
+def _zstd_compress(data, level, content_size=True):
+    from ._core import _codecs
+
+    return _codecs.zstd_compress(data, level, content_size)
+
+
+def _zstd_decompress(data, limit):
+    from ._core import _codecs
+
+    return _codecs.zstd_decompress(data, limit)
+
+
+def _blosc2_compress(data, level):
+    from ._core import _codecs
+
+    return _codecs.blosc2_compress(data, "zstd", level, 1, 1)
+
+
+def _blosc2_decompress(data, limit):
+    from ._core import _codecs
+
+    return _codecs.blosc2_decompress(data, limit)
+
+
+# --- stdlib streams, bounded with max_length --------------------------------------------
+def _bounded(decompressor, data, limit, name):
+    out = decompressor.decompress(bytes(data), limit + 1)
+    if len(out) > limit:
+        raise _over(name, limit)
+    if not decompressor.eof:
+        raise DecodeError(f"{name} stream is truncated")
+    return out
+
+
+def _gzip_compress(data, level):
+    # mtime=0 and no file name keep output deterministic (equal input, equal bytes).
+    import gzip
+
+    return gzip.compress(bytes(data), compresslevel=level, mtime=0)
+
+
+def _gzip_decompress(data, limit):
+    return _bounded(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), data, limit, "gzip")
+
+
+def _bz2_decompress(data, limit):
+    return _bounded(bz2.BZ2Decompressor(), data, limit, "bz2")
+
+
+def _xz_decompress(data, limit):
+    return _bounded(lzma.LZMADecompressor(), data, limit, "xz")
+
+
+# --- optional packages ------------------------------------------------------------------
+def _brotli_compress(data, level):
+    return _optional("brotli", "brotli").compress(bytes(data), quality=level)
+
+
+def _brotli_decompress(data, limit):
+    brotli = _optional("brotli", "brotli")
+    dec = brotli.Decompressor()
+    try:  # brotli >= 1.1 can bound each call's output
+        out = dec.process(bytes(data), output_buffer_limit=limit + 1)
+    except TypeError:
+        out = dec.process(bytes(data))
+    if len(out) > limit:
+        raise _over("brotli", limit)
+    if not dec.is_finished():
+        raise DecodeError("brotli stream is truncated")
+    return out
+
+
+def _snappy_raw_compress(data, level):
+    return _optional("snappy", "python-snappy").compress(bytes(data))
+
+
+def _snappy_raw_decompress(data, limit):
+    snappy = _optional("snappy", "python-snappy")
+    # The raw format starts with the uncompressed length as a varint: check it first.
+    n = shift = 0
+    for byte in bytes(data[:10]):
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    if n > limit:
+        raise _over("snappy", limit)
+    return snappy.decompress(bytes(data))
+
+
+def _snappy_framed_compress(data, level):
+    snappy = _optional("snappy", "python-snappy")
+    return snappy.StreamCompressor().compress(bytes(data))
+
+
+def _snappy_framed_decompress(data, limit):
+    snappy = _optional("snappy", "python-snappy")
+    out = snappy.StreamDecompressor().decompress(bytes(data))
+    if len(out) > limit:
+        raise _over("snappy", limit)
+    return out
+
+
+def _lz4_compress(data, level):
+    frame = _optional("lz4.frame", "lz4")
+    return frame.compress(bytes(data), compression_level=level, store_size=True)
+
+
+def _lz4_decompress(data, limit):
+    frame = _optional("lz4.frame", "lz4")
+    info = frame.get_frame_info(bytes(data[:32]))
+    if info.get("content_size", 0) > limit:
+        raise _over("lz4", limit)
+    dec = frame.LZ4FrameDecompressor()
+    out = dec.decompress(bytes(data), max_length=limit + 1)
+    if len(out) > limit:
+        raise _over("lz4", limit)
+    return out
+
+
+_CODECS = {
+    c.name: c
+    for c in (
+        Codec("zstd", 3, _zstd_compress, _zstd_decompress),
+        Codec("blosc2", 5, _blosc2_compress, _blosc2_decompress),
+        Codec("gzip", 9, _gzip_compress, _gzip_decompress),
+        Codec("bz2", 9, lambda d, lv: bz2.compress(bytes(d), lv), _bz2_decompress),
+        Codec("xz", None, lambda d, lv: lzma.compress(bytes(d), preset=lv), _xz_decompress),
+        Codec("brotli", 11, _brotli_compress, _brotli_decompress),
+        Codec("snappy-raw", None, _snappy_raw_compress, _snappy_raw_decompress),
+        Codec("snappy-framed", None, _snappy_framed_compress, _snappy_framed_decompress),
+        Codec("lz4-frame", 0, _lz4_compress, _lz4_decompress),
+    )
+}
+
+
+def codec_names() -> list[str]:
+    return list(_CODECS)
+
+
+def get_codec(name: str) -> Codec:
+    """The codec called ``name`` (a name from :func:`codec_names`)."""
+    try:
+        return _CODECS[name]
+    except KeyError:
+        raise DecodeError(f"unknown codec {name!r}; known: {', '.join(_CODECS)}") from None
+
+
+def split_level(spec: str) -> tuple[str, int | None]:
+    """``"zstd:7"`` -> ``("zstd", 7)``; ``"zstd"`` -> ``("zstd", None)``.
+
+    >>> split_level("zstd:7"), split_level("gz")
+    (('zstd', 7), ('gz', None))
+    """
+    name, sep, level = spec.partition(":")
+    if not sep:
+        return name, None
+    try:
+        return name, int(level)
+    except ValueError:
+        raise ValueError(f"bad compression level in {spec!r}: expected an integer after ':'") from None
+
