@@ -40,7 +40,7 @@ try:
 except ImportError as exc:
     raise MissingDependencyError("hpcio.torch needs PyTorch: pip install torch") from exc
 
-__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler"]
+__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset"]
 
 _STATE_VERSION = 1
 
@@ -388,3 +388,29 @@ class DataLoader(torch_data.DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
+
+
+class PipelineDataset(torch_data.IterableDataset):
+    """An :class:`hpcio.pipeline.Pipeline` run in each DataLoader worker.
+
+    Each worker runs the pipeline over its own part (the context is inferred in the
+    worker).  ``set_epoch`` reaches persistent workers.  Stages such as ``select`` or
+    ``assemble`` change counts per consumer, so equal counts and exact resume are
+    properties of :class:`IterableDataset`, not of arbitrary pipelines.  Use it with
+    ``torch.utils.data.DataLoader(..., batch_size=None)`` when the pipeline batches.
+    """
+
+    def __init__(self, pipeline):
+        from .pipeline import Pipeline
+
+        if not isinstance(pipeline, Pipeline):
+            raise TypeError(f"expected an hpcio.pipeline.Pipeline, got {type(pipeline).__name__}")
+        self.pipeline = pipeline
+        self._epoch = torch.tensor([pipeline.epoch], dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = int(epoch)
+
+    def __iter__(self):
+        context = self.pipeline.context().replace(epoch=int(self._epoch[0]))
+        return self.pipeline.iterate(context)

@@ -170,3 +170,16 @@ def test_dataloader_argument_errors(make_dataset):
         ht.DataLoader(mp, shuffle=True)
     with pytest.raises(TypeError, match="takes an hpcio.torch.IterableDataset or MapDataset"):
         ht.DataLoader([1, 2])
+
+
+def test_pipeline_dataset_splits_over_workers_and_epochs(make_dataset):
+    from hpcio.pipeline import Pipeline
+
+    pipe = Pipeline(make_dataset(30), seed=8, context={"rank": 1, "world_size": 2}).batch(2)
+    pds = ht.PipelineDataset(pipe)
+    loader = torch.utils.data.DataLoader(pds, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in (0, 3):
+        pds.set_epoch(epoch)
+        got = sorted(int(s["id"]) for b in loader for s in b)
+        expected = [split_indices(30, 1, 2, w, 2, seed=8, epoch=epoch) for w in range(2)]
+        assert got == sorted(np.concatenate(expected).tolist())
