@@ -332,14 +332,13 @@ class SequencePacker:
 
 
 class _Cache(Stage):
+    """The cache boundary; :meth:`Pipeline.iterate` materialises it, never applies it."""
+
     kind = "cache"
 
     def __init__(self, directory, format: str, timeout: float, writer_options: dict):
         self.directory = os.fspath(directory)
         self.format, self.timeout, self.writer_options = format, timeout, writer_options
-
-    def apply(self, samples, context):  # the boundary is handled by Pipeline
-        raise TypeError("a cache boundary is not applied as a stage")
 
     def fingerprint(self):
         return f"cache(format={self.format!r}, options={sorted(self.writer_options.items())!r})"

@@ -109,3 +109,29 @@ def test_import_hpcio_does_not_import_mpi4py_or_torch():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize(
+    "blocked, statement, message",
+    [
+        ("torch", "import hpcio.torch", "hpcio.torch needs PyTorch: pip install torch"),
+        (
+            "mpi4py",
+            "from hpcio.distributed.mpi import import_mpi; import_mpi()",
+            "MPI support needs mpi4py and an MPI library: pip install mpi4py mpich",
+        ),
+    ],
+)
+def test_missing_optional_dependency_says_what_to_install(blocked, statement, message):
+    # sys.modules[name] = None makes `import name` fail as if it were not installed.
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from hpcio.errors import MissingDependencyError\n"
+        f"try:\n    {statement}\nexcept MissingDependencyError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == message

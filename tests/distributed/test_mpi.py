@@ -1,4 +1,5 @@
-"""A real ``mpiexec`` run (mpich wheel): each rank checks its samples, rank 0 the union."""
+"""A real ``mpiexec`` run (mpich wheel): each rank checks its samples, rank 0 the union;
+then each rank writes its pipeline cache part once and a second run only reads."""
 
 from __future__ import annotations
 
@@ -34,3 +35,4 @@ def test_mpiexec_ranks_read_disjoint_equal_parts(nprocs):
     out = run_mpi(nprocs, "101", "7")
     per_rank = 101 // nprocs
     assert f"OK size={nprocs} per_rank={per_rank} mine={per_rank}" in out
+    assert f"CACHE OK size={nprocs} parts={nprocs}" in out
