@@ -91,11 +91,19 @@ class _EpochCursor:
         self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._shared[0] = int(epoch)
         self._delivered = 0  # batches received by the main process since _begin
+        self._rank_context: RuntimeContext | None = None
         self._count_workers = 1  # round-robin width of that delivery
 
     # --- context and indices ---------------------------------------------------------
     def context(self) -> RuntimeContext:
-        """The runtime context of the calling process (worker info included)."""
+        """The runtime context of the calling process (worker info included).
+
+        Workers reuse the rank context the main process found when the iteration
+        began, so a forked worker never queries MPI or torch.distributed itself.
+        """
+        info = torch_data.get_worker_info()
+        if info is not None and self._rank_context is not None:
+            return self._rank_context.replace(worker_id=info.id, num_workers=info.num_workers)
         return infer_context(**self._explicit)
 
     def _indices(self, ctx: RuntimeContext, worker: int, num_workers: int) -> np.ndarray:
@@ -141,6 +149,7 @@ class _EpochCursor:
     def _begin(self, num_workers: int) -> None:
         """Start an iteration where the previous one stopped."""
         epoch, position = self._state()
+        self._rank_context = infer_context(**self._explicit)
         self._shared[0] = epoch
         self._shared[1] = position
         self._delivered = 0

@@ -17,8 +17,8 @@ from hpcio.distributed.split import (
     split_indices,
 )
 
-settings.register_profile("hpcio", max_examples=150, deadline=None)
-settings.load_profile("hpcio")
+# Local settings: a profile loaded here would change every other module's tests.
+quick = settings(max_examples=150, deadline=None)
 
 
 @st.composite
@@ -55,6 +55,7 @@ def all_parts(layout, world, workers, **kw):
     return order, parts
 
 
+@quick
 @given(layouts(), st.integers(1, 6), st.integers(1, 4), st.integers(1, 9), st.integers(0, 60))
 def test_drop_gives_disjoint_equal_parts_covering_a_prefix(layout, world, workers, batch, start):
     n = layout["n"]
@@ -68,6 +69,7 @@ def test_drop_gives_disjoint_equal_parts_covering_a_prefix(layout, world, worker
     assert sorted(union.tolist()) == sorted(order[start : start + len(union)].tolist())
 
 
+@quick
 @given(layouts(), st.integers(1, 6), st.integers(1, 4), st.integers(1, 9))
 def test_pad_covers_everything_with_equal_parts(layout, world, workers, batch):
     n = layout["n"]
@@ -81,6 +83,7 @@ def test_pad_covers_everything_with_equal_parts(layout, world, workers, batch):
     assert len(union) - len(np.unique(union)) == m * consumers - n
 
 
+@quick
 @given(layouts())
 def test_epoch_order_is_a_permutation(layout):
     order = epoch_order(
@@ -98,6 +101,7 @@ def test_global_order_changes_with_epoch_and_seed():
     assert np.array_equal(base, epoch_order(1000, seed=7, epoch=0))
 
 
+@quick
 @given(st.lists(st.integers(0, 30), min_size=1, max_size=15), st.integers(1, 5),
        st.integers(0, 1000))
 def test_block_order_keeps_windows_of_shards_together(sizes, window, seed):
@@ -128,6 +132,7 @@ def test_block_mode_validates_shard_sizes():
         epoch_order(10, mode="random")
 
 
+@quick
 @given(layouts(), st.integers(1, 4), st.integers(1, 3), st.integers(1, 6),
        st.sampled_from(["drop", "pad"]), st.data())
 def test_delivered_batches_are_a_prefix_and_resume_at_any_world(
@@ -159,6 +164,7 @@ def test_delivered_batches_are_a_prefix_and_resume_at_any_world(
     assert sorted(resumed) == sorted(order[pos : pos + m2 * world2 * workers2].tolist())
 
 
+@quick
 @given(st.integers(0, 300), st.integers(1, 7))
 def test_contiguous_part_is_equal_contiguous_and_drops_the_tail(n, world):
     parts = [contiguous_part(n, r, world) for r in range(world)]
@@ -167,6 +173,7 @@ def test_contiguous_part_is_equal_contiguous_and_drops_the_tail(n, world):
     assert {len(p) for p in parts} == {per}
 
 
+@quick
 @given(st.integers(0, 100), st.integers(1, 6), st.data())
 def test_circular_shift_keeps_the_set(n, consumers, data):
     c = data.draw(st.integers(0, consumers - 1))
