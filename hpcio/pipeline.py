@@ -34,7 +34,12 @@ import numpy as np
 
 from .dataset import Dataset, open as open_dataset, open_writer
 from .distributed.context import RuntimeContext, infer_context
-from .distributed.split import circular_shift as rotate, shuffle_mode, split_indices
+from .distributed.split import (
+    circular_shift as rotate,
+    dataset_shard_sizes,
+    shuffle_mode,
+    split_indices,
+)
 from .errors import HpcioError
 from .formats.base import DEFAULT_BATCH, Reader
 
@@ -373,6 +378,12 @@ class _ConcatReader(Reader):
                 out[k] = sample
         return out
 
+    def shard_sizes(self):
+        sizes = [r.shard_sizes() for r in self.readers]
+        if any(s is None for s in sizes):
+            return [len(r) for r in self.readers]  # each part counts as one shard
+        return [int(k) for s in sizes for k in s]
+
     def close(self):
         for r in self.readers:
             r.close()
@@ -509,13 +520,15 @@ class Pipeline:
         """Run the pipeline for this consumer (context inferred unless given)."""
         ctx = self.context() if context is None else context
         source, shard_sizes = self.source, self.options["shard_sizes"]
+        if shard_sizes is None and self.options["mode"] == "block":
+            shard_sizes = dataset_shard_sizes(source)
         stages = list(self.stages)
         done = 0
         for k, stage in enumerate(self.stages):
             if isinstance(stage, _Cache):
                 upstream = stages[done:k]
                 source = _materialise(stage, self.fingerprint(k + 1), source, upstream, ctx)
-                shard_sizes = [len(r) for r in source.reader.readers]
+                shard_sizes = source.reader.shard_sizes()
                 done = k + 1
         stream = self._read(source, shard_sizes, ctx)
         for stage in stages[done:]:

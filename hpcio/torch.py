@@ -27,6 +27,7 @@ from .distributed.context import RuntimeContext, infer_context
 from .distributed.split import (
     REMAINDERS,
     consumed_position,
+    dataset_shard_sizes,
     per_consumer,
     shuffle_mode,
     split_indices,
@@ -80,7 +81,12 @@ class _EpochCursor:
         self.window = int(window)
         self.shard_sizes = None if shard_sizes is None else np.asarray(shard_sizes, np.int64)
         if self.mode == "block" and self.shard_sizes is None:
-            raise ValueError("shuffle='block' needs shard_sizes (samples per shard, in order)")
+            self.shard_sizes = dataset_shard_sizes(dataset)
+            if self.shard_sizes is None:
+                raise ValueError(
+                    "shuffle='block' needs shard_sizes (samples per shard, in order): this "
+                    "dataset is a view or its format does not report shards"
+                )
         if isinstance(context, RuntimeContext):
             context = {
                 "rank": context.rank,

@@ -42,6 +42,7 @@ __all__ = [
     "consumed_position",
     "contiguous_part",
     "circular_shift",
+    "dataset_shard_sizes",
 ]
 
 SHUFFLE_MODES = ("global", "block", "none")
@@ -307,3 +308,15 @@ def circular_shift(indices: np.ndarray, consumer: int, consumers: int) -> np.nda
     if len(indices) == 0:
         return indices
     return np.roll(indices, -((consumer * len(indices)) // consumers))
+
+
+def dataset_shard_sizes(dataset) -> np.ndarray | None:
+    """Samples per shard of an :class:`hpcio.Dataset` that is not a reordered view.
+
+    A view (shuffled, sorted, sliced) no longer follows shard boundaries, so it has
+    none; neither has a reader that does not report them.
+    """
+    if dataset.indices is not None:
+        return None
+    sizes = dataset.reader.shard_sizes()
+    return None if sizes is None else np.asarray(sizes, dtype=np.int64)

@@ -12,14 +12,18 @@ from hpcio.formats.base import Reader, project
 class ListReader(Reader):
     """Samples ``{"id": i, "text": "sample i"}``; counts ``read_many`` calls."""
 
-    def __init__(self, n: int, path: str = "memory://list"):
+    def __init__(self, n: int, path: str = "memory://list", shards=None):
         super().__init__(path)
+        self.shards = shards
         self.samples = [{"id": i, "text": f"sample {i}"} for i in range(n)]
         self.fields = ["id", "text"]
         self.batch_calls = 0
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def shard_sizes(self):
+        return self.shards
 
     def read(self, i, fields=None):
         return project(self.samples[self.check_index(i)], fields)
@@ -31,4 +35,4 @@ class ListReader(Reader):
 
 @pytest.fixture
 def make_dataset():
-    return lambda n: Dataset(ListReader(n))
+    return lambda n, shards=None: Dataset(ListReader(n, shards=shards))

@@ -232,3 +232,8 @@ def test_cache_waits_for_missing_parts_then_times_out(make_dataset, tmp_path):
         "did every data-parallel rank run the pipeline\\?",
     ):
         list(pipe.iterate(ctx(0, 2)))
+
+
+def test_block_shuffle_uses_the_reader_shards(make_dataset):
+    got = ids(Pipeline(make_dataset(12, shards=[3, 3, 3, 3]), shuffle="block").iterate(ctx(seed=4)))
+    assert [len({i // 3 for i in got[k : k + 3]}) for k in range(0, 12, 3)] == [1, 1, 1, 1]

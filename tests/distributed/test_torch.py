@@ -147,8 +147,13 @@ def test_pad_mode_gives_every_rank_the_same_count(make_dataset):
 
 def test_block_shuffle_needs_shard_sizes_and_uses_them(make_dataset):
     ds = make_dataset(12)
-    with pytest.raises(ValueError, match=r"shuffle='block' needs shard_sizes"):
+    with pytest.raises(ValueError, match=r"shuffle='block' needs shard_sizes .* does not report shards"):
         ht.IterableDataset(ds, shuffle="block")
+    sharded = make_dataset(12, shards=[6, 6])
+    with pytest.raises(ValueError, match=r"shuffle='block' needs shard_sizes .*: this dataset is a view"):
+        ht.IterableDataset(sharded.shuffle(seed=1), shuffle="block")
+    for batch in ht.IterableDataset(sharded, shuffle="block", batch_size=6):
+        assert len({int(i) // 6 for i in batch["id"]}) == 1  # shard sizes from the reader
     it = ht.IterableDataset(ds, shuffle="block", shard_sizes=[4, 4, 4], window=1, batch_size=4)
     for batch in it:
         assert len({int(i) // 4 for i in batch["id"]}) == 1  # one shard per batch
