@@ -98,9 +98,10 @@ def test_resume_mid_epoch_at_a_different_world_size(make_dataset, workers_before
     assert after[0].state_dict()["epoch"] == 1 and after[0].state_dict()["position"] == 0
 
 
-def test_break_and_iterate_again_continues_without_replay(make_dataset):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_break_and_iterate_again_continues_without_replay(make_dataset, persistent):
     it = ht.IterableDataset(make_dataset(30), batch_size=2, seed=1)
-    loader = ht.DataLoader(it, num_workers=2)
+    loader = ht.DataLoader(it, num_workers=2, persistent_workers=persistent)
     first = consume(loader, 5)
     second = ids_of(loader)
     assert not set(first) & set(second)
