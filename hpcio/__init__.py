@@ -6,7 +6,7 @@ split across ranks and dataloader workers.
 
 >>> import hpcio
 >>> sorted(hpcio.available_formats())[:3]
-['hdf5', 'jinx', 'jsonl']
+['hdf5', 'imagefolder', 'jinx']
 """
 
 from ._version import __version__

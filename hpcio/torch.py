@@ -9,11 +9,11 @@ Exact resume needs the number of batches the training loop received, which only 
 main process knows: iterate through :class:`DataLoader` (a thin subclass of PyTorch's)
 or directly over the dataset.  ``state_dict()`` then holds the epoch and the global
 consumed position, valid on every rank, and ``load_state_dict()`` continues with the
-remaining samples of that epoch at any world size and worker count.
+remaining samples of that epoch at any world size and worker count::
 
->>> import hpcio.torch  # doctest: +SKIP
->>> loader = hpcio.torch.DataLoader(hpcio.torch.IterableDataset(ds, batch_size=32, seed=1),
-...                                 num_workers=4, persistent_workers=True)  # doctest: +SKIP
+    import hpcio.torch
+    loader = hpcio.torch.DataLoader(hpcio.torch.IterableDataset(ds, batch_size=32, seed=1),
+                                    num_workers=4, persistent_workers=True)
 """
 
 from __future__ import annotations
