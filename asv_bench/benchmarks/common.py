@@ -11,7 +11,7 @@ import tempfile
 
 import hpcio
 from hpcio import demo
-from hpcio.bench.datasets import flatten
+from hpcio.bench.data import flatten
 
 # Small enough that `asv run --quick` fits in CI; set HPCIO_ASV_SCALE to grow them.
 SCALE = float(os.environ.get("HPCIO_ASV_SCALE", "1"))

@@ -12,7 +12,7 @@ import platform
 import subprocess
 import sys
 
-from .datasets import flatten, prepare
+from .data import flatten, prepare
 from .report import write_reports
 from .runner import OPERATIONS, interop_python, measure, systems_for
 

@@ -29,6 +29,8 @@ def summarize(records: list[dict], limits: dict) -> dict:
     """Per (profile, op): best hpcio, best peer, their ratio and RSS; physical-limit ratios."""
     groups: dict = {}
     for r in records:
+        if r.get("error"):
+            continue
         groups.setdefault((r["profile"], r["op"]), []).append(r)
     summary = []
     for (profile, op), rows in sorted(groups.items()):

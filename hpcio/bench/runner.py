@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .datasets import META_FIELDS, BenchDataset
+from .data import META_FIELDS, BenchDataset
 
 __all__ = ["System", "systems_for", "measure", "interop_python", "OPERATIONS"]
 
@@ -83,7 +83,7 @@ def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> l
     return out
 
 
-def _run_once(system: System, path: str, op: str, profile: str, env: dict) -> dict:
+def _run_once(system: System, path: str, op: str, profile: str, samples: int, env: dict) -> dict:
     spec = {
         "system": system.system,
         "op": op,
@@ -91,7 +91,12 @@ def _run_once(system: System, path: str, op: str, profile: str, env: dict) -> di
         "path": path,
         "options": system.options,
         "meta_fields": META_FIELDS[profile],
+        "n": samples,
     }
+    if system.system == "hpcio":
+        # the hpcio under test, also when it runs from a source tree
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")])))
     with tempfile.TemporaryFile() as errfile:
         proc = subprocess.Popen(
             [system.python, WORKER, json.dumps(spec)],
@@ -101,8 +106,8 @@ def _run_once(system: System, path: str, op: str, profile: str, env: dict) -> di
         )
         out = proc.stdout.read()
         proc.stdout.close()
-        # wait4 gives this child's own CPU times and peak RSS (RUSAGE_CHILDREN would
-        # mix every child run so far).
+        # wait4 gives this child's own CPU times (RUSAGE_CHILDREN would mix every run so
+        # far); peak RSS comes from the child itself, since ru_maxrss survives fork+exec.
         _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
@@ -110,7 +115,7 @@ def _run_once(system: System, path: str, op: str, profile: str, env: dict) -> di
             tail = errfile.read().decode(errors="replace").strip().splitlines()[-3:]
             raise RuntimeError(f"{system.label} {op} failed: {' | '.join(tail)}")
     rec = json.loads(out.decode().strip().splitlines()[-1])
-    rec.update(user_s=usage.ru_utime, sys_s=usage.ru_stime, maxrss_mb=usage.ru_maxrss / 1024)
+    rec.update(user_s=usage.ru_utime, sys_s=usage.ru_stime)
     return rec
 
 
@@ -121,7 +126,7 @@ def measure(system: System, dataset: BenchDataset, op: str, profile: str, repeat
         env = dict(os.environ, TMPDIR=tmp, HF_DATASETS_CACHE=os.path.join(tmp, "hf"),
                    PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
         for _ in range(repeats):
-            runs.append(_run_once(system, dataset.path, op, profile, env))
+            runs.append(_run_once(system, dataset.path, op, profile, dataset.samples, env))
     med = {k: float(np.median([r[k] for r in runs])) for k in ("import_s", "open_s", "op_s", "total_s", "user_s", "sys_s")}
     n = runs[0]["samples"]
     return {

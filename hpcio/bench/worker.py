@@ -26,6 +26,10 @@ import time
 
 T_START = time.perf_counter()
 
+# Run by path, this file's folder would lead sys.path and shadow libraries by name.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
 import numpy as np  # noqa: E402
 
 BATCH = 1024
@@ -50,56 +54,58 @@ def sort_key(profile):
     return lambda s: len(s["text"])
 
 
-# --- openers: each returns an object with __len__, __getitem__(int), __iter__ -------------
-def open_hpcio(path, options):
+# --- loaders: import the system under test (timed as import_s), return its opener ------
+def load_hpcio():
     import hpcio
 
-    return hpcio.open(path, **options)
+    return lambda path, options: hpcio.open(path, **options)
 
 
-def open_streaming(path, options):
+def load_streaming():
     from streaming import StreamingDataset
 
-    # local-only use; streaming keeps lock files in the temp dir, so give it its own
-    return StreamingDataset(local=path, remote=None, shuffle=False, batch_size=1, **options)
+    # local-only use; the runner gives every run its own TMPDIR for streaming's locks
+    return lambda path, options: StreamingDataset(local=path, remote=None, shuffle=False, batch_size=1, **options)
 
 
-def open_mdf_mds(path, options):
+def load_mdf_mds():
     from mldataforge.utils import load_mds_directories
 
-    return load_mds_directories([path], **options)
+    return lambda path, options: load_mds_directories([path], **options)
 
 
-def open_mdf_jinx(path, options):
+def load_mdf_jinx():
     from mldataforge.utils import load_jinx_paths
 
-    return load_jinx_paths(path, **options)
+    return lambda path, options: load_jinx_paths(path, **options)
 
 
-def open_hf(path, options):
+def _files(path, suffix=""):
+    if not os.path.isdir(path):
+        return [path]
+    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(suffix))
+
+
+def load_hf():
     import datasets
 
-    files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) else [path]
-    return datasets.load_dataset(options["builder"], data_files=files, split="train")
+    return lambda path, options: datasets.load_dataset(options["builder"], data_files=_files(path), split="train")
 
 
-def open_webdataset(path, options):
+def load_webdataset():
     import webdataset as wds
 
-    urls = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".tar"))
-    return wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    return lambda path, options: wds.WebDataset(_files(path, ".tar"), shardshuffle=False, empty_check=False)
 
 
 class ArrowTable:
     """pyarrow on Parquet the fast way: columnar batches converted with to_pylist."""
 
     def __init__(self, path):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) else [path]
-        import pyarrow as pa
-
-        self.table = pa.concat_tables([pq.read_table(f) for f in files])
+        self.table = pa.concat_tables([pq.read_table(f) for f in _files(path)])
 
     def __len__(self):
         return self.table.num_rows
@@ -114,27 +120,39 @@ class ArrowTable:
         return t.take(idx).to_pylist()
 
 
-def open_arrow(path, options):
-    return ArrowTable(path)
+def load_arrow():
+    import pyarrow.parquet  # noqa: F401
+
+    return lambda path, options: ArrowTable(path)
 
 
-OPENERS = {
-    "hpcio": open_hpcio,
-    "streaming": open_streaming,
-    "mdf-mds": open_mdf_mds,
-    "mdf-jinx": open_mdf_jinx,
-    "hf": open_hf,
-    "webdataset": open_webdataset,
-    "arrow": open_arrow,
+LOADERS = {
+    "hpcio": load_hpcio,
+    "streaming": load_streaming,
+    "mdf-mds": load_mdf_mds,
+    "mdf-jinx": load_mdf_jinx,
+    "hf": load_hf,
+    "webdataset": load_webdataset,
+    "arrow": load_arrow,
 }
+
+
+def peak_rss_mb():
+    """This process's peak resident set (VmHWM), which exec resets, unlike ru_maxrss."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def run(spec):
     system, op, profile = spec["system"], spec["op"], spec["profile"]
     meta = spec.get("meta_fields")
-    t_import = time.perf_counter() - T_START
+    opener = LOADERS[system]()
     t0 = time.perf_counter()
-    ds = OPENERS[system](spec["path"], spec.get("options", {}))
+    t_import = t0 - T_START
+    ds = opener(spec["path"], spec.get("options", {}))
     t_open = time.perf_counter()
     n = spec.get("n") or len(ds)
     checksum = 0
@@ -193,6 +211,7 @@ def run(spec):
         "total_s": t_end - t0,
         "samples": int(n),
         "checksum": int(checksum),
+        "maxrss_mb": peak_rss_mb(),
     }
 
 

@@ -21,11 +21,8 @@ META_FIELDS = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
 
 
 def flatten(profile: str, sample: dict) -> dict:
-    if profile == "vlm":
-        out = {k: v for k, v in sample.items() if k != "images"}
-        out["image"] = sample["images"][0]
-        return out
-    return dict(sample)
+    """The demo sample in the layout every format stores (see hpcio.demo.shard_layout)."""
+    return demo.shard_layout(sample)
 
 
 @dataclass
@@ -35,6 +32,7 @@ class BenchDataset:
     name: str  # e.g. "mds", "jinx-zst-bin"
     format: str  # the file format, for peers: mds, jinx, parquet, jsonl, webdataset
     path: str
+    samples: int
     options: dict = field(default_factory=dict)  # writer options used
 
     @property
@@ -99,7 +97,7 @@ def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=pr
             with hpcio.open_writer(path, format=fmt, **options) as w:
                 for s in samples:
                     w.write(s)
-        out.append(BenchDataset(name, fmt, path, options))
+        out.append(BenchDataset(name, fmt, path, n, options))
     out.extend(_peer_formats(profile, n, root, seed, samples, formats, log))
     with open(stamp_path, "w") as f:
         json.dump(stamp, f)
@@ -122,5 +120,5 @@ def _peer_formats(profile, n, root, seed, samples, formats, log) -> list[BenchDa
             pq.write_table(pa.Table.from_pylist(samples), os.path.join(path + ".tmp", "data.parquet"))
             os.replace(path + ".tmp", path)
             log("writing parquet")
-        out.append(BenchDataset("parquet", "parquet", path))
+        out.append(BenchDataset("parquet", "parquet", path, n))
     return out
