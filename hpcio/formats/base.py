@@ -141,3 +141,50 @@ class Writer(abc.ABC):
         else:
             self.abort()
         return False
+
+
+class PendingFiles:
+    """Output files written under temporary names and published together.
+
+    Readers must never see a half-written dataset: each file is written as
+    ``<final>.tmp.<pid>`` and renamed only by :meth:`publish`; :meth:`discard` removes the
+    temporaries (and the output directory, when this writer created it and it is empty).
+    """
+
+    def __init__(self, directory: str | None = None):
+        self.directory = directory
+        self.created_dir = False
+        if directory is not None:
+            self.created_dir = not os.path.exists(directory)
+            os.makedirs(directory, exist_ok=True)
+        self.finals: list[str] = []
+
+    def add(self, final: str) -> str:
+        """Register ``final`` and return the temporary name to write it under."""
+        self.finals.append(final)
+        return self.temp_name(final)
+
+    @staticmethod
+    def temp_name(final: str) -> str:
+        return f"{final}.tmp.{os.getpid()}"
+
+    def __bool__(self) -> bool:
+        return bool(self.finals)
+
+    def publish(self) -> None:
+        for final in self.finals:
+            os.replace(self.temp_name(final), final)
+        self.finals = []
+
+    def discard(self) -> None:
+        for final in self.finals:
+            try:
+                os.remove(self.temp_name(final))
+            except FileNotFoundError:
+                pass
+        self.finals = []
+        if self.created_dir:
+            try:
+                os.rmdir(self.directory)
+            except OSError:  # not empty: files this writer did not create stay
+                pass
