@@ -108,20 +108,34 @@ class Dataset(Sequence):
         """A global permutation view: ``numpy.random.default_rng(seed).permutation(n)``."""
         return self._view(np.random.default_rng(seed).permutation(len(self)))
 
-    def sort(self, key: str | Callable[[Mapping], object], reverse: bool = False) -> "Dataset":
-        """A stable sort view by a field name or a function of the sample.
+    def sort(
+        self,
+        key: str | Callable = None,
+        reverse: bool = False,
+        *,
+        field: str | None = None,
+    ) -> "Dataset":
+        """A stable sort view.
 
-        A field name reads only that field (lazy and columnar formats decode nothing
-        else); a callable sees the whole (projected) sample.
+        ``ds.sort("text")`` sorts by a field's value; ``ds.sort(len, field="messages")``
+        by a function of one field; ``ds.sort(fn)`` by a function of the whole sample.
+        With a field, only that field is read (lazy and columnar formats decode nothing
+        else); a whole-sample function sees the (projected) sample.
         """
+        if isinstance(key, str):
+            key, field = None, key
         idx = np.arange(len(self), dtype=np.int64) if self.indices is None else self.indices
-        keys = []
-        for lo in range(0, len(idx), DEFAULT_BATCH * 16):
-            chunk = idx[lo : lo + DEFAULT_BATCH * 16]
-            if isinstance(key, str):
-                keys.extend(self.reader.read_field(chunk, key))
+        keys: list = []
+        step = DEFAULT_BATCH * 16
+        for lo in range(0, len(idx), step):
+            chunk = idx[lo : lo + step]
+            if field is not None:
+                values = self.reader.read_field(chunk, field)
+                keys.extend(values if key is None else map(key, values))
+            elif key is not None:
+                keys.extend(map(key, self.reader.read_many(chunk, self.fields)))
             else:
-                keys.extend(key(s) for s in self.reader.read_many(chunk, self.fields))
+                raise TypeError("sort() needs a field name or a key function")
         return self._view(_stable_argsort(keys, descending=reverse))
 
     def select(self, fields: Sequence[str]) -> "Dataset":
