@@ -67,6 +67,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     out.add_argument("--from", dest="from_format", metavar="FORMAT",
                      help="read every source as FORMAT instead of detecting it")
     out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")
+    out.add_argument("--read-option", "-I", dest="reader_options", action="append", type=_option, default=[],
+                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be); repeatable")
     out.add_argument("--option", "-O", dest="writer_options", action="append", type=_option, default=[],
                      metavar="KEY=VALUE", help="extra writer option (VALUE parsed as JSON when it can be); repeatable")
     shards = parser.add_argument_group("shards")
@@ -124,6 +126,7 @@ def output_options(args) -> dict:
         resume=args.resume,
         seed=args.seed,
         writer_options=dict(args.writer_options),
+        reader_options=dict(args.reader_options),
         progress=not args.no_progress,
     )
 

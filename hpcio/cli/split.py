@@ -69,7 +69,7 @@ def run(args) -> int:
 
         n = 0
         for src in listed:
-            with get_format(src.format).Reader(src.path) as reader:
+            with get_format(src.format).Reader(src.path, **dict(args.reader_options)) as reader:
                 n += len(reader)
         fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
         selections = split_selections(n, parts=args.parts, fractions=fractions, seed=args.split_seed)

@@ -133,6 +133,7 @@ def convert(
     resume: bool = False,
     seed: int = 0,
     writer_options: Mapping | None = None,
+    reader_options: Mapping | None = None,
     progress: bool = True,
     comm=None,
 ) -> dict:
@@ -177,6 +178,8 @@ def convert(
         Seed of the sample-to-shard assignment.
     writer_options
         Further keyword arguments for the output format's writer.
+    reader_options
+        Keyword arguments for the sources' readers (e.g. which JSONL fields hold base64).
     progress
         Show progress on rank 0 (a bar on a terminal, plain lines otherwise).
     comm
@@ -220,7 +223,7 @@ def convert(
 
     sources: list[Source] = _collective(comm, list_sources)
     mine = list(range(comm.rank, len(sources), comm.size))
-    measured = _collective(comm, lambda: {i: measure_source(sources[i]) for i in mine}, root_only=False)
+    measured = _collective(comm, lambda: {i: measure_source(sources[i], reader_options) for i in mine}, root_only=False)
     sizes_by_source: dict[int, np.ndarray] = {}
     for part in measured:
         sizes_by_source.update(part)
@@ -246,6 +249,7 @@ def convert(
             "sources": [s.to_json() for s in sources],
             "to": fmt.NAME,
             "writer_options": {k: repr(v) for k, v in sorted(opts.items())},
+            "reader_options": {k: repr(v) for k, v in sorted((reader_options or {}).items())},
             "num_shards": count,
             "seed": seed,
             "order": order,
@@ -301,6 +305,7 @@ def convert(
         fmt=fmt, staging=staging, sources=sources, first_id=first_id, sizes=sizes,
         fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
         writer_options=opts, num_shards=shards, progress=bar, rank=comm.rank,
+        reader_options=reader_options,
     )
     try:
         for k in my_shards:
@@ -335,7 +340,7 @@ class _ShardWriter:
     """Writes shards on one rank: read the samples, map/filter, write, publish."""
 
     def __init__(self, *, fmt, staging, sources, first_id, sizes, fields, map_fn, filter_fn,
-                 skip_bad, writer_options, num_shards, progress, rank):
+                 skip_bad, writer_options, num_shards, progress, rank, reader_options):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
@@ -349,7 +354,7 @@ class _ShardWriter:
         self.num_shards = num_shards
         self.progress = progress
         self.rank = rank
-        self.readers = ReaderCache(sources)
+        self.readers = ReaderCache(sources, reader_options=reader_options)
 
     def close(self):
         self.readers.close()

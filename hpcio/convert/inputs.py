@@ -91,9 +91,9 @@ def expand_sources(paths, format: str | None = None) -> list[Source]:
     return sources
 
 
-def measure_source(source: Source) -> np.ndarray:
+def measure_source(source: Source, reader_options: dict | None = None) -> np.ndarray:
     """The stored size in bytes of every sample of ``source`` (int64 array)."""
-    reader = get_format(source.format).Reader(source.path)
+    reader = get_format(source.format).Reader(source.path, **(reader_options or {}))
     try:
         n = len(reader)
         sizer = getattr(reader, "sample_nbytes", None)
@@ -118,9 +118,10 @@ class ReaderCache:
     (a rank reads from every source, and thousands of open files would exhaust the
     descriptor limit)."""
 
-    def __init__(self, sources: list[Source], limit: int = 32):
+    def __init__(self, sources: list[Source], limit: int = 32, reader_options: dict | None = None):
         self.sources = sources
         self.limit = limit
+        self.reader_options = dict(reader_options or {})
         self._open: OrderedDict[int, object] = OrderedDict()
 
     def get(self, index: int):
@@ -129,7 +130,7 @@ class ReaderCache:
             self._open.move_to_end(index)
             return reader
         src = self.sources[index]
-        reader = get_format(src.format).Reader(src.path)
+        reader = get_format(src.format).Reader(src.path, **self.reader_options)
         self._open[index] = reader
         if len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)
