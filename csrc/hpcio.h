@@ -51,8 +51,8 @@ hpcio_status hpcio_bisect(const uint64_t *cum, size_t nshards, const uint64_t *i
  * Record i spans [off[i], off[i+1]).  Checks that the used entries are non-decreasing
  * and <= limit (the file/buffer size).  With indices == NULL, all nrec records are
  * produced in order (m must equal nrec); otherwise record indices[j] for j < m
- * (indices >= nrec give HPCIO_E_RANGE).  err->offset is the byte offset of the bad
- * table entry relative to the table start. */
+ * (indices >= nrec give HPCIO_E_RANGE).  err->item is the record, err->offset the byte
+ * offset of the bad table entry relative to the table start. */
 hpcio_status hpcio_offset_ranges(const uint8_t *table, int width, size_t nrec,
                                  uint64_t limit, const uint64_t *indices, size_t m,
                                  uint64_t *starts, uint64_t *ends, hpcio_error *err);
@@ -110,6 +110,15 @@ hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
 hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
                                       uint8_t **out, uint64_t *out_len, hpcio_error *err);
 
+/* hpcio_zstd_decode_stream for frames src[starts[j]:ends[j]] (j < m) on up to nthreads
+ * threads: outs[j] (malloc'd, free with hpcio_free) holds out_lens[j] bytes.  Each
+ * frame's output is bounded by limit.  On failure every outs[j] is freed and NULL. */
+hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
+                                           const uint64_t *starts, const uint64_t *ends,
+                                           size_t m, uint64_t limit, uint8_t **outs,
+                                           uint64_t *out_lens, int nthreads,
+                                           hpcio_error *err);
+
 /* Compress src into dst (capacity from hpcio_zstd_bound).  content_size = 0 omits the
  * size from the frame header, as streaming compressors do. */
 uint64_t hpcio_zstd_bound(uint64_t len);
@@ -117,6 +126,7 @@ hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
                                  int content_size, uint8_t *dst, uint64_t cap,
                                  uint64_t *written, hpcio_error *err);
 unsigned hpcio_zstd_version(void);
+const char *hpcio_zstd_version_string(void);
 
 /* ---- blosc2 (blosc.c) ----------------------------------------------------------------
  * Same shape as the zstd functions, for blosc2 chunks (whose header always carries
@@ -139,6 +149,11 @@ void hpcio_free(void *p);
 
 /* Compiler and SIMD flags the kernels were built with, for `hpcio info`. */
 const char *hpcio_build_flags(void);
+const char *hpcio_compiler(void);  /* e.g. "gcc 12.2.0" */
+const char *hpcio_simd(void);      /* SIMD macros seen at compile time, space-separated */
+int hpcio_build_debug(void);       /* built with HPCIO_DEBUG=1 */
+int hpcio_build_sanitize(void);    /* built with HPCIO_SANITIZE=1 */
+const char *hpcio_kernels(void);   /* names of the kernels, space-separated */
 
 #ifdef __cplusplus
 }

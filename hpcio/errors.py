@@ -13,6 +13,7 @@ __all__ = [
     "CorruptShardError",
     "TruncatedShardError",
     "ShardNotFoundError",
+    "ShardReadError",
     "IndexOutOfRangeError",
     "DecodeError",
     "DecompressionLimitError",
@@ -108,3 +109,7 @@ class MissingDependencyError(HpcioError, ImportError):
 
 class CapabilityError(HpcioError, NotImplementedError):
     """An operation the chosen format does not support (e.g. random access on a stream)."""
+
+
+class ShardReadError(HpcioError, OSError):
+    """A system call reading a shard failed; ``errno`` holds the operating system's code."""

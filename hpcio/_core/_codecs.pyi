@@ -21,4 +21,7 @@ def blosc2_decode_many(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64]
                        nthreads: int = 1, *, path: str | None = None, sample_base: int = 0
                        ) -> tuple[bytearray, NDArray[np.uint64]]: ...
 def build_info() -> dict:
-    """Kernels built, compiler/SIMD flags, libzstd and C-Blosc2 versions."""
+    """Kernels built, compiler/SIMD flags, libzstd and C-Blosc2 versions.
+
+    Keys: kernels (list of names), compiler, cflags, simd (list of macros such as
+    __AVX2__), zstd and blosc2 (run-time library versions), debug and sanitize (bools)."""

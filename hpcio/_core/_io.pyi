@@ -2,6 +2,8 @@
 import numpy as np
 from numpy.typing import NDArray
 
+DEFAULT_BUFFER_SIZE: int  # 8 MiB
+
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
     path: str
@@ -35,6 +37,6 @@ class MappedShard:
     def __enter__(self) -> "MappedShard": ...
     def __exit__(self, *exc) -> None: ...
 
-def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64]
+def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: str | None = None
            ) -> tuple[bytearray, NDArray[np.uint64]]:
-    """Same as MappedShard.gather over any buffer."""
+    """Same as MappedShard.gather over any buffer; errors name ``path``."""

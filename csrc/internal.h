@@ -1,0 +1,58 @@
+/* Helpers shared by the hpcio kernels; not part of the public contract (hpcio.h). */
+#ifndef HPCIO_INTERNAL_H
+#define HPCIO_INTERNAL_H
+
+#include <string.h>
+
+#include "hpcio.h"
+
+#if defined(__GNUC__)
+#define HPCIO_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define HPCIO_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HPCIO_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define HPCIO_PRINTF(fmt, args)
+#define HPCIO_LIKELY(x) (x)
+#define HPCIO_UNLIKELY(x) (x)
+#endif
+
+/* Fill err (item, offset, formatted message) and return status, so kernels can
+ * `return hpcio_fail(err, HPCIO_E_..., item, offset, "...", ...)`. */
+hpcio_status hpcio_fail(hpcio_error *err, hpcio_status status, int64_t item,
+                        int64_t offset, const char *fmt, ...) HPCIO_PRINTF(5, 6);
+
+/* Little-endian unaligned loads: offset tables come straight from files. */
+static inline uint32_t hpcio_load_le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+static inline uint64_t hpcio_load_le64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+/* ---- parallel loop over items (threads.c) ---------------------------------------------
+ * Runs task(shared, thread_ctx, j, err) for every j < m on up to nthreads threads (the
+ * calling thread is one of them).  Each thread gets its own context from ctx_new (freed
+ * with ctx_free), e.g. a decoder context.  Items are claimed in increasing order, and
+ * when tasks fail the reported error is the one of the lowest failing item, so the
+ * result does not depend on scheduling. */
+typedef hpcio_status (*hpcio_task_fn)(void *shared, void *thread_ctx, size_t j,
+                                      hpcio_error *err);
+
+hpcio_status hpcio_parallel_for(size_t m, int nthreads, void *(*ctx_new)(void),
+                                void (*ctx_free)(void *), hpcio_task_fn task,
+                                void *shared, hpcio_error *err);
+
+#endif /* HPCIO_INTERNAL_H */

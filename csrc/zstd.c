@@ -1,0 +1,277 @@
+/* zstd frames: content size, batch decode (known sizes, several threads), streaming
+ * decode of frames without a declared size under a size limit, and compression. */
+#include <stdlib.h>
+
+#include <zstd.h>
+
+#include "internal.h"
+
+hpcio_status hpcio_zstd_content_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                     hpcio_error *err)
+{
+    unsigned long long cs;
+
+    if (len == 0)
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "empty input is not a zstd frame");
+    cs = ZSTD_getFrameContentSize(src, (size_t)len);
+    if (cs == ZSTD_CONTENTSIZE_ERROR)
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1,
+                          "not a zstd frame (header bytes %02x %02x %02x %02x)",
+                          src[0], len > 1 ? src[1] : 0, len > 2 ? src[2] : 0,
+                          len > 3 ? src[3] : 0);
+    *size = cs == ZSTD_CONTENTSIZE_UNKNOWN ? UINT64_MAX : (uint64_t)cs;
+    return HPCIO_OK;
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint64_t src_len;
+    const uint64_t *starts, *ends;
+    uint8_t *dst;
+    const uint64_t *dst_offsets;
+} known_batch;
+
+static void *dctx_new(void)
+{
+    return ZSTD_createDCtx();
+}
+
+static void dctx_free(void *ctx)
+{
+    ZSTD_freeDCtx(ctx);
+}
+
+static hpcio_status check_range(uint64_t a, uint64_t b, uint64_t src_len, size_t j,
+                                hpcio_error *err)
+{
+    if (HPCIO_UNLIKELY(b < a))
+        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)a,
+                          "frame ends at byte %llu before it starts",
+                          (unsigned long long)b);
+    if (HPCIO_UNLIKELY(b > src_len))
+        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)j, (int64_t)a,
+                          "frame ends at byte %llu, past the end of the data (%llu bytes)",
+                          (unsigned long long)b, (unsigned long long)src_len);
+    return HPCIO_OK;
+}
+
+static hpcio_status decode_known_one(void *shared, void *ctx, size_t j, hpcio_error *err)
+{
+    const known_batch *k = shared;
+    const uint64_t a = k->starts[j], b = k->ends[j];
+    const uint64_t want = k->dst_offsets[j + 1] - k->dst_offsets[j];
+    hpcio_status st = check_range(a, b, k->src_len, j, err);
+    size_t got;
+
+    if (st != HPCIO_OK)
+        return st;
+    got = ZSTD_decompressDCtx(ctx, k->dst + k->dst_offsets[j], (size_t)want, k->src + a,
+                              (size_t)(b - a));
+    if (ZSTD_isError(got))
+        return hpcio_fail(err, HPCIO_E_CODEC, (int64_t)j, (int64_t)a,
+                          "zstd frame does not decode: %s", ZSTD_getErrorName(got));
+    if (got != want)
+        return hpcio_fail(err, HPCIO_E_CODEC, (int64_t)j, (int64_t)a,
+                          "zstd frame decodes to %zu bytes, its header declares %llu", got,
+                          (unsigned long long)want);
+    return HPCIO_OK;
+}
+
+hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
+                                     const uint64_t *starts, const uint64_t *ends,
+                                     size_t m, uint8_t *dst, const uint64_t *dst_offsets,
+                                     int nthreads, hpcio_error *err)
+{
+    known_batch k = {src, src_len, starts, ends, dst, dst_offsets};
+
+    for (size_t j = 0; j < m; j++)
+        if (dst_offsets[j + 1] < dst_offsets[j])
+            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1,
+                              "output positions decrease at frame %zu", j);
+    return hpcio_parallel_for(m, nthreads, dctx_new, dctx_free, decode_known_one, &k, err);
+}
+
+/* Streaming decode with a caller-owned context; the output grows by doubling from a
+ * guess and never beyond limit + 1 bytes (one more than allowed proves the excess). */
+static hpcio_status decode_stream_ctx(ZSTD_DCtx *dctx, const uint8_t *src, uint64_t len,
+                                      uint64_t limit, uint8_t **out, uint64_t *out_len,
+                                      hpcio_error *err)
+{
+    ZSTD_inBuffer in = {src, (size_t)len, 0};
+    uint64_t ceiling = limit == UINT64_MAX ? limit : limit + 1;
+    uint64_t cap;
+    uint8_t *buf;
+    size_t ret = 1;
+
+    *out = NULL;
+    *out_len = 0;
+    if (len == 0)
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "empty input is not a zstd frame");
+    /* A declared size (within the limit) is the exact size of a single frame. */
+    {
+        unsigned long long cs = ZSTD_getFrameContentSize(src, (size_t)len);
+        if (cs != ZSTD_CONTENTSIZE_ERROR && cs != ZSTD_CONTENTSIZE_UNKNOWN && cs < ceiling)
+            cap = cs + 1;
+        else
+            cap = len < (UINT64_MAX / 4) ? 4 * len : len;
+    }
+    if (cap < 4096)
+        cap = 4096;
+    if (cap > ceiling)
+        cap = ceiling;
+    buf = malloc(cap ? (size_t)cap : 1);
+    if (buf == NULL)
+        return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate %llu bytes",
+                          (unsigned long long)cap);
+    ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+    for (;;) {
+        ZSTD_outBuffer o = {buf, (size_t)cap, (size_t)*out_len};
+
+        ret = ZSTD_decompressStream(dctx, &o, &in);
+        *out_len = o.pos;
+        if (ZSTD_isError(ret)) {
+            free(buf);
+            return hpcio_fail(err, HPCIO_E_CODEC, -1, (int64_t)in.pos,
+                              "zstd frame does not decode: %s", ZSTD_getErrorName(ret));
+        }
+        if (*out_len > limit) {
+            free(buf);
+            return hpcio_fail(err, HPCIO_E_LIMIT, -1, -1,
+                              "zstd frame decodes to more than the limit of %llu bytes",
+                              (unsigned long long)limit);
+        }
+        if (ret == 0 && in.pos == in.size)
+            break; /* last frame complete and flushed, input consumed */
+        if (o.pos == o.size) {
+            /* Output full: the decoder may hold more; grow and continue. */
+            uint64_t ncap = cap > ceiling / 2 ? ceiling : cap * 2;
+            uint8_t *nbuf;
+
+            if (ncap == cap) {
+                free(buf);
+                return hpcio_fail(err, HPCIO_E_LIMIT, -1, -1,
+                                  "zstd frame decodes to more than the limit of %llu bytes",
+                                  (unsigned long long)limit);
+            }
+            nbuf = realloc(buf, (size_t)ncap);
+            if (nbuf == NULL) {
+                free(buf);
+                return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate %llu bytes",
+                                  (unsigned long long)ncap);
+            }
+            buf = nbuf;
+            cap = ncap;
+            continue;
+        }
+        if (in.pos == in.size) {
+            /* Input exhausted in the middle of a frame, with output room left. */
+            free(buf);
+            return hpcio_fail(err, HPCIO_E_CODEC, -1, (int64_t)in.pos,
+                              "zstd frame truncated: input ends after %llu bytes",
+                              (unsigned long long)len);
+        }
+        /* ret == 0 with input left: the next frame follows; keep going. */
+    }
+    *out = buf;
+    return HPCIO_OK;
+}
+
+hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
+                                      uint8_t **out, uint64_t *out_len, hpcio_error *err)
+{
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    hpcio_status st;
+
+    if (dctx == NULL)
+        return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate a zstd context");
+    st = decode_stream_ctx(dctx, src, len, limit, out, out_len, err);
+    ZSTD_freeDCtx(dctx);
+    return st;
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint64_t src_len;
+    const uint64_t *starts, *ends;
+    uint64_t limit;
+    uint8_t **outs;
+    uint64_t *out_lens;
+} stream_batch;
+
+static hpcio_status decode_stream_one(void *shared, void *ctx, size_t j, hpcio_error *err)
+{
+    const stream_batch *s = shared;
+    const uint64_t a = s->starts[j], b = s->ends[j];
+    hpcio_status st = check_range(a, b, s->src_len, j, err);
+
+    if (st != HPCIO_OK)
+        return st;
+    st = decode_stream_ctx(ctx, s->src + a, b - a, s->limit, &s->outs[j], &s->out_lens[j],
+                           err);
+    if (st != HPCIO_OK) {
+        err->item = (int64_t)j;
+        err->offset = err->offset < 0 ? (int64_t)a : (int64_t)a + err->offset;
+    }
+    return st;
+}
+
+hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
+                                           const uint64_t *starts, const uint64_t *ends,
+                                           size_t m, uint64_t limit, uint8_t **outs,
+                                           uint64_t *out_lens, int nthreads,
+                                           hpcio_error *err)
+{
+    stream_batch s = {src, src_len, starts, ends, limit, outs, out_lens};
+    hpcio_status st;
+
+    for (size_t j = 0; j < m; j++) {
+        outs[j] = NULL;
+        out_lens[j] = 0;
+    }
+    st = hpcio_parallel_for(m, nthreads, dctx_new, dctx_free, decode_stream_one, &s, err);
+    if (st != HPCIO_OK) {
+        for (size_t j = 0; j < m; j++) {
+            free(outs[j]);
+            outs[j] = NULL;
+        }
+    }
+    return st;
+}
+
+uint64_t hpcio_zstd_bound(uint64_t len)
+{
+    return ZSTD_compressBound((size_t)len);
+}
+
+hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
+                                 int content_size, uint8_t *dst, uint64_t cap,
+                                 uint64_t *written, hpcio_error *err)
+{
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    size_t r;
+
+    if (cctx == NULL)
+        return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate a zstd context");
+    r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    if (!ZSTD_isError(r))
+        r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, content_size ? 1 : 0);
+    /* With the flag off the size stays out of the header, as streaming writers do. */
+    if (!ZSTD_isError(r))
+        r = ZSTD_compress2(cctx, dst, (size_t)cap, src, (size_t)len);
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(r))
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "zstd compression failed: %s",
+                          ZSTD_getErrorName(r));
+    *written = r;
+    return HPCIO_OK;
+}
+
+unsigned hpcio_zstd_version(void)
+{
+    return ZSTD_versionNumber();
+}
+
+const char *hpcio_zstd_version_string(void)
+{
+    return ZSTD_versionString();
+}

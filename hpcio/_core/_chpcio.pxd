@@ -1,0 +1,91 @@
+# cython: language_level=3
+"""Declarations of the C kernel contract (csrc/hpcio.h), shared by every _core module."""
+
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+
+cdef extern from "hpcio.h" nogil:
+    ctypedef enum hpcio_status:
+        HPCIO_OK
+        HPCIO_E_RANGE
+        HPCIO_E_CORRUPT
+        HPCIO_E_TRUNCATED
+        HPCIO_E_IO
+        HPCIO_E_NOMEM
+        HPCIO_E_CODEC
+        HPCIO_E_LIMIT
+        HPCIO_E_BUFFER
+        HPCIO_E_ARG
+
+    ctypedef struct hpcio_error:
+        int64_t item
+        int64_t offset
+        int sys_errno
+        char msg[192]
+
+    void hpcio_error_clear(hpcio_error *err)
+
+    hpcio_status hpcio_bisect(const uint64_t *cum, size_t nshards, const uint64_t *ids,
+                              size_t n, int64_t *shard_out, uint64_t *local_out,
+                              hpcio_error *err)
+
+    hpcio_status hpcio_offset_ranges(const uint8_t *table, int width, size_t nrec,
+                                     uint64_t limit, const uint64_t *indices, size_t m,
+                                     uint64_t *starts, uint64_t *ends, hpcio_error *err)
+    hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *starts,
+                              const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
+                              uint64_t *out_offsets, hpcio_error *err)
+
+    hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
+                                  hpcio_error *err)
+    hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t *ends,
+                                     size_t m, uint8_t *buf, uint64_t cap,
+                                     uint64_t *out_offsets, size_t *n_done,
+                                     hpcio_error *err)
+
+    hpcio_status hpcio_scan_lines(const uint8_t *buf, uint64_t len, uint64_t base,
+                                  uint64_t *out, size_t cap, size_t *count,
+                                  hpcio_error *err)
+
+    hpcio_status hpcio_zstd_content_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                         hpcio_error *err)
+    hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
+                                         const uint64_t *starts, const uint64_t *ends,
+                                         size_t m, uint8_t *dst, const uint64_t *dst_offsets,
+                                         int nthreads, hpcio_error *err)
+    hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
+                                          uint8_t **out, uint64_t *out_len,
+                                          hpcio_error *err)
+    hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
+                                               const uint64_t *starts, const uint64_t *ends,
+                                               size_t m, uint64_t limit, uint8_t **outs,
+                                               uint64_t *out_lens, int nthreads,
+                                               hpcio_error *err)
+    uint64_t hpcio_zstd_bound(uint64_t len)
+    hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
+                                     int content_size, uint8_t *dst, uint64_t cap,
+                                     uint64_t *written, hpcio_error *err)
+    unsigned hpcio_zstd_version()
+    const char *hpcio_zstd_version_string()
+
+    hpcio_status hpcio_blosc2_content_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                           hpcio_error *err)
+    hpcio_status hpcio_blosc2_decode_known(const uint8_t *src, uint64_t src_len,
+                                           const uint64_t *starts, const uint64_t *ends,
+                                           size_t m, uint8_t *dst,
+                                           const uint64_t *dst_offsets, int nthreads,
+                                           hpcio_error *err)
+    uint64_t hpcio_blosc2_bound(uint64_t len)
+    hpcio_status hpcio_blosc2_compress(const uint8_t *src, uint64_t len, const char *codec,
+                                       int clevel, int typesize, int shuffle, uint8_t *dst,
+                                       uint64_t cap, uint64_t *written, hpcio_error *err)
+    const char *hpcio_blosc2_version()
+
+    void hpcio_free(void *p)
+
+    const char *hpcio_build_flags()
+    const char *hpcio_compiler()
+    const char *hpcio_simd()
+    int hpcio_build_debug()
+    int hpcio_build_sanitize()
+    const char *hpcio_kernels()

@@ -1,0 +1,143 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
+# distutils: language = c
+"""Index kernels: bisection, offset tables, newline scanning (compiled, private)."""
+
+import numpy as np
+
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+from ._chpcio cimport (
+    HPCIO_OK, hpcio_bisect, hpcio_error, hpcio_error_clear, hpcio_offset_ranges,
+    hpcio_scan_lines, hpcio_status,
+)
+from ._utils cimport byte_view, check, data_ptr, raise_error, u64_ptr
+
+
+def _as_ids(ids, str what):
+    """Non-negative integer ids as a contiguous uint64 array (negative ones rejected)."""
+    from hpcio.errors import IndexOutOfRangeError
+
+    arr = np.asarray(ids)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            arr = arr.astype(np.uint64)
+        else:
+            raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
+        flat = arr.ravel()
+        bad = int(flat[np.argmax(flat < 0)])
+        raise IndexOutOfRangeError(f"{what} must be non-negative, got {bad}")
+    return np.ascontiguousarray(arr, dtype=np.uint64)
+
+
+def bisect_ids(cum, ids, *, path=None):
+    """Global sample ids -> (shard, local index) over cumulative counts ``cum``.
+
+    ``cum[0] == 0``, non-decreasing, ``cum[-1]`` the total; empty shards are skipped.
+    Returns int64 shard numbers and uint64 local indices shaped like ``ids``.
+    Raises IndexOutOfRangeError for an id >= cum[-1] and CorruptShardError for
+    cumulative counts that do not start at 0 or decrease.  Releases the GIL.
+    """
+    from hpcio.errors import CorruptShardError
+
+    cdef const uint64_t[::1] c = np.ascontiguousarray(cum, dtype=np.uint64).ravel()
+    cdef size_t nshards, k, bad = 0
+    if c.shape[0] == 0:
+        raise ValueError("cumulative counts need at least one entry (cum[0] == 0)")
+    nshards = c.shape[0] - 1
+    if c[0] != 0:
+        raise CorruptShardError(f"cumulative sample counts start at {c[0]}, not 0", path=path)
+    with nogil:
+        for k in range(nshards):
+            if c[k + 1] < c[k]:
+                bad = k + 1
+                break
+    if bad:
+        raise CorruptShardError(
+            f"cumulative sample counts decrease at shard {bad - 1}: {c[bad - 1]} then {c[bad]}",
+            path=path)
+
+    id_arr = _as_ids(ids, "sample ids")
+    shape = id_arr.shape
+    cdef const uint64_t[::1] idv = id_arr.ravel()
+    cdef size_t n = idv.shape[0]
+    shard = np.empty(n, dtype=np.int64)
+    local = np.empty(n, dtype=np.uint64)
+    cdef int64_t[::1] shard_v = shard
+    cdef uint64_t[::1] local_v = local
+    cdef hpcio_error err
+    cdef hpcio_status st = HPCIO_OK
+    hpcio_error_clear(&err)
+    if n:
+        with nogil:
+            st = hpcio_bisect(&c[0], nshards, &idv[0], n, &shard_v[0], &local_v[0], &err)
+    if st != HPCIO_OK:
+        raise_error(st, &err, path, -1, <int64_t>idv[err.item])
+    return shard.reshape(shape), local.reshape(shape)
+
+
+def offset_ranges(table, int width, nrec, limit, indices=None, *, path=None,
+                  table_offset=0, sample_base=0):
+    """(starts, ends) of records from a little-endian offset table.
+
+    ``table`` holds nrec+1 unsigned integers of ``width`` bytes (4 or 8).  Entries
+    must be non-decreasing and <= limit; errors name path, byte offset
+    (table_offset + entry position) and sample (sample_base + record).  With
+    ``indices``, only those records are returned, in that order.
+    """
+    from hpcio.errors import TruncatedShardError
+
+    if nrec < 0:
+        raise ValueError(f"record count must be >= 0, got {nrec}")
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if width not in (4, 8):
+        raise ValueError(f"offset width must be 4 or 8 bytes, got {width}")
+    cdef const uint8_t[::1] tab = byte_view(table)
+    cdef size_t n = nrec
+    cdef uint64_t lim = limit
+    need = (nrec + 1) * width
+    if <size_t>tab.shape[0] < need:
+        raise TruncatedShardError(
+            f"offset table of {nrec} records needs {need} bytes, only {tab.shape[0]} present",
+            path=path, offset=table_offset)
+    cdef const uint64_t[::1] idx
+    cdef const uint64_t *idx_ptr = NULL
+    cdef size_t m = n
+    if indices is not None:
+        idx = _as_ids(indices, "record indices").ravel()
+        idx_ptr = u64_ptr(idx)
+        m = idx.shape[0]
+    starts = np.empty(m, dtype=np.uint64)
+    ends = np.empty(m, dtype=np.uint64)
+    cdef uint64_t[::1] sv = starts, ev = ends
+    cdef hpcio_error err
+    cdef hpcio_status st = HPCIO_OK
+    hpcio_error_clear(&err)
+    if m:
+        with nogil:
+            st = hpcio_offset_ranges(&tab[0], width, n, lim, idx_ptr, m, &sv[0], &ev[0], &err)
+        check(st, &err, path, table_offset, sample_base)
+    return starts, ends
+
+
+def scan_lines(buf, base=0):
+    """Line start offsets of ``buf`` plus its end: count+1 uint64 entries (+ base).
+
+    A final line without a newline still counts; an empty buffer has no lines.
+    """
+    cdef const uint8_t[::1] b = byte_view(buf)
+    cdef uint64_t off = base
+    cdef size_t count = 0
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_scan_lines(data_ptr(b), b.shape[0], off, NULL, 0, &count, &err)
+    check(st, &err, None, -1, -1)
+    out = np.empty(count + 1, dtype=np.uint64)
+    cdef uint64_t[::1] ov = out
+    with nogil:
+        st = hpcio_scan_lines(data_ptr(b), b.shape[0], off, &ov[0], count + 1, &count, &err)
+    check(st, &err, None, -1, -1)
+    return out

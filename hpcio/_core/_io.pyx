@@ -1,0 +1,271 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
+# distutils: language = c
+"""Shard file access: buffered pread and mmap (compiled, private)."""
+
+import mmap
+import os
+
+import numpy as np
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+from ._chpcio cimport (
+    HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather,
+    hpcio_pread_full, hpcio_pread_records, hpcio_status,
+)
+from ._utils cimport byte_view, check, data_ptr, u64_ptr
+
+DEFAULT_BUFFER_SIZE = 8 << 20
+
+
+def _open_shard(path):
+    from hpcio.errors import ShardNotFoundError
+
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ShardNotFoundError("shard file does not exist", path=path) from None
+
+
+def _ranges(starts, ends):
+    s = np.ascontiguousarray(starts, dtype=np.uint64).ravel()
+    e = np.ascontiguousarray(ends, dtype=np.uint64).ravel()
+    if s.shape[0] != e.shape[0]:
+        raise ValueError(f"{s.shape[0]} starts but {e.shape[0]} ends")
+    return s, e
+
+
+cdef object _gather(object src, object starts, object ends, object path):
+    cdef const uint8_t[::1] data = byte_view(src)
+    s, e = _ranges(starts, ends)
+    cdef const uint64_t[::1] sv = s, ev = e
+    cdef size_t m = sv.shape[0], j
+    cdef uint64_t total = 0, src_len = data.shape[0]
+    # Only valid ranges count towards the size; the kernel reports the invalid ones
+    # before copying anything past them.
+    with nogil:
+        for j in range(m):
+            if sv[j] <= ev[j] and ev[j] <= src_len:
+                total += ev[j] - sv[j]
+    out = PyByteArray_FromStringAndSize(NULL, total)
+    positions = np.empty(m + 1, dtype=np.uint64)
+    cdef uint64_t[::1] pv = positions
+    cdef uint8_t *dst = <uint8_t *>PyByteArray_AS_STRING(out)
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_gather(data_ptr(data), src_len, u64_ptr(sv), u64_ptr(ev), m, dst, total,
+                          &pv[0], &err)
+    check(st, &err, path, -1, -1)
+    return out, positions
+
+
+def gather(src, starts, ends, *, path=None):
+    """Copy src[starts[j]:ends[j]] back to back in one GIL-free call.
+
+    Returns (data, positions): a bytearray and m+1 uint64 positions of the records in it.
+    Ranges past the end of ``src`` raise TruncatedShardError, decreasing ones
+    CorruptShardError, naming ``path`` and the byte offset of the range.
+    """
+    return _gather(src, starts, ends, path)
+
+
+cdef class ShardFile:
+    """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
+
+    cdef int fd
+    cdef readonly str path
+    cdef readonly uint64_t size
+    cdef object _buf
+    cdef uint64_t _buffer_size
+
+    def __cinit__(self):
+        self.fd = -1
+
+    def __init__(self, path, buffer_size=DEFAULT_BUFFER_SIZE):
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        self.path = os.fspath(path)
+        self._buffer_size = buffer_size
+        self.fd = _open_shard(self.path)
+        self.size = os.fstat(self.fd).st_size
+        self._buf = None
+
+    cdef int _check_open(self) except -1:
+        if self.fd < 0:
+            raise ValueError(f"I/O operation on closed shard file ({self.path})")
+        return 0
+
+    def pread(self, offset, length):
+        """Exactly ``length`` bytes at ``offset`` (TruncatedShardError if the file is shorter)."""
+        from hpcio.errors import TruncatedShardError
+
+        self._check_open()
+        if offset < 0 or length < 0:
+            raise ValueError(f"offset and length must be >= 0, got {offset} and {length}")
+        # Checked before allocating, so a hostile length cannot exhaust memory.
+        if offset + length > self.size:
+            raise TruncatedShardError(
+                f"read of {length} bytes passes the end of the file ({self.size} bytes)",
+                path=self.path, offset=offset)
+        out = PyBytes_FromStringAndSize(NULL, length)
+        cdef uint8_t *dst = <uint8_t *>PyBytes_AS_STRING(out)
+        cdef uint64_t n = length, off = offset
+        cdef hpcio_error err
+        cdef hpcio_status st
+        hpcio_error_clear(&err)
+        with nogil:
+            st = hpcio_pread_full(self.fd, dst, n, off, &err)
+        check(st, &err, self.path, -1, -1)
+        return out
+
+    def read_records(self, starts, ends):
+        """Read as many records [starts[j], ends[j]) as fit the internal buffer.
+
+        Ranges that touch are read with a single pread.  At least one record is read:
+        the buffer grows for a single large record.  Returns (read-only view of the
+        buffer, k+1 positions of the records in it, k); the view is valid until the
+        next call.
+        """
+        from hpcio.errors import TruncatedShardError
+
+        self._check_open()
+        s, e = _ranges(starts, ends)
+        cdef const uint64_t[::1] sv = s, ev = e
+        cdef size_t m = sv.shape[0], j, bad = 0
+        cdef uint64_t size = self.size
+        with nogil:
+            for j in range(m):
+                if ev[j] > size:
+                    bad = j + 1
+                    break
+        if bad:
+            raise TruncatedShardError(
+                f"record ends at byte {ev[bad - 1]}, past the end of the file ({size} bytes)",
+                path=self.path, offset=sv[bad - 1])
+        positions = np.zeros(m + 1, dtype=np.uint64)
+        if m == 0:
+            return memoryview(b""), positions, 0
+        if self._buf is None:
+            self._buf = np.empty(self._buffer_size, dtype=np.uint8)
+        cdef uint64_t[::1] pv = positions
+        cdef uint8_t[::1] buf
+        cdef size_t n_done = 0
+        cdef hpcio_error err
+        cdef hpcio_status st
+        while True:
+            buf = self._buf
+            hpcio_error_clear(&err)
+            with nogil:
+                st = hpcio_pread_records(self.fd, &sv[0], &ev[0], m, &buf[0], buf.shape[0],
+                                         &pv[0], &n_done, &err)
+            if st != HPCIO_E_BUFFER:
+                break
+            # The first record alone exceeds the buffer: grow it to fit and retry.
+            self._buf = np.empty(max(ev[0] - sv[0], 2 * <uint64_t>buf.shape[0]),
+                                 dtype=np.uint8)
+        check(st, &err, self.path, -1, -1)
+        view = memoryview(self._buf)[:positions[n_done]].toreadonly()
+        return view, positions[:n_done + 1], n_done
+
+    def close(self):
+        """Close the file (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"ShardFile({self.path!r}, size={self.size})"
+
+
+cdef class MappedShard:
+    """A read-only mmap of a whole file; zero-copy record views."""
+
+    cdef readonly str path
+    cdef readonly uint64_t size
+    cdef object _map
+    cdef object _view
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        fd = _open_shard(self.path)
+        try:
+            self.size = os.fstat(fd).st_size
+            # mmap refuses empty files; an empty view behaves the same for readers.
+            if self.size:
+                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                self._view = memoryview(self._map)
+            else:
+                self._map = None
+                self._view = memoryview(b"")
+        finally:
+            os.close(fd)
+
+    cdef int _check_open(self) except -1:
+        if self._view is None:
+            raise ValueError(f"I/O operation on closed mapped shard ({self.path})")
+        return 0
+
+    def buffer(self):
+        """The whole mapping (zero-copy, read-only)."""
+        self._check_open()
+        return self._view
+
+    def view(self, start, end):
+        """Zero-copy view of [start, end); bounds-checked (TruncatedShardError)."""
+        from hpcio.errors import CorruptShardError, TruncatedShardError
+
+        self._check_open()
+        if start < 0 or end < start:
+            raise CorruptShardError(
+                f"record range [{start}, {end}) is not a valid byte range",
+                path=self.path, offset=start if start >= 0 else None)
+        if end > self.size:
+            raise TruncatedShardError(
+                f"record ends at byte {end}, past the end of the file ({self.size} bytes)",
+                path=self.path, offset=start)
+        return self._view[start:end]
+
+    def gather(self, starts, ends):
+        """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""
+        self._check_open()
+        return _gather(self._view, starts, ends, self.path)
+
+    def close(self):
+        """Unmap the file, or leave it to the views still alive (idempotent)."""
+        if self._view is None:
+            return
+        try:
+            self._view.release()
+        except BufferError:
+            pass
+        self._view = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # Record views handed out earlier keep the mapping; it goes with them.
+                pass
+            self._map = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"MappedShard({self.path!r}, size={self.size})"
