@@ -223,7 +223,19 @@ def convert(
 
     sources: list[Source] = _collective(comm, list_sources)
     mine = list(range(comm.rank, len(sources), comm.size))
-    measured = _collective(comm, lambda: {i: measure_source(sources[i], reader_options) for i in mine}, root_only=False)
+    # The readers opened to measure stay open for writing (opening may scan a file).
+    readers = ReaderCache(sources, reader_options=reader_options)
+
+    def closing_readers_on_error(call):
+        try:
+            return call()
+        except BaseException:
+            readers.close()
+            raise
+
+    measured = closing_readers_on_error(lambda: _collective(
+        comm, lambda: {i: measure_source(sources[i], reader=readers.get(i)) for i in mine}, root_only=False
+    ))
     sizes_by_source: dict[int, np.ndarray] = {}
     for part in measured:
         sizes_by_source.update(part)
@@ -280,7 +292,7 @@ def convert(
         os.makedirs(os.path.join(state_dir(staging), "tmp"))
         return plan, sizes
 
-    plan, sizes = _collective(comm, make_plan)
+    plan, sizes = closing_readers_on_error(lambda: _collective(comm, make_plan))
     shards = plan.num_shards
 
     # --- 3. which shards are left to write ----------------------------------------------
@@ -293,7 +305,8 @@ def convert(
                     done.append(k)
         return done
 
-    kept = sorted(k for share in _collective(comm, complete_share, root_only=False) for k in share)
+    shares = closing_readers_on_error(lambda: _collective(comm, complete_share, root_only=False))
+    kept = sorted(k for share in shares for k in share)
     todo = sorted(set(range(shards)) - set(kept))
     my_shards = todo[comm.rank :: comm.size]
 
@@ -304,8 +317,7 @@ def convert(
     writer = _ShardWriter(
         fmt=fmt, staging=staging, sources=sources, first_id=first_id, sizes=sizes,
         fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
-        writer_options=opts, num_shards=shards, progress=bar, rank=comm.rank,
-        reader_options=reader_options,
+        writer_options=opts, num_shards=shards, progress=bar, rank=comm.rank, readers=readers,
     )
     try:
         for k in my_shards:
@@ -340,7 +352,7 @@ class _ShardWriter:
     """Writes shards on one rank: read the samples, map/filter, write, publish."""
 
     def __init__(self, *, fmt, staging, sources, first_id, sizes, fields, map_fn, filter_fn,
-                 skip_bad, writer_options, num_shards, progress, rank, reader_options):
+                 skip_bad, writer_options, num_shards, progress, rank, readers):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
@@ -354,7 +366,7 @@ class _ShardWriter:
         self.num_shards = num_shards
         self.progress = progress
         self.rank = rank
-        self.readers = ReaderCache(sources, reader_options=reader_options)
+        self.readers = readers
 
     def close(self):
         self.readers.close()

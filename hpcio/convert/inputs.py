@@ -91,9 +91,15 @@ def expand_sources(paths, format: str | None = None) -> list[Source]:
     return sources
 
 
-def measure_source(source: Source, reader_options: dict | None = None) -> np.ndarray:
-    """The stored size in bytes of every sample of ``source`` (int64 array)."""
-    reader = get_format(source.format).Reader(source.path, **(reader_options or {}))
+def measure_source(source: Source, reader_options: dict | None = None, reader=None) -> np.ndarray:
+    """The stored size in bytes of every sample of ``source`` (int64 array).
+
+    ``reader`` is an open reader of ``source`` to use (it is left open); otherwise one is
+    opened and closed here.
+    """
+    own = reader is None
+    if own:
+        reader = get_format(source.format).Reader(source.path, **(reader_options or {}))
     try:
         n = len(reader)
         sizer = getattr(reader, "sample_nbytes", None)
@@ -110,7 +116,8 @@ def measure_source(source: Source, reader_options: dict | None = None) -> np.nda
         sizes[:extra] += 1
         return sizes
     finally:
-        reader.close()
+        if own:
+            reader.close()
 
 
 class ReaderCache:
