@@ -396,7 +396,9 @@ class _ShardWriter:
         return out
 
     def write_shard(self, shard: int, ids: np.ndarray) -> None:
-        tmpdir = os.path.join(state_dir(self.staging), "tmp", f"shard-{shard:06d}.r{self.rank}")
+        # The same name on every rank (one rank writes a shard per run), so a format that
+        # records its own path in a shard still writes the same bytes at any rank count.
+        tmpdir = os.path.join(state_dir(self.staging), "tmp", f"shard-{shard:06d}")
         shutil.rmtree(tmpdir, ignore_errors=True)
         os.makedirs(tmpdir)
         bad: list[BadSample] = []
