@@ -41,6 +41,8 @@ def test_output_is_byte_identical_to_one_rank(reference, tmp_path, ranks):
     summary = json.loads(proc.stdout)  # printed once, by rank 0
     assert summary["ranks"] == ranks and summary["num_shards"] == ref_summary["num_shards"] == 8
     assert tree_bytes(tmp_path / "out") == tree_bytes(ref)
+    sizes = [len(b) for name, b in tree_bytes(ref).items() if name.endswith(".lines")]
+    assert len(sizes) == 8 and max(abs(s - sum(sizes) / 8) for s in sizes) <= 0.05 * sum(sizes) / 8
     # one aggregated progress report, on rank 0, counting every rank's samples
     finals = [line for line in proc.stderr.splitlines() if line.endswith(", done")]
     assert len(finals) == 1 and finals[0].startswith("[hpcio convert] 360/360 samples (100.0%)")
