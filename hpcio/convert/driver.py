@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..errors import CapabilityError, HpcioError
+from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format
 from . import plan as planning
 from ._comm import Comm, get_comm
@@ -433,7 +433,10 @@ class _ShardWriter:
                         except Exception as exc:
                             if isinstance(exc, OSError) or not _is_sample_error(exc):
                                 raise
-                            self._bad(exc, src_index, local, "write", shard, bad)
+                            # Lazy samples (JINX) decode while the writer reads them: a
+                            # decode error there is still a bad source value.
+                            stage = "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
+                            self._bad(exc, src_index, local, stage, shard, bad)
                             continue
                         written += 1
                     self.progress.advance(len(local_ids), batch_bytes)
