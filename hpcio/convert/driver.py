@@ -19,6 +19,7 @@ rank alike.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -194,12 +195,11 @@ def convert(
     comm = get_comm(comm)
     started = time.monotonic()
     fmt = get_format(to)
-    for hook in ("merge_index",):
-        if not hasattr(fmt, hook):
-            raise CapabilityError(
-                f"format {fmt.NAME!r} does not implement the sharded-writing hook "
-                "(Writer(shard_id=...), merge_index) that parallel conversion needs"
-            )
+    if not hasattr(fmt, "merge_index"):
+        raise CapabilityError(
+            f"format {fmt.NAME!r} does not implement the sharded-writing hook "
+            "(Writer(shard_id=...), merge_index) that parallel conversion needs"
+        )
     dst = os.path.abspath(os.fspath(dst))
     staging = staging_path(dst)
     multiple = shards_multiple_of if shards_multiple_of is not None else ngpus * nworkers
@@ -273,8 +273,6 @@ def convert(
         digest = fingerprint(identity)
         plan_file = os.path.join(state_dir(staging), "plan.json")
         if resume and os.path.exists(plan_file):
-            import json
-
             with open(plan_file, encoding="utf-8") as f:
                 saved = json.load(f)
             if saved.get("fingerprint") != digest:
@@ -317,7 +315,7 @@ def convert(
     writer = _ShardWriter(
         fmt=fmt, staging=staging, sources=sources, first_id=first_id, sizes=sizes,
         fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
-        writer_options=opts, num_shards=shards, progress=bar, rank=comm.rank, readers=readers,
+        writer_options=opts, num_shards=shards, progress=bar, readers=readers,
     )
     try:
         for k in my_shards:
@@ -352,7 +350,7 @@ class _ShardWriter:
     """Writes shards on one rank: read the samples, map/filter, write, publish."""
 
     def __init__(self, *, fmt, staging, sources, first_id, sizes, fields, map_fn, filter_fn,
-                 skip_bad, writer_options, num_shards, progress, rank, readers):
+                 skip_bad, writer_options, num_shards, progress, readers):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
@@ -365,7 +363,6 @@ class _ShardWriter:
         self.writer_options = writer_options
         self.num_shards = num_shards
         self.progress = progress
-        self.rank = rank
         self.readers = readers
 
     def close(self):
