@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 
@@ -78,6 +79,11 @@ def blosc2_flags():
     return include, lib
 
 
+def is_temporary(path):
+    tmp = os.path.realpath(tempfile.gettempdir())
+    return os.path.commonpath([os.path.realpath(path), tmp]) == tmp
+
+
 def compile_flags(debug, sanitize):
     """Extra compile and link arguments for the chosen build switches."""
     user = shlex.split(os.environ.get("CFLAGS", ""))
@@ -114,8 +120,12 @@ def make_extensions():
     ]
     # The extensions live in site-packages/hpcio/_core/, the library in
     # site-packages/blosc2/lib/: the relative rpath serves installed wheels, the
-    # absolute one in-place and editable builds.
-    rpaths = [blosc_lib, "$ORIGIN/../../blosc2/lib"] + zstd_rpaths
+    # absolute one in-place builds.  An isolated build environment lives in a temporary
+    # directory that vanishes (and that another user could recreate), so it gets no
+    # absolute entry; hpcio._core then loads libblosc2 from the installed blosc2.
+    rpaths = ["$ORIGIN/../../blosc2/lib"] + zstd_rpaths
+    if not is_temporary(blosc_lib):
+        rpaths.insert(0, blosc_lib)
     headers = sorted(glob.glob(os.path.join(CSRC, "*.h")))
     common = [os.path.join(CSRC, name) for name in ("common.c", "threads.c")]
 
@@ -142,6 +152,8 @@ def make_extensions():
         kernel_extension("_index", ["bisect.c", "offsets.c", "scan.c"]),
         kernel_extension("_io", ["offsets.c", "fileio.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
+        kernel_extension("_jinx", ["encodings.c"]),
+        kernel_extension("_tar", ["tar.c"]),
     ]
     pyx = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob("hpcio/_core/_*.pyx")}

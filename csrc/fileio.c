@@ -79,6 +79,7 @@ hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t 
         }
         run_len += b - a;
         pos += b - a;
+        assert(pos <= cap && run_buf + run_len == pos);
         out_offsets[j + 1] = pos;
     }
     if (run_len > 0) {

@@ -145,6 +145,74 @@ hpcio_status hpcio_blosc2_compress(const uint8_t *src, uint64_t len, const char 
                                    uint64_t cap, uint64_t *written, hpcio_error *err);
 const char *hpcio_blosc2_version(void);
 
+/* ---- text encodings and the JINX tail (encodings.c) ----------------------------------
+ * Strict decoders for the encodings JINX uses for inline binary values.  *_decoded_size
+ * validates src and gives the exact output size; *_decode writes into dst (capacity
+ * cap) and sets *written.  Invalid input is HPCIO_E_CODEC with err->offset = the
+ * position of the bad character in src.
+ * Ascii85 is Python's base64.a85decode(foldspaces=True) alphabet: '!'..'u' groups,
+ * 'z' (4 zero bytes), 'y' (4 spaces), whitespace ignored, no <~ ~> frame. */
+hpcio_status hpcio_a85_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                    hpcio_error *err);
+hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Python's base64.a85encode(data) (no folding but 'z', no wrapping) into dst of at
+ * least hpcio_a85_encoded_bound(len) bytes. */
+uint64_t hpcio_a85_encoded_bound(uint64_t len);
+hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Standard alphabet with '=' padding; length must be a multiple of 4. */
+hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                    hpcio_error *err);
+hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* Hex digits of either case; output size is len / 2. */
+hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
+                              uint64_t *written, hpcio_error *err);
+/* A JINX file ends "<footer json>\n<decimal footer offset>\n".  Finds the footer line
+ * buf[*footer_offset : *footer_end] (footer_end is its newline) from the last line,
+ * checking that the offset line is decimal and the offset starts a line before it. */
+hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *footer_offset,
+                               uint64_t *footer_end, hpcio_error *err);
+
+/* ---- tar member index (tar.c) ---------------------------------------------------------
+ * One 512-byte header block parsed: checksum validated (unsigned or signed sum), size
+ * (octal or GNU base-256), type flag ('\0' reported as '0'), name joined with the POSIX
+ * ustar prefix.  An all-zero block sets end = 1 (end of archive).  Errors: HPCIO_E_CORRUPT
+ * with err->offset = offset. */
+typedef struct {
+    char name[257];     /* NUL-terminated; GNU 'L' / pax 'x' headers may override it */
+    uint32_t name_len;
+    uint64_t size;
+    char type;
+    int end;
+} hpcio_tar_header;
+
+hpcio_status hpcio_tar_parse_header(const uint8_t *block, uint64_t offset,
+                                    hpcio_tar_header *out, hpcio_error *err);
+
+/* A regular-file member: header_offset is its first header block (a GNU long-name or
+ * pax header when it has one); the name is names[name_offset .. +name_len). */
+typedef struct {
+    uint64_t header_offset;
+    uint64_t data_offset;
+    uint64_t size;
+    uint64_t name_offset;
+    uint32_t name_len;
+} hpcio_tar_member;
+
+/* Index the regular files of the archive buf[0..len) from header offset `start`, resolving
+ * GNU long names and pax "path"/"size" records; other member types are skipped.  Returns
+ * HPCIO_OK at the end-of-archive block (*next = its offset).  When members (cap entries) or
+ * names (names_cap bytes) are full: HPCIO_E_BUFFER with *next = the header offset to resume
+ * from.  A bad checksum is HPCIO_E_CORRUPT, data or headers past len HPCIO_E_TRUNCATED (also
+ * a missing end-of-archive block); err->item = members indexed before the failure,
+ * err->offset = the header's offset.  *count / *names_len say what was filled. */
+hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
+                            hpcio_tar_member *members, size_t cap, uint8_t *names,
+                            uint64_t names_cap, size_t *count, uint64_t *names_len,
+                            uint64_t *next, hpcio_error *err);
+
 void hpcio_free(void *p);
 
 /* Compiler and SIMD flags the kernels were built with, for `hpcio info`. */

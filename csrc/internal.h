@@ -2,6 +2,7 @@
 #ifndef HPCIO_INTERNAL_H
 #define HPCIO_INTERNAL_H
 
+#include <assert.h>
 #include <string.h>
 
 #include "hpcio.h"

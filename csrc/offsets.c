@@ -86,6 +86,7 @@ hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *
         if (b > a)
             memcpy(out + pos, src + a, (size_t)(b - a));
         pos += b - a;
+        assert(pos <= out_cap);
         out_offsets[j + 1] = pos;
     }
     return HPCIO_OK;

@@ -28,6 +28,7 @@ hpcio_status hpcio_scan_lines(const uint8_t *buf, uint64_t len, uint64_t base,
         }
         p = next;
     }
+    assert(out == NULL || out[k] == base + len);
     *count = k;
     return HPCIO_OK;
 }

@@ -80,6 +80,7 @@ hpcio_status hpcio_parallel_for(size_t m, int nthreads, void *(*ctx_new)(void),
     pthread_t *threads = NULL;
     int nspawned = 0;
 
+    assert(task != NULL && (ctx_new == NULL) == (ctx_free == NULL));
     if (m == 0)
         return HPCIO_OK;
     if (nthreads < 1)

@@ -14,6 +14,10 @@ hpcio_status hpcio_zstd_content_size(const uint8_t *src, uint64_t len, uint64_t 
     if (len == 0)
         return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "empty input is not a zstd frame");
     cs = ZSTD_getFrameContentSize(src, (size_t)len);
+    if (cs == ZSTD_CONTENTSIZE_ERROR && len >= 4 && hpcio_load_le32(src) == ZSTD_MAGICNUMBER)
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1,
+                          "zstd frame header is truncated or invalid (%llu bytes)",
+                          (unsigned long long)len);
     if (cs == ZSTD_CONTENTSIZE_ERROR)
         return hpcio_fail(err, HPCIO_E_CODEC, -1, -1,
                           "not a zstd frame (header bytes %02x %02x %02x %02x)",

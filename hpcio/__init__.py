@@ -6,22 +6,25 @@ split across ranks and dataloader workers.
 
 >>> import hpcio
 >>> sorted(hpcio.available_formats())[:3]
-['hdf5', 'jinx', 'jsonl']
+['hdf5', 'imagefolder', 'jinx']
 """
 
 from ._version import __version__
 from .dataset import Dataset, open, open_writer
 from .errors import (
     CapabilityError,
+    ChecksumMismatchError,
     CorruptShardError,
     DecodeError,
     DecompressionLimitError,
     FormatSniffError,
     HpcioError,
     IndexOutOfRangeError,
+    InsufficientSpaceError,
     MissingDependencyError,
     SchemaError,
     ShardNotFoundError,
+    StagingError,
     TruncatedShardError,
     UnknownFormatError,
     UnsupportedValueError,
@@ -34,6 +37,7 @@ __all__ = [
     "open",
     "open_writer",
     "convert",
+    "stage",
     "available_formats",
     "get_format",
     "register_format",
@@ -41,14 +45,17 @@ __all__ = [
     "Capabilities",
     "HpcioError",
     "CapabilityError",
+    "ChecksumMismatchError",
     "CorruptShardError",
     "DecodeError",
     "DecompressionLimitError",
     "FormatSniffError",
     "IndexOutOfRangeError",
+    "InsufficientSpaceError",
     "MissingDependencyError",
     "SchemaError",
     "ShardNotFoundError",
+    "StagingError",
     "TruncatedShardError",
     "UnknownFormatError",
     "UnsupportedValueError",
@@ -64,3 +71,14 @@ def convert(src, dst, to: str, **options):
     from .convert import convert as _convert
 
     return _convert(src, dst, to=to, **options)
+
+
+def stage(src, dst, **options):
+    """Copy the dataset at ``src`` to ``dst`` (usually a faster tier), verified and resumable.
+
+    See :func:`hpcio.staging.stage` for the options (threads, dry run, node-local
+    targets); under MPI every rank calls it with the same arguments.
+    """
+    from .staging import stage as _stage
+
+    return _stage(src, dst, **options)

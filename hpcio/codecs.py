@@ -32,8 +32,10 @@ class Codec:
     _compress: Callable
     _decompress: Callable
 
-    def compress(self, data, level: int | None = None) -> bytes:
-        return self._compress(data, self.default_level if level is None else level)
+    def compress(self, data, level: int | None = None, **options) -> bytes:
+        """``options`` are codec-specific: zstd takes ``content_size=False`` to leave the
+        size out of the frame header, as streaming compressors (and JINX files) do."""
+        return self._compress(data, self.default_level if level is None else level, **options)
 
     def decompress(self, data, limit: int = DEFAULT_LIMIT, *, path=None, offset=None, sample=None) -> bytes:
         try:

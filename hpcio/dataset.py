@@ -30,7 +30,7 @@ class Dataset(Sequence):
     >>> len(ds), ds[-1]["text"]
     (5, 'sample 4')
     >>> [s["id"] for s in ds.shuffle(seed=42)]
-    [1, 4, 0, 3, 2]
+    [4, 2, 3, 1, 0]
     >>> [s["id"] for s in ds.sort("text", reverse=True).select(["id"])]
     [4, 3, 2, 1, 0]
     """
@@ -149,12 +149,13 @@ class Dataset(Sequence):
 
         Each part has ``len(self) // world_size`` samples; the last
         ``len(self) % world_size`` samples are dropped so every rank sees the same count
-        (DDP never waits at epoch end).  Shuffle first for random parts.
+        (DDP never waits at epoch end).  Shuffle first for random parts.  This is
+        :func:`hpcio.distributed.split.contiguous_part`; the per-epoch, per-worker
+        split used by the PyTorch adapters is :func:`hpcio.distributed.split_indices`.
         """
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, {world_size})")
-        per = len(self) // world_size
-        return self._view(np.arange(rank * per, (rank + 1) * per, dtype=np.int64))
+        from .distributed.split import contiguous_part
+
+        return self._view(contiguous_part(len(self), rank, world_size))
 
     def close(self) -> None:
         self.reader.close()

@@ -23,6 +23,9 @@ __all__ = [
     "UnsupportedValueError",
     "MissingDependencyError",
     "CapabilityError",
+    "StagingError",
+    "InsufficientSpaceError",
+    "ChecksumMismatchError",
     "where",
 ]
 
@@ -113,3 +116,15 @@ class CapabilityError(HpcioError, NotImplementedError):
 
 class ShardReadError(HpcioError, OSError):
     """A system call reading a shard failed; ``errno`` holds the operating system's code."""
+
+
+class StagingError(HpcioError, OSError):
+    """Copying a dataset between storage tiers failed (I/O error, quota, bad manifest)."""
+
+
+class InsufficientSpaceError(StagingError):
+    """The destination tier has fewer free bytes or inodes than a staging plan needs."""
+
+
+class ChecksumMismatchError(CorruptShardError):
+    """A file's checksum differs from the one recorded in its index or manifest."""

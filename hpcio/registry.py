@@ -57,6 +57,7 @@ _BUILTIN: dict[str, str] = {
     "hdf5": "hpcio.formats.hdf5",
     "parquet": "hpcio.formats.parquet",
     "msgpack": "hpcio.formats.msgpack",
+    "imagefolder": "hpcio.formats.imagefolder",
     "jsonl": "hpcio.formats.jsonl",
 }
 _ALIASES = {"wds": "webdataset", "h5": "hdf5", "json": "jsonl"}
@@ -94,7 +95,7 @@ def get_format(name: str) -> ModuleType:
     >>> get_format("nope")
     Traceback (most recent call last):
     ...
-    hpcio.errors.UnknownFormatError: unknown format 'nope'; known formats: mds, jinx, webdataset, zarr, hdf5, parquet, msgpack, jsonl
+    hpcio.errors.UnknownFormatError: unknown format 'nope'; known formats: mds, jinx, webdataset, zarr, hdf5, parquet, msgpack, imagefolder, jsonl
     """
     key = _ALIASES.get(name, name)
     entry = _registered.get(key)

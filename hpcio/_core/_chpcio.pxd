@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Declarations of the C kernel contract (csrc/hpcio.h), shared by every _core module."""
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef extern from "hpcio.h" nogil:
@@ -81,6 +81,23 @@ cdef extern from "hpcio.h" nogil:
                                        uint64_t cap, uint64_t *written, hpcio_error *err)
     const char *hpcio_blosc2_version()
 
+    # ---- text encodings and the JINX tail (encodings.c) ----
+    hpcio_status hpcio_a85_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                        hpcio_error *err)
+    hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
+                                  uint64_t cap, uint64_t *written, hpcio_error *err)
+    uint64_t hpcio_a85_encoded_bound(uint64_t len)
+    hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst,
+                                  uint64_t cap, uint64_t *written, hpcio_error *err)
+    hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
+                                        hpcio_error *err)
+    hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
+                                  uint64_t cap, uint64_t *written, hpcio_error *err)
+    hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
+                                  uint64_t cap, uint64_t *written, hpcio_error *err)
+    hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *footer_offset,
+                                   uint64_t *footer_end, hpcio_error *err)
+
     void hpcio_free(void *p)
 
     const char *hpcio_build_flags()
@@ -89,3 +106,25 @@ cdef extern from "hpcio.h" nogil:
     int hpcio_build_debug()
     int hpcio_build_sanitize()
     const char *hpcio_kernels()
+
+    # ---- tar member index (tar.c) ----
+    ctypedef struct hpcio_tar_header:
+        char name[257]
+        uint32_t name_len
+        uint64_t size
+        char type
+        int end
+
+    ctypedef struct hpcio_tar_member:
+        uint64_t header_offset
+        uint64_t data_offset
+        uint64_t size
+        uint64_t name_offset
+        uint32_t name_len
+
+    hpcio_status hpcio_tar_parse_header(const uint8_t *block, uint64_t offset,
+                                        hpcio_tar_header *out, hpcio_error *err)
+    hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
+                                hpcio_tar_member *members, size_t cap, uint8_t *names,
+                                uint64_t names_cap, size_t *count, uint64_t *names_len,
+                                uint64_t *next, hpcio_error *err)

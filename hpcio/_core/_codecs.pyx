@@ -21,7 +21,7 @@ from ._chpcio cimport (
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
 
-DEFAULT_LIMIT = 1 << 30
+DEFAULT_LIMIT = 1 << 30  # limit=None accepts any size (trusted data only)
 
 ctypedef hpcio_status (*content_size_fn)(const uint8_t *, uint64_t, uint64_t *,
                                          hpcio_error *) noexcept nogil

@@ -117,7 +117,8 @@ def offset_ranges(table, int width, nrec, limit, indices=None, *, path=None,
     if m:
         with nogil:
             st = hpcio_offset_ranges(&tab[0], width, n, lim, idx_ptr, m, &sv[0], &ev[0], &err)
-        check(st, &err, path, table_offset, sample_base)
+        # An index out of range has no byte position: the table base alone is no place.
+        check(st, &err, path, table_offset if err.offset >= 0 else -1, sample_base)
     return starts, ends
 
 

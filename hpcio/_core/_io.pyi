@@ -5,18 +5,23 @@ from numpy.typing import NDArray
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
 class ShardFile:
-    """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
+    """A file opened for reading with pread into a reusable buffer (default 8 MiB).
+
+    ``pread`` may be called from several threads; ``read_records`` reuses one buffer,
+    so each thread needs its own ShardFile."""
     path: str
     size: int
     def __init__(self, path: str, buffer_size: int = ...) -> None: ...
     def pread(self, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes at ``offset`` (TruncatedShardError if the file is shorter)."""
-    def read_records(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64]
+    def read_records(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *,
+                     sample_base: int | None = None
                      ) -> tuple[memoryview, NDArray[np.uint64], int]:
         """Read as many of the records [starts[j], ends[j]) as fit into the internal buffer
         (at least one; the buffer grows for a single large record) with merged preads.
         Returns (buffer view, positions of the records in it: k+1 entries, k = number read).
-        The view is valid until the next call."""
+        The view is valid until the next call.  Errors name path, byte offset and, when
+        ``sample_base`` is given, sample ``sample_base + j``."""
     def close(self) -> None: ...
     def __enter__(self) -> "ShardFile": ...
     def __exit__(self, *exc) -> None: ...
@@ -30,13 +35,13 @@ class MappedShard:
         """The whole mapping (zero-copy, read-only)."""
     def view(self, start: int, end: int) -> memoryview:
         """Zero-copy view of [start, end); bounds-checked (TruncatedShardError)."""
-    def gather(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64]
-               ) -> tuple[bytearray, NDArray[np.uint64]]:
+    def gather(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *,
+               sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
         """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""
     def close(self) -> None: ...
     def __enter__(self) -> "MappedShard": ...
     def __exit__(self, *exc) -> None: ...
 
-def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: str | None = None
-           ) -> tuple[bytearray, NDArray[np.uint64]]:
+def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: str | None = None,
+           sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
     """Same as MappedShard.gather over any buffer; errors name ``path``."""

@@ -37,7 +37,17 @@ def _ranges(starts, ends):
     return s, e
 
 
-cdef object _gather(object src, object starts, object ends, object path):
+cdef int _check_records(hpcio_status st, hpcio_error *err, object path,
+                        object sample_base) except -1:
+    """check() for batch reads, where err.item is a position in the request: a sample
+    only when the caller numbers them."""
+    if sample_base is None:
+        err.item = -1
+        return check(st, err, path, -1, -1)
+    return check(st, err, path, -1, sample_base)
+
+
+cdef object _gather(object src, object starts, object ends, object path, object sample_base):
     cdef const uint8_t[::1] data = byte_view(src)
     s, e = _ranges(starts, ends)
     cdef const uint64_t[::1] sv = s, ev = e
@@ -59,22 +69,27 @@ cdef object _gather(object src, object starts, object ends, object path):
     with nogil:
         st = hpcio_gather(data_ptr(data), src_len, u64_ptr(sv), u64_ptr(ev), m, dst, total,
                           &pv[0], &err)
-    check(st, &err, path, -1, -1)
+    _check_records(st, &err, path, sample_base)
     return out, positions
 
 
-def gather(src, starts, ends, *, path=None):
+def gather(src, starts, ends, *, path=None, sample_base=None):
     """Copy src[starts[j]:ends[j]] back to back in one GIL-free call.
 
     Returns (data, positions): a bytearray and m+1 uint64 positions of the records in it.
     Ranges past the end of ``src`` raise TruncatedShardError, decreasing ones
-    CorruptShardError, naming ``path`` and the byte offset of the range.
+    CorruptShardError, naming ``path``, the byte offset of the range and, when
+    ``sample_base`` is given, sample ``sample_base + j``.
     """
-    return _gather(src, starts, ends, path)
+    return _gather(src, starts, ends, path, sample_base)
 
 
 cdef class ShardFile:
-    """A file opened for reading with pread into a reusable buffer (default 8 MiB)."""
+    """A file opened for reading with pread into a reusable buffer (default 8 MiB).
+
+    ``pread`` may be called from several threads; ``read_records`` reuses one buffer,
+    so each thread needs its own ShardFile.
+    """
 
     cdef int fd
     cdef readonly str path
@@ -122,13 +137,14 @@ cdef class ShardFile:
         check(st, &err, self.path, -1, -1)
         return out
 
-    def read_records(self, starts, ends):
+    def read_records(self, starts, ends, *, sample_base=None):
         """Read as many records [starts[j], ends[j]) as fit the internal buffer.
 
         Ranges that touch are read with a single pread.  At least one record is read:
         the buffer grows for a single large record.  Returns (read-only view of the
         buffer, k+1 positions of the records in it, k); the view is valid until the
-        next call.
+        next call.  Errors name the file, the byte offset and, when ``sample_base`` is
+        given, sample ``sample_base + j``.
         """
         from hpcio.errors import TruncatedShardError
 
@@ -145,7 +161,8 @@ cdef class ShardFile:
         if bad:
             raise TruncatedShardError(
                 f"record ends at byte {ev[bad - 1]}, past the end of the file ({size} bytes)",
-                path=self.path, offset=sv[bad - 1])
+                path=self.path, offset=sv[bad - 1],
+                sample=None if sample_base is None else sample_base + bad - 1)
         positions = np.zeros(m + 1, dtype=np.uint64)
         if m == 0:
             return memoryview(b""), positions, 0
@@ -167,7 +184,7 @@ cdef class ShardFile:
             # The first record alone exceeds the buffer: grow it to fit and retry.
             self._buf = np.empty(max(ev[0] - sv[0], 2 * <uint64_t>buf.shape[0]),
                                  dtype=np.uint8)
-        check(st, &err, self.path, -1, -1)
+        _check_records(st, &err, self.path, sample_base)
         view = memoryview(self._buf)[:positions[n_done]].toreadonly()
         return view, positions[:n_done + 1], n_done
 
@@ -239,10 +256,10 @@ cdef class MappedShard:
                 path=self.path, offset=start)
         return self._view[start:end]
 
-    def gather(self, starts, ends):
+    def gather(self, starts, ends, *, sample_base=None):
         """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""
         self._check_open()
-        return _gather(self._view, starts, ends, self.path)
+        return _gather(self._view, starts, ends, self.path, sample_base)
 
     def close(self):
         """Unmap the file, or leave it to the views still alive (idempotent)."""

@@ -36,7 +36,6 @@ cdef inline int raise_error(hpcio_status status, const hpcio_error *err, object 
     """Raise the hpcio exception for a failed kernel, located at path/offset/sample."""
     from hpcio import errors
     import errno
-    import os
 
     cdef str msg = (<const char *>err.msg).decode("utf-8", "replace")
     where = dict(path=path, offset=offset if offset >= 0 else None,
@@ -55,8 +54,8 @@ cdef inline int raise_error(hpcio_status status, const hpcio_error *err, object 
         cls = (errors.ShardNotFoundError if err.sys_errno == errno.ENOENT
                else errors.ShardReadError)
         exc = cls(msg, **where)
+        # errno only: with strerror set too, OSError.__str__ would drop the location.
         exc.errno = err.sys_errno
-        exc.strerror = os.strerror(err.sys_errno)
         raise exc
     if status == HPCIO_E_NOMEM:
         raise MemoryError(msg)

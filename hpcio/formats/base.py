@@ -89,6 +89,11 @@ class Reader(abc.ABC):
         columnar access override this to avoid decoding other fields."""
         return [s[field] for s in self.read_many(indices, [field])]
 
+    def shard_sizes(self) -> list[int] | None:
+        """Samples per shard in index order (for shard-aware shuffling), or None when
+        the format has no shards; sharded formats override this."""
+        return None
+
     def check_index(self, i: int) -> int:
         """``i`` as a non-negative index, or IndexOutOfRangeError."""
         n = len(self)

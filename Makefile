@@ -1,0 +1,38 @@
+# make demo   generate demo data, write it as shards, read it back (samples/s table)
+# make test   the test suite (without the interop, slow and benchmark tests)
+# Each target sets up .venv first (tools/setup.sh; fast when already done).
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
+export HPCIO_INTEROP_ENV
+PYTEST_DEFAULT_MARKS := not interop and not slow and not bench
+
+.PHONY: setup demo test test-interop docs clean
+
+setup:
+	VENV=$(VENV) tools/setup.sh
+
+demo: setup
+	$(VENV)/bin/hpcio demo run
+
+test: setup
+	$(VENV)/bin/hpcio info
+	$(PY) -m pytest -m "$(PYTEST_DEFAULT_MARKS)"
+
+# pytest exits 5 when it collects nothing: a failure, except while no test in the tree
+# is marked interop at all.
+test-interop: setup
+	tools/interop-env.sh
+	HPCIO_INTEROP_PYTHON=$(HPCIO_INTEROP_ENV)/bin/python $(PY) -m pytest -m interop; \
+	status=$$?; \
+	if [ $$status -eq 5 ] && ! grep -rqE 'mark\.interop' tests; then \
+		echo "test-interop: no test in tests/ is marked interop yet"; status=0; \
+	fi; \
+	exit $$status
+
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir site
+
+clean:
+	rm -rf site build .pytest_cache

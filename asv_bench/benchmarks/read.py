@@ -1,0 +1,61 @@
+"""Reading: format × compression × reader × operation × storage tier."""
+
+import numpy as np
+
+import hpcio
+
+from .common import BATCH, CONFIGS, dataset_path, ensure_datasets, tiers, touch
+
+META = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
+
+
+class Read:
+    params = (list(tiers()), ["text", "vlm"], list(CONFIGS), ["iterate", "iterate-meta", "shuffle", "sort", "batch"])
+    param_names = ["tier", "profile", "config", "op"]
+    timeout = 600
+
+    def setup_cache(self):
+        ensure_datasets()
+
+    def setup(self, tier, profile, config, op):
+        self.path = dataset_path(tier, profile, config)
+        options = {"lazy": True} if config.startswith("jinx") else {}
+        self.open = lambda: hpcio.open(self.path, **options)
+
+    def _run(self, profile, op):
+        ds = self.open()
+        total = 0
+        if op == "iterate":
+            for s in ds:
+                total += touch(s)
+        elif op == "iterate-meta":
+            for s in ds.select(META[profile]):
+                total += touch(s)
+        elif op == "shuffle":
+            for s in ds.shuffle(seed=42):
+                total += touch(s)
+        elif op == "sort":
+            for s in ds.sort(len, field="messages" if profile == "vlm" else "text"):
+                total += touch(s)
+        else:
+            perm = np.random.default_rng(42).permutation(len(ds))
+            for lo in range(0, len(ds), BATCH):
+                for s in ds.get_batch(perm[lo : lo + BATCH]):
+                    total += touch(s)
+        return total
+
+    def time_read(self, tier, profile, config, op):
+        self._run(profile, op)
+
+    def peakmem_read(self, tier, profile, config, op):
+        self._run(profile, op)
+
+    def track_samples_per_second(self, tier, profile, config, op):
+        import time
+
+        t = time.perf_counter()
+        ds_len = len(self.open())
+        self._run(profile, op)
+        return ds_len / (time.perf_counter() - t)
+
+    track_samples_per_second.unit = "samples/s"

@@ -1,0 +1,126 @@
+"""``hpcio bench``: hpcio against its peers on the same data, in one run.
+
+Generates (or reuses) the demo profiles in every format, measures the machine's physical
+limits, then runs every (system, operation) in fresh processes and writes Markdown, CSV,
+JSON and PNG reports with hpcio/peer ratios.  See ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+from .datasets import flatten, prepare
+from .report import write_reports
+from .runner import OPERATIONS, interop_python, measure, systems_for
+
+__all__ = ["run_bench", "machine_facts"]
+
+DEFAULT_SIZES = {"text": 20000, "vlm": 2000}
+
+
+def machine_facts() -> dict:
+    import hpcio
+
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    facts = {
+        "cpu": cpu,
+        "cores (affinity)": len(os.sched_getaffinity(0)),
+        "memory": f"{mem / 2**30:.1f} GiB",
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hpcio": hpcio.__version__,
+    }
+    for mod in ("numpy", "streaming", "webdataset", "pyarrow", "orjson"):
+        try:
+            facts[mod] = __import__(mod).__version__
+        except Exception:  # a peer that is missing or broken is reported, not fatal
+            facts[mod] = "not installed"
+    py = interop_python()
+    if py:
+        out = subprocess.run(
+            [py, "-c", "import sys, mldataforge, datasets; print(sys.version.split()[0], "
+             "__import__('importlib.metadata').metadata.version('mldataforge'), datasets.__version__)"],
+            capture_output=True, text=True,
+        ).stdout.split()
+        if len(out) == 3:
+            facts["interop python"], facts["mldataforge"], facts["hf datasets"] = out
+    return facts
+
+
+def _limits(profile: str, datasets, n_floor: int = 5000) -> dict:
+    """Physical limits for one profile: page cache per dataset, zstd decode, dict floor."""
+    import orjson
+
+    from .. import demo
+    from .limits import dict_floor, page_cache_read_bandwidth, zstd_decode_bandwidth
+
+    samples = [flatten(profile, s) for s in demo.generate(profile, min(n_floor, 2000 if profile == "vlm" else n_floor))]
+    raw = []
+    for s in samples:
+        fields = {}
+        for k, v in s.items():
+            if isinstance(v, bytes):
+                fields[k] = ("bytes", v)
+            elif isinstance(v, str):
+                fields[k] = ("str", v.encode())
+            elif isinstance(v, int):
+                fields[k] = ("int", v.to_bytes(8, "little", signed=True))
+            else:
+                fields[k] = ("json", orjson.dumps(v))
+        raw.append(fields)
+    blob = b"".join(b for f in raw[:200] for _kind, b in f.values())
+    return {
+        "page_cache": {d.name: page_cache_read_bandwidth(d.path) for d in datasets},
+        "zstd_decode": zstd_decode_bandwidth(blob),
+        "dict_floor": dict_floor(raw),
+    }
+
+
+def run_bench(
+    out_dir: str,
+    data_dir: str | None = None,
+    profiles=("text", "vlm"),
+    sizes: dict | None = None,
+    ops=OPERATIONS,
+    repeats: int = 3,
+    include_interop: bool = True,
+    only: list[str] | None = None,
+    log=print,
+) -> dict:
+    """Run the whole comparison and write the reports under ``out_dir``."""
+    sizes = {**DEFAULT_SIZES, **(sizes or {})}
+    data_dir = data_dir or os.path.join(out_dir, "data")
+    records, limits = [], {}
+    for profile in profiles:
+        datasets = prepare(profile, sizes[profile], os.path.join(data_dir, profile), log=log)
+        by_name = {d.name: d for d in datasets}
+        log(f"measuring physical limits ({profile})")
+        limits[profile] = _limits(profile, datasets)
+        for system in systems_for(datasets, include_interop):
+            if only and not any(word in system.label for word in only):
+                continue
+            for op in ops:
+                if op not in system.ops:
+                    continue
+                try:
+                    rec = measure(system, by_name[system.dataset], op, profile, repeats)
+                except RuntimeError as exc:
+                    log(f"  {exc}")
+                    records.append({"profile": profile, "op": op, "system": system.label, "peer": system.peer,
+                                    "error": str(exc), "samples_per_s": 0.0, "op_samples_per_s": 0.0,
+                                    "maxrss_mb": 0.0, "dataset": system.dataset, "samples": 0,
+                                    "storage_bytes": by_name[system.dataset].bytes})
+                    continue
+                log(f"  {profile:5s} {op:12s} {system.label:34s} {rec['samples_per_s']:>12,.0f} samples/s  "
+                    f"rss {rec['maxrss_mb']:.0f} MB")
+                records.append(rec)
+    return write_reports(records, limits, machine_facts(), out_dir)

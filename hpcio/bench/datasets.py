@@ -1,0 +1,126 @@
+"""Benchmark datasets: the demo profiles written once in every format compared.
+
+Samples are flattened so that every format holds exactly the same values: the ``vlm``
+profile keeps its single JPEG as an ``image`` bytes field (MDS ``list[jpeg]`` would make
+streaming decode images and hand back PIL objects, which no other reader does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from .. import demo
+
+__all__ = ["BenchDataset", "prepare", "META_FIELDS", "flatten"]
+
+# The fields "iterate-meta" touches: everything but the bulky payload.
+META_FIELDS = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
+
+
+def flatten(profile: str, sample: dict) -> dict:
+    if profile == "vlm":
+        out = {k: v for k, v in sample.items() if k != "images"}
+        out["image"] = sample["images"][0]
+        return out
+    return dict(sample)
+
+
+@dataclass
+class BenchDataset:
+    """One dataset on disk in one format/configuration."""
+
+    name: str  # e.g. "mds", "jinx-zst-bin"
+    format: str  # the file format, for peers: mds, jinx, parquet, jsonl, webdataset
+    path: str
+    options: dict = field(default_factory=dict)  # writer options used
+
+    @property
+    def bytes(self) -> int:
+        if os.path.isfile(self.path):
+            return os.path.getsize(self.path)
+        return sum(
+            os.path.getsize(os.path.join(r, n)) for r, _d, names in os.walk(self.path) for n in names
+        )
+
+
+# name -> (hpcio format, writer options).  MDS columns are given so every reader sees the
+# same encodings; JINX options follow mldataforge's names.
+def _configs(profile: str) -> dict:
+    if profile == "vlm":
+        columns = {"id": "str", "messages": "json", "image": "bytes"}
+    else:
+        columns = {"id": "int", "text": "str", "meta": "json"}
+    return {
+        "mds": ("mds", {"columns": columns}),
+        "mds-sample-zstd": ("mds", {"columns": columns, "compression": "sample::zstd"}),
+        "jinx": ("jinx", {}),
+        "jinx-zst-bin": (
+            "jinx",
+            {"compression": "zst", "binary_threshold": 256, "index_compression": None},
+        ),
+        "webdataset": ("webdataset", {}),
+    }
+
+
+def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=print) -> list[BenchDataset]:
+    """Write ``n`` demo samples of ``profile`` under ``root`` in every configuration.
+
+    Existing datasets with a matching ``bench.json`` stamp are reused, so repeated runs
+    measure reading only.
+    """
+    import hpcio
+
+    os.makedirs(root, exist_ok=True)
+    stamp_path = os.path.join(root, "bench.json")
+    stamp = {"profile": profile, "n": n, "seed": seed, "hpcio": hpcio.__version__}
+    reuse = os.path.exists(stamp_path) and json.load(open(stamp_path)) == stamp
+    if not reuse:
+        for entry in os.listdir(root):
+            target = os.path.join(root, entry)
+            shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+    samples = None
+    out = []
+    for name, (fmt, options) in _configs(profile).items():
+        if formats is not None and name not in formats:
+            continue
+        path = os.path.join(root, name)
+        try:
+            hpcio.get_format(fmt)
+        except (hpcio.UnknownFormatError, ImportError) as exc:
+            log(f"skipping {name}: format {fmt!r} unavailable ({exc})")
+            continue
+        if not os.path.exists(path):
+            if samples is None:
+                samples = [flatten(profile, s) for s in demo.generate(profile, n, seed=seed)]
+            log(f"writing {name} ({n} {profile} samples)")
+            with hpcio.open_writer(path, format=fmt, **options) as w:
+                for s in samples:
+                    w.write(s)
+        out.append(BenchDataset(name, fmt, path, options))
+    out.extend(_peer_formats(profile, n, root, seed, samples, formats, log))
+    with open(stamp_path, "w") as f:
+        json.dump(stamp, f)
+    return out
+
+
+def _peer_formats(profile, n, root, seed, samples, formats, log) -> list[BenchDataset]:
+    """Parquet (one file, pyarrow) and JSONL: the inputs of the Arrow/HF peers."""
+    out = []
+    want = (lambda name: formats is None or name in formats)
+    if want("parquet"):
+        path = os.path.join(root, "parquet")
+        if not os.path.exists(path):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if samples is None:
+                samples = [flatten(profile, s) for s in demo.generate(profile, n, seed=seed)]
+            os.makedirs(path + ".tmp", exist_ok=True)
+            pq.write_table(pa.Table.from_pylist(samples), os.path.join(path + ".tmp", "data.parquet"))
+            os.replace(path + ".tmp", path)
+            log("writing parquet")
+        out.append(BenchDataset("parquet", "parquet", path))
+    return out

@@ -1,0 +1,93 @@
+"""The machine's physical limits, measured next to every benchmark.
+
+A throughput means little alone; next to the page-cache read bandwidth of the same
+files, the single-thread zstd decode bandwidth and the cost of merely building the
+result dicts from bytes already in memory, it says how close to the floor a reader is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+__all__ = ["page_cache_read_bandwidth", "zstd_decode_bandwidth", "dict_floor", "median_time"]
+
+
+def median_time(fn, repeats: int = 5) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def _files(path: str) -> list[str]:
+    if os.path.isfile(path):
+        return [path]
+    return sorted(
+        os.path.join(root, n) for root, _d, names in os.walk(path) for n in names
+    )
+
+
+def page_cache_read_bandwidth(path: str, repeats: int = 3) -> dict:
+    """Bytes/s reading every file under ``path`` from the (warmed) page cache.
+
+    Reads with ``readinto`` into one reused 8 MiB buffer: the ceiling for any reader
+    that must bring the bytes into user space.
+    """
+    files = _files(path)
+    total = sum(os.path.getsize(f) for f in files)
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+
+    def read_all():
+        for f in files:
+            with open(f, "rb", buffering=0) as fh:
+                while fh.readinto(view):
+                    pass
+
+    read_all()  # warm the cache: the benchmarks also run warm
+    seconds = median_time(read_all, repeats)
+    return {"bytes": total, "seconds": seconds, "bytes_per_s": total / seconds if seconds else float("inf")}
+
+
+def zstd_decode_bandwidth(sample: bytes, level: int = 3, repeats: int = 5) -> dict:
+    """Single-thread zstd decode bandwidth (output bytes/s) on data like ``sample``."""
+    from .._core import _codecs
+
+    data = (sample * (max(1, (32 << 20) // max(1, len(sample)))))[: 32 << 20]
+    frame = _codecs.zstd_compress(data, level, True)
+    seconds = median_time(lambda: _codecs.zstd_decompress(frame, len(data)), repeats)
+    return {"bytes": len(data), "seconds": seconds, "bytes_per_s": len(data) / seconds}
+
+
+def dict_floor(raw_samples: list[dict], repeats: int = 3) -> dict:
+    """Samples/s of building the benchmark's sample dicts from bytes already in memory.
+
+    ``raw_samples`` maps each field to its stored bytes plus how the field becomes a
+    Python value (``("str", b)``, ``("int", b)``, ``("json", b)``, ``("bytes", b)``).
+    This is the work no reader can avoid: creating the str/int/dict/bytes objects.
+    """
+    import orjson
+
+    makers = {
+        "str": lambda b: b.decode("utf-8"),
+        "int": lambda b: int.from_bytes(b, "little", signed=True),
+        "json": orjson.loads,
+        "bytes": bytes,
+    }
+    prepared = [[(k, makers[kind], b) for k, (kind, b) in s.items()] for s in raw_samples]
+
+    def build():
+        for fields in prepared:
+            d = {k: make(b) for k, make, b in fields}
+            for k in d:
+                d[k]
+
+    seconds = median_time(build, repeats)
+    n = len(raw_samples)
+    return {"samples": n, "seconds": seconds, "samples_per_s": n / seconds if seconds else float("inf")}

@@ -1,0 +1,164 @@
+"""Tables (Markdown, CSV, JSON) and plots of a benchmark run, with hpcio/peer ratios."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+__all__ = ["summarize", "write_reports"]
+
+COLUMNS = [
+    ("profile", "profile"),
+    ("op", "operation"),
+    ("system", "system"),
+    ("samples_per_s", "samples/s (open+op)"),
+    ("op_samples_per_s", "samples/s (op)"),
+    ("ratio_to_best_peer", "× best peer"),
+    ("total_s", "open+op s"),
+    ("import_s", "import s"),
+    ("user_s", "user s"),
+    ("sys_s", "sys s"),
+    ("maxrss_mb", "peak RSS MB"),
+    ("storage_bytes", "storage bytes"),
+]
+
+
+def summarize(records: list[dict], limits: dict) -> dict:
+    """Per (profile, op): best hpcio, best peer, their ratio and RSS; physical-limit ratios."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["profile"], r["op"]), []).append(r)
+    summary = []
+    for (profile, op), rows in sorted(groups.items()):
+        ours = [r for r in rows if not r["peer"]]
+        peers = [r for r in rows if r["peer"]]
+        best_ours = max(ours, key=lambda r: r["samples_per_s"], default=None)
+        best_peer = max(peers, key=lambda r: r["samples_per_s"], default=None)
+        for r in rows:
+            r["ratio_to_best_peer"] = (r["samples_per_s"] / best_peer["samples_per_s"]) if best_peer else None
+        entry = {
+            "profile": profile,
+            "op": op,
+            "best_hpcio": best_ours and best_ours["system"],
+            "best_hpcio_samples_per_s": best_ours and best_ours["samples_per_s"],
+            "best_peer": best_peer and best_peer["system"],
+            "best_peer_samples_per_s": best_peer and best_peer["samples_per_s"],
+            "ratio": (best_ours["samples_per_s"] / best_peer["samples_per_s"]) if best_ours and best_peer else None,
+            "hpcio_rss_mb": best_ours and best_ours["maxrss_mb"],
+            "peer_rss_mb": best_peer and best_peer["maxrss_mb"],
+        }
+        lim = limits.get(profile, {})
+        if best_ours and "dict_floor" in lim:
+            floor = lim["dict_floor"]["samples_per_s"]
+            per_sample = 1 / best_ours["op_samples_per_s"]
+            entry["dict_floor_samples_per_s"] = floor
+            # overhead beyond the unavoidable object building, relative to that floor
+            entry["overhead_over_floor"] = (per_sample - 1 / floor) * floor
+        if best_ours and op == "iterate" and "page_cache" in lim:
+            bw = lim["page_cache"][best_ours["dataset"]]["bytes_per_s"] if best_ours["dataset"] in lim["page_cache"] else None
+            if bw:
+                bytes_per_sample = best_ours["storage_bytes"] / best_ours["samples"]
+                entry["fraction_of_page_cache"] = best_ours["op_samples_per_s"] * bytes_per_sample / bw
+        summary.append(entry)
+    return {"summary": summary, "limits": limits}
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return "" if v is None else str(v)
+
+
+def markdown(records: list[dict], summary: dict, facts: dict) -> str:
+    out = io.StringIO()
+    out.write("## Machine\n\n")
+    for k, v in facts.items():
+        out.write(f"- {k}: {v}\n")
+    out.write("\n## hpcio against the best peer\n\n")
+    out.write("| profile | operation | best hpcio | samples/s | best peer | samples/s | ratio | RSS hpcio/peer MB |\n")
+    out.write("|---|---|---|---|---|---|---|---|\n")
+    for s in summary["summary"]:
+        out.write(
+            f"| {s['profile']} | {s['op']} | {_fmt(s['best_hpcio'])} | {_fmt(s['best_hpcio_samples_per_s'])} | "
+            f"{_fmt(s['best_peer'])} | {_fmt(s['best_peer_samples_per_s'])} | {_fmt(s['ratio'])} | "
+            f"{_fmt(s['hpcio_rss_mb'])} / {_fmt(s['peer_rss_mb'])} |\n"
+        )
+    out.write("\n## Physical limits\n\n")
+    for profile, lim in summary["limits"].items():
+        for name, value in lim.items():
+            out.write(f"- {profile} {name}: {json.dumps(value)}\n")
+    for s in summary["summary"]:
+        extra = {k: s[k] for k in ("overhead_over_floor", "fraction_of_page_cache") if k in s}
+        if extra:
+            out.write(f"- {s['profile']} {s['op']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in extra.items()) + "\n")
+    out.write("\n## Every measurement (median of runs)\n\n")
+    out.write("| " + " | ".join(h for _k, h in COLUMNS) + " |\n")
+    out.write("|" + "---|" * len(COLUMNS) + "\n")
+    for r in sorted(records, key=lambda r: (r["profile"], r["op"], -r["samples_per_s"])):
+        out.write("| " + " | ".join(_fmt(r.get(k)) for k, _h in COLUMNS) + " |\n")
+    return out.getvalue()
+
+
+def plots(records: list[dict], out_dir: str) -> list[str]:
+    """Throughput bars per operation and throughput against peak RSS, one PNG each per profile."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    for profile in sorted({r["profile"] for r in records}):
+        rows = [r for r in records if r["profile"] == profile]
+        ops = [op for op in ("iterate", "iterate-meta", "shuffle", "sort", "batch") if any(r["op"] == op for r in rows)]
+        systems = sorted({r["system"] for r in rows})
+        fig, axes = plt.subplots(1, len(ops), figsize=(4.5 * len(ops), 0.35 * len(systems) + 2), squeeze=False)
+        for ax, op in zip(axes[0], ops):
+            vals = {r["system"]: r["samples_per_s"] for r in rows if r["op"] == op}
+            names = [s for s in systems if s in vals]
+            colors = ["tab:orange" if s.startswith("hpcio") else "tab:blue" for s in names]
+            ax.barh(names, [vals[s] for s in names], color=colors)
+            ax.set_xscale("log")
+            ax.set_title(f"{profile}: {op}")
+            ax.set_xlabel("samples/s (open + operation)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"throughput_{profile}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for r in rows:
+            ax.scatter(r["maxrss_mb"], r["samples_per_s"], color="tab:orange" if not r["peer"] else "tab:blue")
+            ax.annotate(f"{r['system']} {r['op']}", (r["maxrss_mb"], r["samples_per_s"]), fontsize=6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("peak RSS (MB)")
+        ax.set_ylabel("samples/s")
+        ax.set_title(f"{profile}: throughput against peak memory (orange: hpcio)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"memory_{profile}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_reports(records: list[dict], limits: dict, facts: dict, out_dir: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    summary = summarize(records, limits)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"facts": facts, "records": records, **summary}, f, indent=1)
+    with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
+        keys = sorted({k for r in records for k in r})
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
+    md = markdown(records, summary, facts)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(md)
+    pngs = plots(records, out_dir)
+    return {"markdown": md, "plots": pngs, **summary}

@@ -1,0 +1,145 @@
+"""Run the benchmark matrix: every system on the same data, each measurement in a fresh
+process, median of ``repeats`` runs.
+
+hpcio and the peers installed beside it (streaming, webdataset, pyarrow) run under this
+interpreter; mldataforge and Hugging Face datasets run under the interop environment's
+Python 3.12 (``HPCIO_INTEROP_PYTHON``, created by ``tools/interop-env.sh``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .datasets import META_FIELDS, BenchDataset
+
+__all__ = ["System", "systems_for", "measure", "interop_python", "OPERATIONS"]
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+OPERATIONS = ("iterate", "iterate-meta", "shuffle", "sort", "batch")
+RANDOM_OPS = ("shuffle", "sort", "batch")
+DEFAULT_INTEROP = os.path.expanduser("~/.cache/hpcio/interop-py312/bin/python")
+
+
+def interop_python() -> str | None:
+    """The interop environment's interpreter, if it exists and imports mldataforge."""
+    path = os.environ.get("HPCIO_INTEROP_PYTHON", DEFAULT_INTEROP)
+    if not os.path.exists(path):
+        return None
+    ok = subprocess.run([path, "-c", "import mldataforge.utils"], capture_output=True).returncode == 0
+    return path if ok else None
+
+
+@dataclass
+class System:
+    """One reader configuration: who reads which dataset, how, with which interpreter."""
+
+    label: str  # shown in tables, e.g. "hpcio jinx-zst-bin lazy"
+    system: str  # worker opener key
+    dataset: str  # BenchDataset.name
+    options: dict = field(default_factory=dict)
+    python: str = sys.executable
+    ops: tuple = ("iterate", "iterate-meta", "shuffle", "sort")
+    peer: bool = True
+
+
+def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
+    names = {d.name for d in datasets}
+    out: list[System] = []
+    hp_ops = ("iterate", "iterate-meta", "shuffle", "sort", "batch")
+    for d in datasets:
+        if d.name.startswith("jinx"):
+            out.append(System(f"hpcio {d.name} lazy", "hpcio", d.name, {"lazy": True}, ops=hp_ops, peer=False))
+            out.append(System(f"hpcio {d.name} eager", "hpcio", d.name, {"lazy": False}, ops=hp_ops, peer=False))
+        elif d.name in ("mds", "mds-sample-zstd", "parquet"):
+            out.append(System(f"hpcio {d.name}", "hpcio", d.name, {}, ops=hp_ops, peer=False))
+        elif d.name == "webdataset":
+            out.append(System("hpcio webdataset", "hpcio", d.name, {}, ops=("iterate", "iterate-meta"), peer=False))
+    if "mds" in names:
+        out.append(System("streaming mds", "streaming", "mds"))
+    if "webdataset" in names:
+        out.append(System("webdataset", "webdataset", "webdataset", ops=("iterate", "iterate-meta")))
+    if "parquet" in names:
+        out.append(System("pyarrow parquet", "arrow", "parquet"))
+    py = interop_python() if include_interop else None
+    if py:
+        for mds in ("mds", "mds-sample-zstd"):
+            if mds in names:
+                out.append(System(f"mldataforge {mds} ram", "mdf-mds", mds, {"reader": "ram"}, py))
+                out.append(System(f"mldataforge {mds} bulk", "mdf-mds", mds, {"reader": "bulk"}, py,
+                                  ops=("iterate", "iterate-meta")))
+        for jx in ("jinx", "jinx-zst-bin"):
+            if jx in names:
+                out.append(System(f"mldataforge {jx} lazy", "mdf-jinx", jx, {"lazy": True}, py))
+                out.append(System(f"mldataforge {jx} eager", "mdf-jinx", jx, {"lazy": False}, py))
+        if "parquet" in names:
+            out.append(System("hf-datasets parquet", "hf", "parquet", {"builder": "parquet"}, py))
+    return out
+
+
+def _run_once(system: System, path: str, op: str, profile: str, env: dict) -> dict:
+    spec = {
+        "system": system.system,
+        "op": op,
+        "profile": profile,
+        "path": path,
+        "options": system.options,
+        "meta_fields": META_FIELDS[profile],
+    }
+    with tempfile.TemporaryFile() as errfile:
+        proc = subprocess.Popen(
+            [system.python, WORKER, json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=errfile,
+            env=env,
+        )
+        out = proc.stdout.read()
+        proc.stdout.close()
+        # wait4 gives this child's own CPU times and peak RSS (RUSAGE_CHILDREN would
+        # mix every child run so far).
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            errfile.seek(0)
+            tail = errfile.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"{system.label} {op} failed: {' | '.join(tail)}")
+    rec = json.loads(out.decode().strip().splitlines()[-1])
+    rec.update(user_s=usage.ru_utime, sys_s=usage.ru_stime, maxrss_mb=usage.ru_maxrss / 1024)
+    return rec
+
+
+def measure(system: System, dataset: BenchDataset, op: str, profile: str, repeats: int = 3) -> dict:
+    """Median figures of ``repeats`` fresh-process runs of one (system, op)."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="hpcio-bench-") as tmp:
+        env = dict(os.environ, TMPDIR=tmp, HF_DATASETS_CACHE=os.path.join(tmp, "hf"),
+                   PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
+        for _ in range(repeats):
+            runs.append(_run_once(system, dataset.path, op, profile, env))
+    med = {k: float(np.median([r[k] for r in runs])) for k in ("import_s", "open_s", "op_s", "total_s", "user_s", "sys_s")}
+    n = runs[0]["samples"]
+    return {
+        "system": system.label,
+        "peer": system.peer,
+        "dataset": dataset.name,
+        "op": op,
+        "profile": profile,
+        "samples": n,
+        "checksum": runs[0]["checksum"],
+        "repeats": repeats,
+        **med,
+        "samples_per_s": n / med["total_s"] if med["total_s"] else float("inf"),
+        "op_samples_per_s": n / med["op_s"] if med["op_s"] else float("inf"),
+        "maxrss_mb": max(r["maxrss_mb"] for r in runs),
+        "storage_bytes": dataset.bytes,
+    }
+
+
+def to_json(records: list[dict]) -> str:
+    return json.dumps(records, indent=1, default=lambda o: asdict(o))

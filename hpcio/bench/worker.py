@@ -1,0 +1,201 @@
+"""One benchmark measurement in a fresh process.
+
+Run as ``python worker.py '<json spec>'`` by :mod:`hpcio.bench.runner`, with whichever
+interpreter has the system under test installed (peers such as mldataforge need
+Python >= 3.12 and live in their own environment).  This file therefore imports only
+the standard library and numpy at module level, and the system under test inside its
+opener.  It prints one JSON line with the timings; the parent measures CPU time and peak
+RSS of the whole process with ``wait4``.
+
+Operations (the same for every system, so the numbers compare):
+
+iterate       one pass in storage order, touching every field of every sample
+iterate-meta  one pass touching only the metadata fields (lazy readers skip the rest)
+shuffle       ``ds[i]`` in ``numpy.random.default_rng(42).permutation(n)`` order, every field
+sort          stable sort by a key (text: ``len(text)``; vlm: number of messages), then
+              read in that order touching every field
+batch         ``shuffle`` through the system's batch API (1024 samples per call)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+T_START = time.perf_counter()
+
+import numpy as np  # noqa: E402
+
+BATCH = 1024
+
+
+def touch(sample, fields):
+    """Access every field in ``fields`` (all when None) the way a training loop would."""
+    total = 0
+    keys = sample.keys() if fields is None else fields
+    for k in keys:
+        v = sample[k]
+        if isinstance(v, (bytes, bytearray, memoryview, str, list, dict)):
+            total += len(v)
+        else:
+            total += 1
+    return total
+
+
+def sort_key(profile):
+    if profile == "vlm":
+        return lambda s: len(s["messages"])
+    return lambda s: len(s["text"])
+
+
+# --- openers: each returns an object with __len__, __getitem__(int), __iter__ -------------
+def open_hpcio(path, options):
+    import hpcio
+
+    return hpcio.open(path, **options)
+
+
+def open_streaming(path, options):
+    from streaming import StreamingDataset
+
+    # local-only use; streaming keeps lock files in the temp dir, so give it its own
+    return StreamingDataset(local=path, remote=None, shuffle=False, batch_size=1, **options)
+
+
+def open_mdf_mds(path, options):
+    from mldataforge.utils import load_mds_directories
+
+    return load_mds_directories([path], **options)
+
+
+def open_mdf_jinx(path, options):
+    from mldataforge.utils import load_jinx_paths
+
+    return load_jinx_paths(path, **options)
+
+
+def open_hf(path, options):
+    import datasets
+
+    files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) else [path]
+    return datasets.load_dataset(options["builder"], data_files=files, split="train")
+
+
+def open_webdataset(path, options):
+    import webdataset as wds
+
+    urls = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".tar"))
+    return wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+
+
+class ArrowTable:
+    """pyarrow on Parquet the fast way: columnar batches converted with to_pylist."""
+
+    def __init__(self, path):
+        import pyarrow.parquet as pq
+
+        files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) else [path]
+        import pyarrow as pa
+
+        self.table = pa.concat_tables([pq.read_table(f) for f in files])
+
+    def __len__(self):
+        return self.table.num_rows
+
+    def iter_batches(self, columns=None):
+        t = self.table if columns is None else self.table.select(columns)
+        for b in t.to_batches(max_chunksize=BATCH):
+            yield from b.to_pylist()
+
+    def take(self, idx, columns=None):
+        t = self.table if columns is None else self.table.select(columns)
+        return t.take(idx).to_pylist()
+
+
+def open_arrow(path, options):
+    return ArrowTable(path)
+
+
+OPENERS = {
+    "hpcio": open_hpcio,
+    "streaming": open_streaming,
+    "mdf-mds": open_mdf_mds,
+    "mdf-jinx": open_mdf_jinx,
+    "hf": open_hf,
+    "webdataset": open_webdataset,
+    "arrow": open_arrow,
+}
+
+
+def run(spec):
+    system, op, profile = spec["system"], spec["op"], spec["profile"]
+    meta = spec.get("meta_fields")
+    t_import = time.perf_counter() - T_START
+    t0 = time.perf_counter()
+    ds = OPENERS[system](spec["path"], spec.get("options", {}))
+    t_open = time.perf_counter()
+    n = spec.get("n") or len(ds)
+    checksum = 0
+    if op in ("iterate", "iterate-meta"):
+        fields = meta if op == "iterate-meta" else None
+        if system == "arrow":
+            for s in ds.iter_batches(fields):
+                checksum += touch(s, None)
+        elif system == "hpcio" and fields is not None:
+            for s in ds.select(fields):
+                checksum += touch(s, None)
+        else:
+            for s in ds:
+                checksum += touch(s, fields)
+    elif system == "hpcio":
+        # hpcio's own API: views are index arrays read back in vectorised batches.
+        if op == "sort":
+            view = ds.sort(len, field="messages" if profile == "vlm" else "text")
+        else:
+            view = ds.shuffle(seed=42)
+        if op == "batch":
+            order = view.indices
+            for lo in range(0, n, BATCH):
+                for s in ds.get_batch(order[lo : lo + BATCH]):
+                    checksum += touch(s, None)
+        else:
+            for s in view:
+                checksum += touch(s, None)
+    elif op in ("shuffle", "sort", "batch"):
+        if op == "sort":
+            if system == "arrow":
+                import pyarrow.compute as pc
+
+                col = ds.table["messages" if profile == "vlm" else "text"]
+                lens = pc.list_value_length(col) if profile == "vlm" else pc.utf8_length(col)
+                order = np.argsort(lens.to_numpy(zero_copy_only=False), kind="stable")
+            else:
+                key = sort_key(profile)
+                order = np.argsort([key(ds[i]) for i in range(n)], kind="stable")
+        else:
+            order = np.random.default_rng(42).permutation(n)
+        if system == "arrow":
+            for lo in range(0, n, BATCH):
+                for s in ds.take(order[lo : lo + BATCH]):
+                    checksum += touch(s, None)
+        else:
+            for i in order:
+                checksum += touch(ds[int(i)], None)
+    else:
+        raise SystemExit(f"unknown operation {op!r}")
+    t_end = time.perf_counter()
+    return {
+        "import_s": t_import,
+        "open_s": t_open - t0,
+        "op_s": t_end - t_open,
+        "total_s": t_end - t0,
+        "samples": int(n),
+        "checksum": int(checksum),
+    }
+
+
+if __name__ == "__main__":
+    result = run(json.loads(sys.argv[1]))
+    sys.stdout.write(json.dumps(result) + "\n")

@@ -1,0 +1,46 @@
+"""``hpcio stage SRC DST``: copy a dataset to a faster tier, verified and resumable."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import HpcioError
+from ..staging.stage import DEFAULT_CHUNK_BYTES, stage
+from ..staging.tiers import parse_size
+
+HELP = "copy a dataset to another tier: plan space and inodes, parallel verified copy, resume"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("src", help="dataset directory (any format or any tree of files), or a single-file dataset")
+    parser.add_argument("dst", help="destination directory (created if needed); re-running resumes")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="copy threads per process (default: $SLURM_CPUS_PER_TASK, else the CPUs allowed)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and check space; write nothing")
+    parser.add_argument("--chunk-size", default=str(DEFAULT_CHUNK_BYTES),
+                        help="split files larger than this into chunks copied in parallel (default 256Mi)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--node-local", dest="node_local", action="store_true", default=None,
+                       help="DST is private to each node: one leader per node copies everything")
+    where.add_argument("--shared", dest="node_local", action="store_false",
+                       help="DST is shared by all nodes: every rank copies a part")
+    parser.add_argument("--no-mpi", action="store_true",
+                        help="never import mpi4py; under srun the first task (per node if node-local) copies")
+    parser.add_argument("--method", choices=("auto", "copy_file_range", "readwrite"), default="auto",
+                        help="copy primitive (default auto: copy_file_range, falling back to read/write)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args) -> int:
+    try:
+        result = stage(
+            args.src, args.dst, threads=args.threads, dry_run=args.dry_run,
+            chunk_bytes=parse_size(args.chunk_size), node_local=args.node_local,
+            use_mpi=not args.no_mpi, method=args.method, progress=not args.quiet,
+        )
+    except HpcioError as exc:
+        print(f"hpcio stage: error: {exc}", file=sys.stderr)
+        return 1
+    if result.copier or args.dry_run:
+        print(result.summary())
+    return 0

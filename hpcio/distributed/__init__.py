@@ -1,0 +1,29 @@
+"""Distributed reading: who reads what, in which order, on every rank and worker.
+
+:mod:`~hpcio.distributed.context` finds the rank, world size and worker of the calling
+process; :mod:`~hpcio.distributed.split` holds the pure splitting functions;
+:mod:`~hpcio.distributed.mpi` is the only module that uses mpi4py, imported lazily.
+"""
+
+from .context import RuntimeContext, cpus_per_task, infer_context, recommended_num_workers
+from .split import (
+    circular_shift,
+    consumed_position,
+    contiguous_part,
+    epoch_order,
+    per_consumer,
+    split_indices,
+)
+
+__all__ = [
+    "RuntimeContext",
+    "infer_context",
+    "cpus_per_task",
+    "recommended_num_workers",
+    "epoch_order",
+    "split_indices",
+    "per_consumer",
+    "consumed_position",
+    "contiguous_part",
+    "circular_shift",
+]

@@ -1,0 +1,152 @@
+"""Value kinds shared by the formats that store typed fields (WebDataset, Zarr, HDF5,
+Parquet, MessagePack, image folders).
+
+Every format stores a field value as one of a few kinds and must give back a value equal
+to the one written, with the same type class: bytes stay bytes, str stays str, an int
+stays an int (any size where the format allows it), a float keeps every bit, JSON
+(dicts, lists, bools, None) comes back as JSON, and a numpy array keeps its dtype and
+shape.  This module names the kinds and holds their byte encodings.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import DecodeError, UnsupportedValueError
+
+__all__ = [
+    "KINDS",
+    "kind_of",
+    "encode_json",
+    "decode_json",
+    "encode_npy",
+    "decode_npy",
+    "encode_value",
+    "decode_value",
+    "check_field_name",
+]
+
+# bytes, str, int, float, json (dict/list/bool/None), ndarray
+KINDS = ("bytes", "str", "int", "float", "json", "ndarray")
+
+
+def kind_of(value, *, field=None, sample=None, path=None) -> str:
+    """The kind of ``value``; UnsupportedValueError for anything no format can store."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, bool) or value is None:
+        return "json"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise UnsupportedValueError(
+                f"field {field!r}: numpy arrays of dtype object cannot be stored",
+                path=path, sample=sample)
+        return "ndarray"
+    if isinstance(value, np.generic):
+        raise UnsupportedValueError(
+            f"field {field!r}: numpy scalar {type(value).__name__} is ambiguous; pass "
+            "int(x)/float(x) or a 0-d array", path=path, sample=sample)
+    if isinstance(value, (dict, list, tuple)):
+        return "json"
+    raise UnsupportedValueError(
+        f"field {field!r}: values of type {type(value).__name__} cannot be stored "
+        f"(use bytes, str, int, float, bool, None, dict, list or numpy arrays)",
+        path=path, sample=sample)
+
+
+def _check_json(value, field, sample, path):
+    # json would silently turn non-str keys into str and numpy scalars into errors
+    # deep inside; reject them here with the field name.
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise UnsupportedValueError(
+                    f"field {field!r}: JSON object key {k!r} is not a str", path=path, sample=sample)
+            _check_json(v, field, sample, path)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_json(v, field, sample, path)
+    elif not (value is None or isinstance(value, (str, int, float, bool))):
+        raise UnsupportedValueError(
+            f"field {field!r}: {type(value).__name__} inside a JSON value", path=path, sample=sample)
+
+
+def encode_json(value, *, field=None, sample=None, path=None) -> bytes:
+    """Compact UTF-8 JSON; floats keep every bit (repr), NaN/Infinity as Python writes them."""
+    _check_json(value, field, sample, path)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def decode_json(data, *, field=None, sample=None, path=None):
+    try:
+        return json.loads(bytes(data))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(f"field {field!r} is not valid JSON: {exc}", path=path, sample=sample) from None
+
+
+def encode_npy(value: np.ndarray) -> bytes:
+    """The array in .npy format (dtype, shape and order kept; never pickled)."""
+    buf = io.BytesIO()
+    np.save(buf, value, allow_pickle=False)
+    return buf.getvalue()
+
+
+def decode_npy(data, *, field=None, sample=None, path=None) -> np.ndarray:
+    try:
+        return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DecodeError(f"field {field!r} is not a valid .npy array: {exc}", path=path, sample=sample) from None
+
+
+def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> bytes:
+    """``value`` of ``kind`` as bytes (the ragged storage of Zarr, HDF5 and image folders)."""
+    if kind == "bytes":
+        return bytes(value)
+    if kind == "str":
+        return value.encode("utf-8", "surrogatepass")
+    if kind == "int":
+        return str(value).encode("ascii")
+    if kind == "float":
+        return repr(float(value)).encode("ascii")
+    if kind == "json":
+        return encode_json(value, field=field, sample=sample, path=path)
+    if kind == "ndarray":
+        return encode_npy(value)
+    raise ValueError(f"unknown value kind {kind!r}")
+
+
+def decode_value(kind: str, data, *, field=None, sample=None, path=None):
+    """The inverse of :func:`encode_value`."""
+    if kind == "bytes":
+        return bytes(data)
+    try:
+        if kind == "str":
+            return bytes(data).decode("utf-8", "surrogatepass")
+        if kind == "int":
+            return int(bytes(data))
+        if kind == "float":
+            return float(bytes(data).decode("ascii"))
+    except ValueError as exc:
+        raise DecodeError(f"field {field!r} is not a valid {kind}: {exc}", path=path, sample=sample) from None
+    if kind == "json":
+        return decode_json(data, field=field, sample=sample, path=path)
+    if kind == "ndarray":
+        return decode_npy(data, field=field, sample=sample, path=path)
+    raise DecodeError(f"field {field!r} has unknown value kind {kind!r}", path=path, sample=sample)
+
+
+def check_field_name(name, *, sample=None, path=None) -> str:
+    if not isinstance(name, str) or not name or "/" in name or "\x00" in name:
+        raise UnsupportedValueError(
+            f"field name {name!r} must be a non-empty str without '/' or NUL", path=path, sample=sample)
+    return name

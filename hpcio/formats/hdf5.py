@@ -1,0 +1,334 @@
+"""HDF5 shards: the columnar layout of :mod:`hpcio.formats._layout` in one HDF5 file per
+shard (and per writer), readable with plain ``h5py``.
+
+Layout (``docs/formats/hdf5.md``)::
+
+    dir/shard-000000.h5     attribute "hpcio" (JSON): {version, num_samples, fields}
+        /<field>            fixed field: dataset (n, *shape), chunked along samples
+        /<field>/offsets    ragged field: uint64 (n + 1,)
+        /<field>/data       ragged field: uint8 (total bytes,)
+
+Datasets are compressed with blosc (zstd, byte shuffle) through ``hdf5plugin`` when it
+is installed, else with gzip, which every HDF5 build reads.  Parallel writers each write
+their own files (``pattern="rank00003-%06d.h5"``); the ``mpio`` driver is only used when
+asked for and h5py was built with MPI (``h5py.get_config().mpi``), which PyPI wheels are not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import (
+    CapabilityError,
+    CorruptShardError,
+    MissingDependencyError,
+    SchemaError,
+    ShardNotFoundError,
+)
+from ..registry import Capabilities
+from . import _layout
+from .base import Reader as _Reader
+from .base import Writer as _Writer
+
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter"]
+
+NAME = "hdf5"
+CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
+
+SHARD_PATTERN = "shard-%06d.h5"
+_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the hdf5 format needs h5py: pip install h5py hdf5plugin (or pip install 'hpcio[formats]')"
+        ) from exc
+    try:  # registers the blosc filter so compressed shards decode
+        import hdf5plugin  # noqa: F401
+    except ImportError:
+        pass
+    return h5py
+
+
+def compression_filter(name: str | None = "blosc", clevel: int = 5) -> dict:
+    """``create_dataset`` keyword arguments for ``name``: ``"blosc"`` (zstd + shuffle
+    through hdf5plugin, gzip when hdf5plugin is missing), ``"gzip"`` or None."""
+    if name is None:
+        return {}
+    if name == "blosc":
+        try:
+            import hdf5plugin
+        except ImportError:
+            name = "gzip"
+        else:
+            return dict(hdf5plugin.Blosc(cname="zstd", clevel=clevel, shuffle=hdf5plugin.Blosc.SHUFFLE))
+    if name == "gzip":
+        return {"compression": "gzip", "compression_opts": min(clevel, 9), "shuffle": True}
+    raise ValueError(f"unknown HDF5 compression {name!r}: use blosc, gzip or None")
+
+
+def _files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith((".h5", ".hdf5")))
+    if os.path.isfile(path):
+        return [path]
+    raise ShardNotFoundError("no HDF5 file or directory", path=path)
+
+
+def sniff(path) -> bool:
+    path = os.fspath(path)
+    try:
+        files = _files(path)
+    except ShardNotFoundError:
+        return False
+    if not files:
+        return False
+    with open(files[0], "rb") as f:
+        return f.read(8) == _MAGIC
+
+
+class Writer(_Writer):
+    """Writes ``path/shard-%06d.h5`` files of at most ``max_count`` samples each.
+
+    Parameters
+    ----------
+    max_count, max_size
+        Samples and value bytes per file before a new file starts (a file's samples are
+        held in memory until it is written).
+    chunk_samples, chunk_bytes
+        Chunk size of fixed datasets (samples) and of ragged data (bytes).
+    compression
+        ``"blosc"`` (default), ``"gzip"`` or None; see :func:`compression_filter`.
+    pattern, start_shard
+        File name pattern and first number, so parallel writers never collide.
+    schema
+        ``{field: kind or spec}`` overriding what the first sample implies.
+    driver, comm
+        ``driver="mpio"`` (with an mpi4py ``comm``) needs an MPI build of h5py.
+    """
+
+    def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, chunk_samples: int = 1024,
+                 chunk_bytes: int = 1 << 20, compression: str | None = "blosc", clevel: int = 5,
+                 pattern: str = SHARD_PATTERN, start_shard: int = 0,
+                 schema: Mapping | None = None, driver: str | None = None, comm=None, **options):
+        super().__init__(path)
+        if options:
+            raise TypeError(f"unknown HDF5 writer options: {', '.join(options)}")
+        self.h5py = _h5py()
+        if driver == "mpio" and not self.h5py.get_config().mpi:
+            raise CapabilityError("driver='mpio' needs h5py built with MPI (h5py.get_config().mpi "
+                                  "is False); write one file per rank instead", path=self.path)
+        self.file_kwargs = {"driver": driver, "comm": comm} if driver == "mpio" else {}
+        self.max_count = max_count
+        self.chunk_samples, self.chunk_bytes = chunk_samples, chunk_bytes
+        self.filters = compression_filter(compression, clevel)
+        self.pattern = pattern
+        self.shard_number = start_shard
+        self.created_dir = not os.path.exists(self.path)
+        os.makedirs(self.path, exist_ok=True)
+        self.buffer = _layout.ColumnBuffer(self.path, schema)
+        self.written: list[str] = []
+        self.max_size = max_size
+
+    def write(self, sample: Mapping) -> None:
+        self.buffer.add(sample, self.count)
+        self.count += 1
+        if self.buffer.count >= self.max_count or self.buffer.nbytes >= self.max_size:
+            self._write_file()
+
+    def _tmp(self, final):
+        return final + f".tmp.{os.getpid()}"
+
+    def _write_file(self):
+        final = os.path.join(self.path, self.pattern % self.shard_number)
+        self.shard_number += 1
+        n = self.buffer.count
+        fields = self.buffer.fields or {}
+        columns = self.buffer.take() if self.buffer.fields is not None else {}
+        self.written.append(final)
+        with self.h5py.File(self._tmp(final), "w", **self.file_kwargs) as f:
+            for name, spec in fields.items():
+                if spec["storage"] == "fixed":
+                    values = columns[name]
+                    f.create_dataset(name, data=values,
+                                     chunks=(max(1, min(self.chunk_samples, n)), *spec["shape"]) if n else None,
+                                     **(self.filters if n else {}))
+                    continue
+                lengths, flat = columns[name]
+                offsets = np.zeros(n + 1, dtype=np.uint64)
+                np.cumsum(lengths, out=offsets[1:])
+                group = f.create_group(name)
+                group.create_dataset("offsets", data=offsets,
+                                     chunks=(min(self.chunk_samples, n + 1),), **self.filters)
+                group.create_dataset("data", data=flat,
+                                     chunks=(max(1, min(self.chunk_bytes, len(flat))),) if len(flat) else None,
+                                     **(self.filters if len(flat) else {}))
+            f.attrs["hpcio"] = json.dumps({"version": _layout.LAYOUT_VERSION, "num_samples": n,
+                                           "fields": fields})
+
+    def close(self) -> None:
+        if self.buffer.count or not self.written:
+            self._write_file()
+        for final in self.written:
+            os.replace(self._tmp(final), final)
+        self.written = []
+
+    def abort(self) -> None:
+        for final in self.written:
+            try:
+                os.remove(self._tmp(final))
+            except FileNotFoundError:
+                pass
+        self.written = []
+        if self.created_dir:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+class _File:
+    def __init__(self, path: str, h5py):
+        self.path = path
+        try:
+            self.file = h5py.File(path, "r")
+        except FileNotFoundError:
+            raise ShardNotFoundError("HDF5 shard is missing", path=path) from None
+        except OSError as exc:
+            raise CorruptShardError(f"not a readable HDF5 file: {exc}", path=path) from None
+        try:
+            self._load()
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _load(self):
+        raw = self.file.attrs.get("hpcio")
+        if raw is None:
+            raise SchemaError("HDF5 file has no 'hpcio' layout attribute (wrong layout, or not "
+                              "written by hpcio)", path=self.path)
+        layout = json.loads(raw)
+        self.n = layout["num_samples"]
+        self.fields = layout["fields"]
+        self.data = {}
+        self.offsets = {}
+        for field, spec in self.fields.items():
+            if spec["storage"] == "fixed":
+                ds = self.file.get(field)
+                expected = (self.n, *spec["shape"])
+                if ds is None or not hasattr(ds, "dtype"):
+                    raise SchemaError(f"field {field!r}: expected a dataset of shape {expected}, "
+                                      "found none", path=self.path)
+                if ds.shape != expected or ds.dtype != np.dtype(spec["dtype"]):
+                    raise SchemaError(f"field {field!r}: expected a dataset of shape {expected} and "
+                                      f"dtype {spec['dtype']}, found {ds.shape} {ds.dtype.str}",
+                                      path=self.path)
+                self.data[field] = ds
+            else:
+                off, data = self.file.get(f"{field}/offsets"), self.file.get(f"{field}/data")
+                if off is None or data is None or not hasattr(off, "shape") or not hasattr(data, "shape"):
+                    raise SchemaError(f"field {field!r}: expected datasets {field}/offsets and "
+                                      f"{field}/data", path=self.path)
+                table = off[:]
+                _layout.check_offsets(table, self.n, data.shape[0], field=field, path=self.path)
+                self.offsets[field] = table
+                self.data[field] = data
+
+    def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
+        out = [dict() for _ in range(len(rows))]
+        if not len(rows):
+            return out
+        for field in fields:
+            spec = self.fields[field]
+            ds = self.data[field]
+            if spec["storage"] == "fixed":
+                # h5py fancy indexing wants increasing unique indices
+                uniq, inverse = np.unique(rows, return_inverse=True)
+                values = ds[uniq] if len(uniq) > 1 else ds[int(uniq[0]) : int(uniq[0]) + 1]
+                for pos, k in enumerate(inverse):
+                    out[pos][field] = _layout.fixed_value(spec, values[k])
+                continue
+            table = self.offsets[field]
+            starts, ends = table[rows], table[rows + 1]
+            gap = ds.chunks[0] if ds.chunks else 0
+            for lo, hi, members in _layout.merged_spans(starts, ends, gap):
+                try:
+                    span = ds[lo:hi].tobytes() if hi > lo else b""
+                except OSError as exc:
+                    raise CorruptShardError(f"field {field!r}: cannot read bytes {lo}..{hi}: {exc}",
+                                            path=self.path, sample=sample_base + int(rows[members[0]])) from None
+                for pos in members:
+                    a, b = int(starts[pos]) - lo, int(ends[pos]) - lo
+                    out[pos][field] = _layout.ragged_value(
+                        spec, span[a:b], field=field, sample=sample_base + int(rows[pos]),
+                        path=self.path)
+        return out
+
+    def close(self):
+        self.file.close()
+
+
+class Reader(_Reader):
+    """Random-access reader of HDF5 shards written by :class:`Writer` (a directory of
+    ``.h5`` files or one file)."""
+
+    def __init__(self, path, **options):
+        super().__init__(path)
+        h5py = _h5py()
+        self.files: list[_File] = []
+        try:
+            for p in _files(self.path):
+                self.files.append(_File(p, h5py))
+        except BaseException:
+            self.close()
+            raise
+        fields = None
+        for f in self.files:
+            if f.n and fields is not None and f.fields != fields:
+                raise SchemaError(f"file fields {sorted(f.fields)} differ from {sorted(fields)}",
+                                  path=f.path)
+            if f.n and fields is None:
+                fields = f.fields
+        self.layout_fields = fields or {}
+        self.fields = list(self.layout_fields)
+        self.cum = np.concatenate([[0], np.cumsum([f.n for f in self.files])]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        i = self.check_index(i)
+        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
+
+    def read_many(self, indices, fields=None) -> list:
+        indices = np.asarray(indices, dtype=np.int64)
+        fields = self.fields if fields is None else list(fields)
+        for f in fields:
+            if f not in self.layout_fields:
+                raise KeyError(f"{self.path} has no field {f!r}")
+        out: list = [None] * len(indices)
+        which = np.searchsorted(self.cum, indices, side="right") - 1
+        for k in np.unique(which):
+            where = np.flatnonzero(which == k)
+            base = int(self.cum[k])
+            got = self.files[k].read_rows(indices[where] - base, fields, base)
+            for j, pos in enumerate(where):
+                out[pos] = got[j]
+        return out
+
+    def iter_range(self, start=0, stop=None, fields=None):
+        stop = len(self) if stop is None else stop
+        for lo in range(start, stop, 4096):
+            yield from self.read_many(np.arange(lo, min(lo + 4096, stop)), fields)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []

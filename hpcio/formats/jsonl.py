@@ -1,0 +1,258 @@
+"""Plain JSON lines (``.jsonl``, ``.jsonl.zst``, ``.jsonl.gz``) with random access.
+
+The reader maps the file (or its decompressed bytes) and builds a newline index in C
+(``_index.scan_lines``), so ``ds[i]`` is one ``orjson.loads`` of one line.  Whole-file
+compressed inputs are decompressed into memory, or into ``cache_dir`` when given; the
+index is kept beside them in the cache as ``.lines.npy`` so a second open is instant.
+Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
+
+>>> import hpcio, os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "toy.jsonl.zst")
+>>> with hpcio.open_writer(path, format="jsonl") as w:
+...     for i in range(3):
+...         w.write({"id": i, "text": f"line {i}"})
+>>> ds = hpcio.open(path)
+>>> len(ds), ds[-1]["text"]
+(3, 'line 2')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import orjson
+
+from .. import codecs as _codecs_table
+from ..errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
+from ..registry import Capabilities
+from . import base
+
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "SUFFIXES"]
+
+NAME = "jsonl"
+CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=False, batch_read=True)
+
+#: file suffix -> whole-file codec (None: plain text)
+SUFFIXES = {
+    ".jsonl": None, ".ndjson": None, ".jsonl.zst": "zstd", ".jsonl.zstd": "zstd",
+    ".jsonl.gz": "gzip", ".ndjson.zst": "zstd", ".ndjson.gz": "gzip",
+}
+#: largest decompressed input accepted (a corrupt header must not exhaust memory)
+DECOMPRESS_LIMIT = 1 << 40
+
+
+def _codec_of(path: str):
+    name = os.path.basename(path).lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return True, SUFFIXES[suffix]
+    return False, None
+
+
+def sniff(path) -> bool:
+    """True for a file named ``*.jsonl``/``*.ndjson`` (optionally ``.zst``/``.gz``)."""
+    path = os.fspath(path)
+    return os.path.isfile(path) and _codec_of(path)[0]
+
+
+def _index_lines(buf) -> tuple[np.ndarray, np.ndarray]:
+    from .._core import _index
+
+    bounds = _index.scan_lines(buf)
+    starts, ends = bounds[:-1], bounds[1:]
+    if not len(starts):
+        return starts, ends
+    view = np.frombuffer(buf, dtype=np.uint8)
+    # a JSON line starts with its value; only lines starting with whitespace can be blank
+    first = view[starts.astype(np.intp)]
+    maybe = np.flatnonzero(np.isin(first, np.frombuffer(b" \t\r\n", dtype=np.uint8)))
+    if maybe.size:
+        blank = [int(i) for i in maybe if not bytes(view[starts[i]:ends[i]]).strip()]
+        if blank:
+            keep = np.ones(len(starts), dtype=bool)
+            keep[blank] = False
+            starts, ends = starts[keep], ends[keep]
+    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+
+
+class Reader(base.Reader):
+    """A JSON-lines file with random access through a newline index.
+
+    Parameters
+    ----------
+    path
+        ``.jsonl`` (mapped), ``.jsonl.zst`` or ``.jsonl.gz`` (decompressed once).
+    cache_dir
+        Where to keep the decompressed bytes and the line index between opens;
+        ``None`` keeps both in memory only.
+    """
+
+    def __init__(self, path, cache_dir=None):
+        super().__init__(path)
+        if not os.path.isfile(self.path):
+            raise ShardNotFoundError("no such JSONL file", path=self.path)
+        self._mm = None
+        _, codec = _codec_of(self.path)
+        st = os.stat(self.path)
+        key = f"{os.path.basename(self.path)}.{st.st_size}.{st.st_mtime_ns}"
+        key = f"{key[:80]}-{hashlib.sha1(os.path.abspath(self.path).encode()).hexdigest()[:12]}"
+        data_path = self.path
+        if codec is not None:
+            if cache_dir is None:
+                with open(self.path, "rb") as f:
+                    self.buf = self._decompress(codec, f.read())
+                data_path = None
+            else:
+                os.makedirs(cache_dir, exist_ok=True)
+                data_path = os.path.join(cache_dir, key + ".jsonl")
+                if not os.path.exists(data_path):
+                    with open(self.path, "rb") as f:
+                        _atomic_write(data_path, self._decompress(codec, f.read()))
+        if data_path is not None:
+            with open(data_path, "rb") as f:  # the map holds its own descriptor
+                if os.fstat(f.fileno()).st_size:
+                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self.buf = memoryview(self._mm)
+                else:
+                    self.buf = memoryview(b"")
+        index_path = None if cache_dir is None else os.path.join(cache_dir, key + ".lines.npy")
+        if index_path is not None and os.path.exists(index_path):
+            bounds = np.load(index_path)
+            self.starts, self.ends = bounds[0], bounds[1]
+        else:
+            self.starts, self.ends = _index_lines(self.buf)
+            if index_path is not None:
+                os.makedirs(cache_dir, exist_ok=True)
+                with _AtomicFile(index_path) as f:
+                    np.save(f, np.stack([self.starts, self.ends]))
+        self._s = memoryview(self.starts).cast("B").cast("Q") if len(self.starts) else []
+        self._e = memoryview(self.ends).cast("B").cast("Q") if len(self.ends) else []
+
+    def _decompress(self, codec: str, data: bytes):
+        return _codecs_table.get_codec(codec).decompress(data, DECOMPRESS_LIMIT, path=self.path)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        a = self._s[i]
+        try:
+            obj = orjson.loads(self.buf[a : self._e[i]])
+        except orjson.JSONDecodeError as exc:
+            raise CorruptShardError(f"garbled JSON line: {exc}", path=self.path, offset=a, sample=i) from None
+        if type(obj) is not dict:
+            raise CorruptShardError(
+                f"JSON line holds a {type(obj).__name__}, expected an object",
+                path=self.path, offset=a, sample=i,
+            )
+        return obj if fields is None else base.project(obj, fields)
+
+    def read_many(self, indices, fields=None) -> list:
+        read = self.read
+        return [read(i, fields) for i in np.asarray(indices).tolist()]
+
+    def iter_range(self, start=0, stop=None, fields=None):
+        stop = len(self) if stop is None else stop
+        read = self.read
+        for i in range(start, stop):
+            yield read(i, fields)
+
+    def close(self) -> None:
+        if isinstance(self.buf, memoryview):
+            try:
+                self.buf.release()
+            except BufferError:
+                pass
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:  # a caller still holds a view; the map dies with it
+                pass
+
+
+class _AtomicFile:
+    """A file written under a temporary name beside its target and renamed on success."""
+
+    def __init__(self, path: str):
+        self.path = path
+        head, tail = os.path.split(path)
+        self.tmp = os.path.join(head, f".{tail}.tmp-{os.getpid()}")
+
+    def __enter__(self):
+        self.f = open(self.tmp, "wb")
+        return self.f
+
+    def __exit__(self, exc_type, exc, tb):
+        self.f.close()
+        if exc_type is None:
+            os.replace(self.tmp, self.path)
+        else:
+            os.remove(self.tmp)
+        return False
+
+
+def _atomic_write(path: str, data) -> None:
+    with _AtomicFile(path) as f:
+        f.write(data)
+
+
+class Writer(base.Writer):
+    """Writes one JSON object per line; ``.zst``/``.gz`` names compress the whole file.
+
+    numpy arrays and scalars are written as JSON lists and numbers (they read back as
+    such).  ``bytes`` have no JSON form and raise :class:`UnsupportedValueError`.
+    The file appears only when :meth:`close` succeeds.
+    """
+
+    def __init__(self, path, compression_level: int | None = None):
+        super().__init__(path)
+        known, self.codec = _codec_of(self.path)
+        if not known:
+            raise ValueError(
+                f"cannot tell the JSONL flavour of {self.path!r}: name it "
+                + ", ".join(f"*{s}" for s in SUFFIXES)
+            )
+        self.level = compression_level
+        self._out = _AtomicFile(self.path)
+        self._plain = _AtomicFile(self.path + ".plain") if self.codec else None
+        self._f = (self._plain or self._out).__enter__()
+
+    def write(self, sample: Mapping) -> None:
+        try:
+            line = orjson.dumps(sample, option=orjson.OPT_SERIALIZE_NUMPY)
+        except TypeError as exc:
+            raise UnsupportedValueError(f"sample cannot be written as JSON: {exc}",
+                                        path=self.path, sample=self.count) from None
+        self._f.write(line)
+        self._f.write(b"\n")
+        self.count += 1
+
+    def close(self) -> None:
+        if self._f is None:
+            return
+        f, self._f = self._f, None
+        if self.codec is None:
+            self._out.__exit__(None, None, None)
+            return
+        f.flush()
+        with open(self._plain.tmp, "rb") as src:
+            data = src.read()
+        self._plain.__exit__(ValueError, None, None)  # removes the plain temporary
+        codec = _codecs_table.get_codec(self.codec)
+        out = self._out.__enter__()
+        try:
+            out.write(codec.compress(data, self.level))
+        except BaseException as exc:
+            self._out.__exit__(type(exc), exc, None)
+            raise
+        self._out.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        if self._f is None:
+            return
+        self._f = None
+        (self._plain or self._out).__exit__(RuntimeError, None, None)

@@ -1,0 +1,306 @@
+"""Parquet files (pyarrow): one column per field, row groups as the unit of reading.
+
+Column types follow the value kinds of :mod:`hpcio.formats._values`: bytes ->
+``large_binary``, str -> ``large_string``, int -> ``int64``, float -> ``float64``,
+JSON -> ``large_string`` holding compact JSON, arrays -> ``large_binary`` holding
+``.npy`` bytes.  The kind of each column is kept in the field metadata (``hpcio.kind``)
+so values come back with their type; files written by other tools are read with
+pyarrow's own conversion (``to_pylist``).  A reader takes one file or a directory of
+``.parquet`` files, reads only the projected columns, and decodes whole row groups
+(kept in a small cache) so ``read_many`` is a batch ``take``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CorruptShardError, MissingDependencyError, SchemaError, ShardNotFoundError
+from ..registry import Capabilities
+from . import _values
+from .base import Reader as _Reader
+from .base import Writer as _Writer
+
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files"]
+
+NAME = "parquet"
+CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
+SHARD_PATTERN = "part-%06d.parquet"
+_KIND_KEY = b"hpcio.kind"
+
+
+def _pa():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the parquet format needs pyarrow: pip install pyarrow (or pip install 'hpcio[formats]')"
+        ) from exc
+    return pa, pq
+
+
+def list_files(path) -> list[str]:
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".parquet"))
+    if os.path.isfile(path):
+        return [path]
+    raise ShardNotFoundError("no Parquet file or directory", path=path)
+
+
+def sniff(path) -> bool:
+    try:
+        files = list_files(path)
+    except ShardNotFoundError:
+        return False
+    if not files:
+        return False
+    with open(files[0], "rb") as f:
+        return f.read(4) == b"PAR1"
+
+
+def _arrow_type(pa, kind):
+    return {"bytes": pa.large_binary(), "str": pa.large_string(), "int": pa.int64(),
+            "float": pa.float64(), "json": pa.large_string(), "ndarray": pa.large_binary()}[kind]
+
+
+class Writer(_Writer):
+    """Writes ``path/part-%06d.parquet`` (or one file when ``path`` ends in ``.parquet``).
+
+    Parameters
+    ----------
+    row_group_size
+        Rows per row group (the unit of a read).
+    max_count
+        Rows per file before a new file starts (directory output only).
+    compression
+        Parquet codec name (``"zstd"`` default, ``"snappy"``, ``"none"``...).
+    schema
+        ``{field: kind}`` overriding what the first sample implies.
+    """
+
+    def __init__(self, path, row_group_size: int = 1024, max_count: int = 1_000_000,
+                 compression: str = "zstd", schema: Mapping | None = None, **options):
+        super().__init__(path)
+        if options:
+            raise TypeError(f"unknown Parquet writer options: {', '.join(options)}")
+        self.pa, self.pq = _pa()
+        self.single = self.path.endswith(".parquet")
+        self.created_dir = False
+        if not self.single:
+            self.created_dir = not os.path.exists(self.path)
+            os.makedirs(self.path, exist_ok=True)
+        self.row_group_size = row_group_size
+        self.max_count = max_count
+        self.compression = compression
+        self.kinds: dict[str, str] | None = dict(schema) if schema else None
+        self.rows: list[Mapping] = []
+        self.writer = None
+        self.file_rows = 0
+        self.file_number = 0
+        self.written: list[str] = []
+
+    def _schema(self):
+        pa = self.pa
+        return pa.schema([pa.field(name, _arrow_type(pa, kind), nullable=True,
+                                   metadata={_KIND_KEY: kind.encode()})
+                          for name, kind in self.kinds.items()])
+
+    def _infer(self, sample, index):
+        kinds = {}
+        for name, value in sample.items():
+            _values.check_field_name(name, sample=index, path=self.path)
+            kinds[name] = _values.kind_of(value, field=name, sample=index, path=self.path)
+        self.kinds = kinds
+
+    def write(self, sample: Mapping) -> None:
+        index = self.count
+        if self.kinds is None:
+            self._infer(sample, index)
+        if sample.keys() != self.kinds.keys():
+            raise SchemaError(f"sample fields {sorted(sample)} differ from the file's {sorted(self.kinds)}",
+                              path=self.path, sample=index)
+        row = {}
+        for name, kind in self.kinds.items():
+            value = sample[name]
+            got = _values.kind_of(value, field=name, sample=index, path=self.path)
+            if got != kind and not (kind == "json" and got in ("int", "float")):
+                raise SchemaError(f"field {name!r}: expected {kind}, got {got}", path=self.path, sample=index)
+            if kind == "int" and not -(1 << 63) <= value < (1 << 63):
+                raise SchemaError(f"field {name!r}: int {value} does not fit int64; pass "
+                                  f"schema={{{name!r}: 'json'}}", path=self.path, sample=index)
+            if kind == "json":
+                value = _values.encode_json(value, field=name, sample=index, path=self.path).decode()
+            elif kind == "ndarray":
+                value = _values.encode_npy(value)
+            elif kind == "bytes":
+                value = bytes(value)
+            row[name] = value
+        self.rows.append(row)
+        self.count += 1
+        if len(self.rows) >= self.row_group_size:
+            self._flush()
+
+    def _target(self):
+        if self.single:
+            return self.path
+        return os.path.join(self.path, SHARD_PATTERN % self.file_number)
+
+    def _flush(self):
+        if self.kinds is None:
+            self.kinds = {}
+        if self.writer is None:
+            final = self._target()
+            self.written.append(final)
+            self.writer = self.pq.ParquetWriter(final + f".tmp.{os.getpid()}", self._schema(),
+                                                compression=self.compression)
+            self.file_rows = 0
+        if self.rows:
+            table = self.pa.Table.from_pylist(self.rows, schema=self._schema())
+            self.writer.write_table(table, row_group_size=self.row_group_size)
+            self.file_rows += len(self.rows)
+            self.rows = []
+        if not self.single and self.file_rows >= self.max_count:
+            self.writer.close()
+            self.writer = None
+            self.file_number += 1
+
+    def close(self) -> None:
+        if self.rows or (self.writer is None and not self.written):
+            self._flush()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        for final in self.written:
+            os.replace(final + f".tmp.{os.getpid()}", final)
+        self.written = []
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        for final in self.written:
+            try:
+                os.remove(final + f".tmp.{os.getpid()}")
+            except FileNotFoundError:
+                pass
+        if self.created_dir:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+def _decode_column(column, kind: str | None, name: str, path: str, base: int) -> list:
+    values = column.to_pylist()
+    if kind == "json":
+        return [v if v is None else _values.decode_json(v.encode(), field=name, path=path, sample=base + k)
+                for k, v in enumerate(values)]
+    if kind == "ndarray":
+        return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=base + k)
+                for k, v in enumerate(values)]
+    return values
+
+
+class Reader(_Reader):
+    """Random-access reader of Parquet files (one file or a directory of them).
+
+    All files must have the same columns and types (SchemaError names the first file
+    that differs).  ``cache_row_groups`` decoded row groups are kept.
+    """
+
+    def __init__(self, path, cache_row_groups: int = 4, **options):
+        super().__init__(path)
+        pa, pq = _pa()
+        self.files = []
+        self.paths = list_files(self.path)
+        self.groups = []  # (file index, row group, first row)
+        counts = []
+        schema = None
+        for p in self.paths:
+            try:
+                f = pq.ParquetFile(p)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
+            arrow_schema = f.schema_arrow
+            if schema is None:
+                schema = arrow_schema
+            elif not arrow_schema.equals(schema):
+                raise SchemaError(f"Parquet schema mismatch: columns {_describe(arrow_schema)} differ "
+                                  f"from the first file's {_describe(schema)}", path=p,
+                                  sample=sum(counts))
+            for g in range(f.metadata.num_row_groups):
+                self.groups.append((len(self.files), g))
+                counts.append(f.metadata.row_group(g).num_rows)
+            self.files.append(f)
+        self.schema = schema
+        self.fields = [] if schema is None else list(schema.names)
+        self.kinds = {} if schema is None else {
+            fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
+        self.cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self.cache: OrderedDict = OrderedDict()
+        self.cache_size = cache_row_groups
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def _group(self, g: int, fields: tuple):
+        key = (g, fields)
+        table = self.cache.get(key)
+        if table is None:
+            fi, rg = self.groups[g]
+            try:
+                table = self.files[fi].read_row_group(rg, columns=list(fields))
+            except (OSError, ValueError) as exc:
+                raise CorruptShardError(f"row group {rg} cannot be read: {exc}",
+                                        path=self.paths[fi],
+                                        sample=int(self.cum[g])) from None
+            self.cache[key] = table
+            if len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(key)
+        return table
+
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        i = self.check_index(i)
+        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
+
+    def read_many(self, indices, fields=None) -> list:
+        indices = np.asarray(indices, dtype=np.int64)
+        fields = tuple(self.fields if fields is None else fields)
+        for f in fields:
+            if f not in self.kinds:
+                raise KeyError(f"{self.path} has no field {f!r}")
+        out: list = [None] * len(indices)
+        groups = np.searchsorted(self.cum, indices, side="right") - 1
+        for g in np.unique(groups):
+            where = np.flatnonzero(groups == g)
+            base = int(self.cum[g])
+            table = self._group(int(g), fields).take(indices[where] - base)
+            columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, base) for f in fields]
+            for k, pos in enumerate(where):
+                out[pos] = {f: col[k] for f, col in zip(fields, columns)}
+        return out
+
+    def read_field(self, indices, field):
+        return [s[field] for s in self.read_many(indices, [field])]
+
+    def iter_range(self, start=0, stop=None, fields=None):
+        stop = len(self) if stop is None else stop
+        for lo in range(start, stop, 4096):
+            yield from self.read_many(np.arange(lo, min(lo + 4096, stop)), fields)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
+        self.cache.clear()
+
+
+def _describe(schema) -> str:
+    return "[" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "]"

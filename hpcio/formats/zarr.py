@@ -1,0 +1,380 @@
+"""Zarr v3 stores: one group per writer ("part"), the columnar layout of
+:mod:`hpcio.formats._layout`, blosc compression and the sharding codec.
+
+Layout (``docs/formats/zarr.md``)::
+
+    store/zarr.json                   root group; attribute "hpcio": {version, num_samples,
+                                      parts: [{name, num_samples}], fields}
+    store/part-00000/zarr.json        part group; attribute "hpcio": {version, num_samples, fields}
+    store/part-00000/<field>          fixed field: array (n, *shape), chunks along samples
+    store/part-00000/<field>/offsets  ragged field: uint64 (n + 1,)
+    store/part-00000/<field>/data     ragged field: uint8 (total bytes,)
+
+Each writer (MPI rank) writes its own part, so it owns every shard it touches and never
+read-modify-writes another rank's object; :func:`finalize` (rank 0, after all parts are
+closed) publishes the root.  Shards are written even when they equal the fill value, and
+the reader checks that every shard it reads exists: a missing shard is an error, not a
+run of zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import (
+    CorruptShardError,
+    MissingDependencyError,
+    SchemaError,
+    ShardNotFoundError,
+)
+from ..registry import Capabilities
+from . import _layout
+from .base import Reader as _Reader
+from .base import Writer as _Writer
+
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize"]
+
+NAME = "zarr"
+CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
+
+PART_PATTERN = "part-%05d"
+
+
+def _zarr():
+    try:
+        import zarr
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the zarr format needs zarr>=3: pip install zarr (or pip install 'hpcio[formats]')"
+        ) from exc
+    return zarr
+
+
+def _read_attrs(path: str) -> dict | None:
+    try:
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            meta = json.load(f)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    return meta.get("attributes", {}).get("hpcio")
+
+
+def sniff(path) -> bool:
+    path = os.fspath(path)
+    return os.path.isdir(path) and _read_attrs(path) is not None
+
+
+def finalize(path) -> dict:
+    """Publish the root metadata of a store whose parts are all closed.
+
+    Parts are found by name; their fields must agree.  Returns the root layout.
+    """
+    path = os.fspath(path)
+    zarr = _zarr()
+    names = sorted(n for n in os.listdir(path) if n.startswith("part-")
+                   and os.path.isdir(os.path.join(path, n)))
+    parts, fields = [], None
+    for name in names:
+        meta = _read_attrs(os.path.join(path, name))
+        if meta is None:
+            raise CorruptShardError("part has no hpcio layout metadata (not closed?)",
+                                    path=os.path.join(path, name))
+        if meta["num_samples"] and fields is not None and meta["fields"] != fields:
+            raise SchemaError(f"part fields {sorted(meta['fields'])} differ from {sorted(fields)}",
+                              path=os.path.join(path, name))
+        if meta["num_samples"] and fields is None:
+            fields = meta["fields"]
+        parts.append({"name": name, "num_samples": meta["num_samples"]})
+    layout = {"version": _layout.LAYOUT_VERSION, "fields": fields or {},
+              "num_samples": sum(p["num_samples"] for p in parts), "parts": parts}
+    root = zarr.open_group(path, mode="a")
+    root.attrs["hpcio"] = layout
+    return layout
+
+
+class Writer(_Writer):
+    """Writes one part of a Zarr v3 store.
+
+    Parameters
+    ----------
+    part
+        Part number for parallel writers (one per rank); each then calls
+        :func:`finalize` once all are closed.  None (default): a single writer that
+        writes part 0 and publishes the root itself.
+    chunk_samples, shard_samples
+        Samples per chunk (the unit of compression and of a random read) and per shard
+        (the unit of a file) for fixed fields and offsets.
+    chunk_bytes, shard_bytes
+        The same for the flat bytes of ragged fields.
+    compression
+        ``"zstd"`` (default), ``"lz4"`` or None: blosc with byte shuffle.
+    clevel
+        blosc compression level.
+    schema
+        ``{field: kind or spec}`` overriding what the first sample implies, e.g.
+        ``{"emb": "npy"}`` for arrays of varying shape.
+    """
+
+    def __init__(self, path, part: int | None = None, chunk_samples: int = 1024,
+                 shard_samples: int = 65536, chunk_bytes: int = 1 << 20,
+                 shard_bytes: int = 64 << 20, compression: str | None = "zstd",
+                 clevel: int = 5, schema: Mapping | None = None, **options):
+        super().__init__(path)
+        if options:
+            raise TypeError(f"unknown Zarr writer options: {', '.join(options)}")
+        if shard_samples % chunk_samples or shard_bytes % chunk_bytes:
+            raise ValueError("shard sizes must be multiples of the chunk sizes")
+        self.zarr = _zarr()
+        self.single = part is None
+        self.part_name = PART_PATTERN % (part or 0)
+        self.created_dir = not os.path.exists(self.path)
+        self.part_path = os.path.join(self.path, self.part_name)
+        if os.path.exists(self.part_path):
+            raise FileExistsError(f"{self.part_path} already exists")
+        self.chunk_samples, self.shard_samples = chunk_samples, shard_samples
+        self.chunk_bytes, self.shard_bytes = chunk_bytes, shard_bytes
+        if compression is None:
+            self.compressors = None
+        elif compression in ("zstd", "lz4"):
+            from zarr.codecs import BloscCodec
+
+            self.compressors = BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")
+        else:
+            raise ValueError(f"unknown Zarr compression {compression!r}: use zstd, lz4 or None")
+        self.buffer = _layout.ColumnBuffer(self.path, schema)
+        self.group = None
+        self.arrays: dict = {}
+        self.pending: dict[str, np.ndarray] = {}  # ragged bytes not yet filling a shard
+        self.rows = 0  # samples written to arrays
+        self.data_written: dict[str, int] = {}
+        self.last_offset: dict[str, int] = {}
+
+    def _create(self):
+        zarr = self.zarr
+        if self.single and self.created_dir:
+            zarr.open_group(self.path, mode="w")
+        elif not os.path.exists(os.path.join(self.path, "zarr.json")):
+            os.makedirs(self.path, exist_ok=True)
+            zarr.open_group(self.path, mode="a")
+        self.group = zarr.open_group(self.part_path, mode="w-")
+        cfg = {"write_empty_chunks": True}
+        for name, spec in self.buffer.fields.items():
+            if spec["storage"] == "fixed":
+                shape = spec["shape"]
+                self.arrays[name] = self.group.create_array(
+                    name, shape=(0, *shape), dtype=np.dtype(spec["dtype"]),
+                    chunks=(self.chunk_samples, *shape), shards=(self.shard_samples, *shape),
+                    compressors=self.compressors, fill_value=0, config=cfg)
+            else:
+                sub = self.group.create_group(name)
+                offsets = sub.create_array(
+                    "offsets", shape=(1,), dtype="uint64", chunks=(self.chunk_samples,),
+                    shards=(self.shard_samples,), compressors=self.compressors, fill_value=0,
+                    config=cfg)
+                data = sub.create_array(
+                    "data", shape=(0,), dtype="uint8", chunks=(self.chunk_bytes,),
+                    shards=(self.shard_bytes,), compressors=self.compressors, fill_value=0,
+                    config=cfg)
+                self.arrays[name] = (offsets, data)
+                self.pending[name] = np.zeros(0, np.uint8)
+                self.data_written[name] = 0
+                self.last_offset[name] = 0
+
+    def write(self, sample: Mapping) -> None:
+        self.buffer.add(sample, self.count)
+        self.count += 1
+        if self.buffer.count >= self.shard_samples:
+            self._flush()
+
+    def _flush(self, final: bool = False):
+        if self.buffer.fields is None:
+            return
+        if self.group is None:
+            self._create()
+        n = self.buffer.count
+        columns = self.buffer.take()
+        lo, hi = self.rows, self.rows + n
+        for name, spec in self.buffer.fields.items():
+            if spec["storage"] == "fixed":
+                arr = self.arrays[name]
+                arr.resize((hi, *spec["shape"]))
+                if n:
+                    arr[lo:hi] = columns[name]
+                continue
+            offsets, data = self.arrays[name]
+            lengths, flat = columns[name]
+            ends = self.last_offset[name] + np.cumsum(lengths, dtype=np.uint64)
+            offsets.resize((hi + 1,))
+            if n:
+                offsets[lo + 1 : hi + 1] = ends
+                self.last_offset[name] = int(ends[-1])
+            pending = np.concatenate([self.pending[name], flat])
+            # whole data shards only, so a later flush never rewrites a shard
+            take = len(pending) if final else len(pending) // self.shard_bytes * self.shard_bytes
+            if take:
+                start = self.data_written[name]
+                data.resize((start + take,))
+                data[start : start + take] = pending[:take]
+                self.data_written[name] = start + take
+            self.pending[name] = pending[take:]
+        self.rows = hi
+
+    def close(self) -> None:
+        if self.buffer.fields is None:  # no sample at all: an empty store
+            self.buffer.fields = {}
+        self._flush(final=True)
+        if self.group is None:
+            self._create()
+        self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
+                                     "num_samples": self.rows, "fields": self.buffer.fields}
+        if self.single:
+            finalize(self.path)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.part_path, ignore_errors=True)
+        if self.created_dir:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _Part:
+    """The arrays of one part, with ragged offsets held in memory."""
+
+    def __init__(self, store: str, name: str, fields: dict, n: int, zarr):
+        self.path = os.path.join(store, name)
+        self.n = n
+        self.fields = fields
+        self.arrays = {}
+        self.offsets = {}
+        self.checked: set = set()
+        if not os.path.isdir(self.path):
+            raise ShardNotFoundError("Zarr part is missing", path=self.path)
+        for field, spec in fields.items():
+            if spec["storage"] == "fixed":
+                arr = self._open(zarr, field)
+                if arr.shape[0] != n:
+                    raise CorruptShardError(
+                        f"field {field!r}: array holds {arr.shape[0]} samples, layout says {n}",
+                        path=self.path)
+                self.arrays[field] = arr
+            else:
+                offsets = self._open(zarr, f"{field}/offsets")
+                data = self._open(zarr, f"{field}/data")
+                self._require(f"{field}/offsets", offsets, 0, offsets.shape[0])
+                table = self._get(f"{field}/offsets", offsets, slice(None), 0)
+                _layout.check_offsets(table, n, data.shape[0], field=field, path=self.path)
+                self.offsets[field] = table
+                self.arrays[field] = data
+
+    def _open(self, zarr, name):
+        try:
+            return zarr.open_array(os.path.join(self.path, name), mode="r")
+        except FileNotFoundError:
+            raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
+
+    def _require(self, name: str, arr, lo: int, hi: int, sample: int | None = None):
+        """Every shard of ``arr`` holding rows ``lo..hi`` must exist: zarr would read a
+        missing one as fill values."""
+        if hi <= lo:
+            return
+        per = arr.shards[0]
+        tail = "/0" * (arr.ndim - 1)
+        for k in range(lo // per, (hi - 1) // per + 1):
+            key = (name, k)
+            if key in self.checked:
+                continue
+            shard = os.path.join(self.path, name, "c", f"{k}{tail}")
+            if not os.path.exists(shard):
+                raise ShardNotFoundError(f"array {name!r} is missing shard {k}",
+                                         path=shard, sample=sample)
+            self.checked.add(key)
+
+    def _get(self, name, arr, selection, sample):
+        # zarr raises whatever its codecs raise on damaged chunks (checksums, blosc)
+        try:
+            return arr[selection]
+        except (ValueError, RuntimeError, OSError, TypeError) as exc:
+            raise CorruptShardError(f"array {name!r} cannot be decoded: {exc}",
+                                    path=self.path, sample=sample) from None
+
+    def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
+        out = [dict() for _ in range(len(rows))]
+        if not len(rows):
+            return out
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        for field in fields:
+            spec = self.fields[field]
+            arr = self.arrays[field]
+            if spec["storage"] == "fixed":
+                for lo, hi, _ in _layout.merged_spans(sorted_rows, sorted_rows + 1, arr.chunks[0]):
+                    self._require(field, arr, lo, hi, sample_base + lo)
+                values = self._get(field, arr.oindex, sorted_rows, sample_base + int(sorted_rows[0]))
+                for k, pos in enumerate(order):
+                    out[pos][field] = _layout.fixed_value(spec, values[k])
+                continue
+            table = self.offsets[field]
+            starts, ends = table[rows], table[rows + 1]
+            for lo, hi, members in _layout.merged_spans(starts, ends, arr.chunks[0]):
+                self._require(f"{field}/data", arr, lo, hi, sample_base + int(rows[members[0]]))
+                first = sample_base + int(rows[members[0]])
+                span = self._get(f"{field}/data", arr, slice(lo, hi), first).tobytes() if hi > lo else b""
+                for pos in members:
+                    a, b = int(starts[pos]) - lo, int(ends[pos]) - lo
+                    out[pos][field] = _layout.ragged_value(
+                        spec, span[a:b], field=field, sample=sample_base + int(rows[pos]),
+                        path=self.path)
+        return out
+
+
+class Reader(_Reader):
+    """Random-access reader of a Zarr v3 store written by :class:`Writer`."""
+
+    def __init__(self, path, **options):
+        super().__init__(path)
+        zarr = _zarr()
+        layout = _read_attrs(self.path)
+        if layout is None:
+            if not os.path.isdir(self.path):
+                raise ShardNotFoundError("no Zarr store", path=self.path)
+            raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
+                              "or the writers were not finalized)", path=self.path)
+        self.layout = layout
+        self.fields = list(layout["fields"])
+        self.parts = [_Part(self.path, p["name"], layout["fields"], p["num_samples"], zarr)
+                      for p in layout["parts"]]
+        counts = [p.n for p in self.parts]
+        self.cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        i = self.check_index(i)
+        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
+
+    def read_many(self, indices, fields=None) -> list:
+        indices = np.asarray(indices, dtype=np.int64)
+        fields = self.fields if fields is None else list(fields)
+        for f in fields:
+            if f not in self.layout["fields"]:
+                raise KeyError(f"{self.path} has no field {f!r}")
+        out: list = [None] * len(indices)
+        parts = np.searchsorted(self.cum, indices, side="right") - 1
+        for p in np.unique(parts):
+            where = np.flatnonzero(parts == p)
+            base = int(self.cum[p])
+            got = self.parts[p].read_rows(indices[where] - base, fields, base)
+            for k, pos in enumerate(where):
+                out[pos] = got[k]
+        return out
+
+    def iter_range(self, start=0, stop=None, fields=None):
+        stop = len(self) if stop is None else stop
+        step = 4096
+        for lo in range(start, stop, step):
+            yield from self.read_many(np.arange(lo, min(lo + step, stop)), fields)

@@ -1,0 +1,28 @@
+"""Storage tiers and staging: put a dataset on the fastest tier a job can reach.
+
+>>> from hpcio.staging import stage, unstage, resolve_tiers   # doctest: +SKIP
+"""
+
+from .manifest import MANIFEST_NAME, Digest, FileRecord, Manifest, read_manifest
+from .stage import StagePlan, StageResult, default_threads, plan_stage, stage, unstage
+from .tiers import Tier, bench_tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
+
+__all__ = [
+    "stage",
+    "unstage",
+    "plan_stage",
+    "StagePlan",
+    "StageResult",
+    "default_threads",
+    "Tier",
+    "resolve_tiers",
+    "tier_for_path",
+    "fs_usage",
+    "is_node_local",
+    "bench_tier",
+    "MANIFEST_NAME",
+    "Manifest",
+    "FileRecord",
+    "Digest",
+    "read_manifest",
+]

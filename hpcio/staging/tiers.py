@@ -1,0 +1,407 @@
+"""Named storage tiers: where they are, what they hold, how much room is left.
+
+A tier is a directory with a policy: a quota in bytes and inodes, a purge rule, whether
+it is shared by every node or local to one, whether compute nodes can reach it.  The
+defaults follow a Jean Zay-like cluster (IDRIS "Disk spaces" pages); paths come from the
+environment, then from a TOML config file, then from ``HPCIO_TIERS``:
+
+1. environment variables: ``$HOME``, ``$WORK``, ``$SCRATCH``, ``$JOBSCRATCH``, ``$DSDIR``,
+   ``$STORE``, ``$TMPDIR`` and ``/dev/shm`` when it exists;
+2. ``$HPCIO_TIERS_CONFIG`` if set, else ``$XDG_CONFIG_HOME/hpcio/tiers.toml``
+   (``~/.config/hpcio/tiers.toml``): one ``[tiers.<name>]`` table per tier with ``path``
+   and optional ``quota_bytes``, ``quota_inodes``, ``used_bytes``, ``used_inodes``,
+   ``purge``, ``purge_days``, ``node_local``, ``read_only``, ``compute_reachable``,
+   ``description``; keys override the defaults of a known tier;
+3. ``HPCIO_TIERS="name=path,name=path"`` replaces paths (the benchmark convention).
+
+>>> t = Tier("scratch", "/tmp", purge="unused", purge_days=30)
+>>> t.purge_managed
+True
+>>> parse_size("5T"), parse_size("1.5k"), parse_size(4096)
+(5000000000000, 1500, 4096)
+>>> format_bytes(1_500_000_000)
+'1.50 GB'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import re
+import time
+import tomllib
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ..errors import HpcioError, StagingError
+
+__all__ = [
+    "Tier",
+    "FsUsage",
+    "KNOWN_TIERS",
+    "resolve_tiers",
+    "tier_for_path",
+    "config_path",
+    "fs_usage",
+    "filesystem_type",
+    "is_node_local",
+    "bench_tier",
+    "parse_size",
+    "format_bytes",
+]
+
+#: Purge rules: ``None`` (kept), ``"unused"`` (files untouched for ``purge_days`` are
+#: deleted, e.g. SCRATCH), ``"job"`` (deleted when the job ends, e.g. JOBSCRATCH),
+#: ``"node"`` (lost at reboot or job end, e.g. node-local NVMe or tmpfs).
+PURGE_RULES = (None, "unused", "job", "node")
+
+# Filesystems whose contents one node alone sees; used when a tier does not say.
+_LOCAL_FS_TYPES = frozenset(
+    {"tmpfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "overlay", "vfat"}
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    """One named storage tier.
+
+    Parameters
+    ----------
+    name : str
+        Short name used on the command line (``work``, ``scratch``, ``nvme``...).
+    path : str
+        Root directory of the tier for this user or job.
+    env : str, optional
+        Environment variable the path came from.
+    quota_bytes, quota_inodes : int, optional
+        Known quota of the tier (``None`` when unlimited or unknown).
+    used_bytes, used_inodes : int, optional
+        Current use counted against the quota when known (``idr_quota_*`` output is
+        refreshed once a day, so it is never read automatically).
+    purge : str, optional
+        One of :data:`PURGE_RULES`.
+    purge_days : int, optional
+        Age in days after which unused files are purged (``purge="unused"``).
+    node_local : bool
+        The tier is private to one node (each node has its own copy).
+    read_only : bool
+        Users cannot write there (``$DSDIR``).
+    compute_reachable : bool
+        Compute nodes can reach it (``$STORE`` is only reachable from prepost/archive).
+    """
+
+    name: str
+    path: str
+    env: str | None = None
+    quota_bytes: int | None = None
+    quota_inodes: int | None = None
+    used_bytes: int | None = None
+    used_inodes: int | None = None
+    purge: str | None = None
+    purge_days: int | None = None
+    node_local: bool = False
+    read_only: bool = False
+    compute_reachable: bool = True
+    description: str = ""
+
+    def __post_init__(self):
+        if self.purge not in PURGE_RULES:
+            raise HpcioError(f"tier {self.name!r}: purge must be one of {PURGE_RULES}, got {self.purge!r}")
+
+    @property
+    def purge_managed(self) -> bool:
+        """True when files left there are deleted by a policy (so mtimes matter)."""
+        return self.purge is not None
+
+    def quota_free(self) -> tuple[int | None, int | None]:
+        """Bytes and inodes left under the known quota (``None`` where unknown)."""
+        free_b = None if self.quota_bytes is None else max(0, self.quota_bytes - (self.used_bytes or 0))
+        free_i = None if self.quota_inodes is None else max(0, self.quota_inodes - (self.used_inodes or 0))
+        return free_b, free_i
+
+
+# Defaults of a Jean Zay-like cluster (IDRIS "Disk spaces" pages); HOME and WORK quotas
+# are per user / per project, STORE's inode quota is the one that binds first.
+KNOWN_TIERS: dict[str, dict] = {
+    "home": dict(env="HOME", quota_bytes=3 * 10**9, quota_inodes=150_000,
+                 description="backed up, small files"),
+    "work": dict(env="WORK", quota_bytes=5 * 10**12, quota_inodes=500_000,
+                 description="project space on rotating disks, not backed up"),
+    "scratch": dict(env="SCRATCH", purge="unused", purge_days=30,
+                    description="SSD tier, best shared I/O; unused files purged after 30 days"),
+    "jobscratch": dict(env="JOBSCRATCH", purge="job",
+                       description="per job, deleted when the job ends"),
+    "dsdir": dict(env="DSDIR", read_only=True, description="read-only common datasets"),
+    "store": dict(env="STORE", quota_bytes=50 * 10**12, quota_inodes=100_000, compute_reachable=False,
+                  description="long-term; only reachable from prepost/archive jobs"),
+    "tmp": dict(env="TMPDIR", purge="job", node_local=True, description="job temporary directory"),
+    "shm": dict(env=None, default_path="/dev/shm", purge="node", node_local=True,
+                description="node memory (tmpfs)"),
+}
+
+_FIELDS = {f.name for f in dataclasses.fields(Tier)} - {"name"}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtpe]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(value) -> int:
+    """Parse ``4096``, ``"64M"``, ``"1.5GiB"`` or ``"5T"`` into bytes (SI unless ``i``)."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise HpcioError(f"cannot parse size {value!r}: expected a number with an optional k/M/G/T/P suffix")
+    number, unit, binary = m.groups()
+    power = "kmgtpe".find(unit.lower()) + 1 if unit else 0
+    base = 1024 if binary else 1000
+    return int(float(number) * base**power)
+
+
+def format_bytes(n: float | None) -> str:
+    """Human-readable byte count with SI units (``'1.50 GB'``)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """Path of the tier config file (``$HPCIO_TIERS_CONFIG`` or the XDG default)."""
+    env = os.environ if env is None else env
+    if env.get("HPCIO_TIERS_CONFIG"):
+        return Path(env["HPCIO_TIERS_CONFIG"])
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "~"), ".config")
+    return Path(os.path.expanduser(base)) / "hpcio" / "tiers.toml"
+
+
+def _expand(path: str, env: Mapping[str, str]) -> str:
+    # os.path.expandvars reads os.environ only; expand against the given mapping.
+    def sub(m):
+        name = m.group(1) or m.group(2)
+        return env.get(name, m.group(0))
+
+    return os.path.expanduser(re.sub(r"\$(?:\{(\w+)\}|(\w+))", sub, path))
+
+
+def _tier_from_options(name: str, options: Mapping, source: str) -> dict:
+    unknown = set(options) - _FIELDS - {"default_path"}
+    if unknown:
+        raise HpcioError(f"{source}: tier {name!r} has unknown keys {sorted(unknown)}; known: {sorted(_FIELDS)}")
+    out = dict(options)
+    for key in ("quota_bytes", "used_bytes"):
+        if out.get(key) is not None:
+            out[key] = parse_size(out[key])
+    for key in ("quota_inodes", "used_inodes"):
+        if out.get(key) is not None:
+            out[key] = int(parse_size(out[key]))
+    return out
+
+
+def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLike | None = None) -> dict[str, Tier]:
+    """Resolve the named tiers visible to this process.
+
+    Parameters
+    ----------
+    env : mapping, optional
+        Environment to read (default ``os.environ``).
+    config : path, optional
+        TOML config file; default :func:`config_path`.  A missing default file is fine,
+        a missing explicit one is an error.
+
+    Returns
+    -------
+    dict
+        ``{name: Tier}`` for every tier with a path, in a stable order.
+    """
+    env = os.environ if env is None else env
+    specs: dict[str, dict] = {name: dict(spec) for name, spec in KNOWN_TIERS.items()}
+    for spec in specs.values():
+        path = env.get(spec["env"]) if spec.get("env") else None
+        if not path and spec.get("default_path") and os.path.isdir(spec["default_path"]):
+            path = spec["default_path"]
+        if path:
+            spec["path"] = path
+
+    cfg = Path(config) if config is not None else config_path(env)
+    explicit = config is not None or bool(env.get("HPCIO_TIERS_CONFIG"))
+    if cfg.is_file():
+        try:
+            data = tomllib.loads(cfg.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise HpcioError(f"tier config is not valid TOML: {exc}", path=cfg) from None
+        for name, options in data.get("tiers", {}).items():
+            specs.setdefault(name, {}).update(_tier_from_options(name, options, str(cfg)))
+    elif explicit:
+        raise HpcioError("tier config file does not exist", path=cfg)
+
+    for item in filter(None, (s.strip() for s in env.get("HPCIO_TIERS", "").split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise HpcioError(f"HPCIO_TIERS entry {item!r} is not name=path")
+        specs.setdefault(name.strip(), {})["path"] = path.strip()
+
+    tiers = {}
+    for name, spec in specs.items():
+        if not spec.get("path"):
+            continue
+        spec = {k: v for k, v in spec.items() if k != "default_path"}
+        spec["path"] = _expand(str(spec["path"]), env)
+        tiers[name] = Tier(name=name, **spec)
+    return tiers
+
+
+def tier_for_path(path: str | os.PathLike, tiers: Mapping[str, Tier]) -> Tier | None:
+    """The tier whose root is the longest prefix of ``path`` (symlinks resolved)."""
+    target = os.path.realpath(path)
+    best, best_len = None, -1
+    for tier in tiers.values():
+        root = os.path.realpath(tier.path)
+        if (target == root or target.startswith(root.rstrip(os.sep) + os.sep)) and len(root) > best_len:
+            best, best_len = tier, len(root)
+    return best
+
+
+def _existing_ancestor(path: str | os.PathLike) -> str:
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class FsUsage:
+    """Free and total space of the filesystem holding a path (from ``statvfs``)."""
+
+    free_bytes: int
+    free_inodes: int
+    total_bytes: int
+    total_inodes: int
+    block_size: int
+
+
+def fs_usage(path: str | os.PathLike, fs_stat: Callable = os.statvfs) -> FsUsage:
+    """Space left for an unprivileged user on the filesystem that holds ``path``.
+
+    ``path`` need not exist yet: its closest existing ancestor is asked.  ``fs_stat``
+    stands in for :func:`os.statvfs` (it returns an object with the same ``f_*``
+    fields), which is how tests simulate a nearly full tier.
+    """
+    st = fs_stat(_existing_ancestor(path))
+    frsize = st.f_frsize or st.f_bsize
+    # Some filesystems (tmpfs mounted without nr_inodes) report 0 inodes: unlimited.
+    free_inodes = st.f_favail if st.f_files else 2**63 - 1
+    return FsUsage(
+        free_bytes=st.f_bavail * frsize,
+        free_inodes=free_inodes,
+        total_bytes=st.f_blocks * frsize,
+        total_inodes=st.f_files,
+        block_size=frsize,
+    )
+
+
+def filesystem_type(path: str | os.PathLike) -> str | None:
+    """Filesystem type (``ext4``, ``tmpfs``, ``gpfs``, ``lustre``...) of the mount holding ``path``."""
+    target = os.path.realpath(_existing_ancestor(path))
+    best, best_len = None, -1
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        root = mount_point.rstrip("/") + "/"
+        if (target == mount_point or target.startswith(root) or mount_point == "/") and len(mount_point) > best_len:
+            best, best_len = right.split()[0], len(mount_point)
+    return best
+
+
+def is_node_local(path: str | os.PathLike, tiers: Mapping[str, Tier] | None = None) -> bool:
+    """Whether ``path`` lives on storage that only this node sees.
+
+    A tier that covers the path decides; otherwise the filesystem type does (tmpfs,
+    ext4, xfs... are local; gpfs, lustre, nfs, beegfs... are shared).
+    """
+    tier = tier_for_path(path, tiers) if tiers else None
+    if tier is not None:
+        return tier.node_local
+    return filesystem_type(path) in _LOCAL_FS_TYPES
+
+
+def _drop_cache(fd: int) -> None:
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def bench_tier(path: str | os.PathLike, size: int = 256 * 2**20, block: int = 8 * 2**20) -> dict:
+    """Measure sequential write and read bandwidth of the tier holding ``path``.
+
+    Writes ``size`` bytes in ``block``-byte writes, ``fsync``s them (so the write figure
+    includes reaching the device), drops the file from the page cache with
+    ``posix_fadvise(DONTNEED)`` (so the read figure is not a memory copy), reads it
+    back, and removes it.  On tmpfs the page cache *is* the storage: DONTNEED cannot
+    evict it and both figures are memory bandwidth, as they should be.
+
+    Returns
+    -------
+    dict
+        ``{"path", "bytes", "write_bytes_per_s", "read_bytes_per_s"}``.
+    """
+    if size <= 0 or block <= 0:
+        raise HpcioError(f"benchmark size and block must be positive, got {size} and {block}")
+    os.makedirs(path, exist_ok=True)
+    target = os.path.join(path, f".hpcio-bench.{os.getpid()}")
+    buf = mmap.mmap(-1, block)  # page-aligned, and random so compressing filesystems cannot cheat
+    buf.write(os.urandom(block))
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            t0 = time.perf_counter()
+            written = 0
+            while written < size:
+                written += os.write(fd, memoryview(buf)[: min(block, size - written)])
+            os.fsync(fd)
+            t_write = time.perf_counter() - t0
+            _drop_cache(fd)
+        finally:
+            os.close(fd)
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            _drop_cache(fd)
+            t0 = time.perf_counter()
+            read = 0
+            while True:
+                n = os.readv(fd, [buf])
+                if not n:
+                    break
+                read += n
+            t_read = time.perf_counter() - t0
+            _drop_cache(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StagingError(f"tier benchmark failed: {exc.strerror}", path=target) from exc
+    finally:
+        buf.close()
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            pass
+    if read != size:
+        raise StagingError(f"tier benchmark read {read} bytes back, expected {size}", path=target)
+    return {
+        "path": str(path),
+        "bytes": size,
+        "write_bytes_per_s": size / max(t_write, 1e-9),
+        "read_bytes_per_s": size / max(t_read, 1e-9),
+    }

@@ -1,0 +1,108 @@
+"""Fixtures shared by the whole test suite.
+
+``interop_python``
+    The Python 3.12 interpreter of the reference libraries' environment (mldataforge,
+    mosaicml-streaming), from ``$HPCIO_INTEROP_PYTHON``; tests that use it skip with the
+    reason when it is missing (``make test-interop`` creates it).
+``demo_samples``
+    ``demo_samples(profile, n, seed=0)``: deterministic demo samples, cached per session.
+``run_hpcio``
+    ``run_hpcio(*args)``: the ``hpcio`` command in a child process, on this source tree.
+``mpiexec``
+    The ``mpiexec`` of the ``mpich`` wheel installed beside this Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INTEROP_ENV = os.environ.get(
+    "HPCIO_INTEROP_ENV", os.path.expanduser("~/.cache/hpcio/interop-py312")
+)
+INTEROP_PYTHON = os.environ.get(
+    "HPCIO_INTEROP_PYTHON", os.path.join(INTEROP_ENV, "bin", "python")
+)
+# Written by tools/interop-env.sh when it cannot build the environment; holds the reason.
+INTEROP_UNAVAILABLE = os.path.join(INTEROP_ENV, "UNAVAILABLE")
+
+
+def child_env(**extra: str) -> dict:
+    """The environment for a child Python that must import this source tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def interop_python() -> str:
+    if os.path.exists(INTEROP_UNAVAILABLE):
+        with open(INTEROP_UNAVAILABLE) as f:
+            pytest.skip(f"interop environment unavailable: {f.read().strip()}")
+    if not os.access(INTEROP_PYTHON, os.X_OK):
+        pytest.skip(
+            f"interop interpreter {INTEROP_PYTHON} is missing; create it with "
+            "tools/interop-env.sh (make test-interop) or set HPCIO_INTEROP_PYTHON"
+        )
+    probe = subprocess.run(
+        [INTEROP_PYTHON, "-c", "import mldataforge.jinx, mldataforge.mds, streaming"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(f"interop interpreter {INTEROP_PYTHON} cannot import mldataforge: {last}")
+    return INTEROP_PYTHON
+
+
+@functools.lru_cache(maxsize=None)
+def _demo(profile: str, n: int, seed: int) -> tuple:
+    from hpcio.demo import generate
+
+    return tuple(generate(profile, n, seed))
+
+
+@pytest.fixture(scope="session")
+def demo_samples():
+    """``demo_samples(profile, n, seed=0)`` -> list of samples (fresh list, shared dicts:
+    do not mutate them)."""
+
+    def make(profile: str, n: int, seed: int = 0) -> list:
+        return list(_demo(profile, n, seed))
+
+    return make
+
+
+@pytest.fixture
+def run_hpcio():
+    """``run_hpcio(*args, check=False)`` -> CompletedProcess of ``hpcio ARGS``."""
+
+    def run(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "hpcio.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env(),
+            **kwargs,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def mpiexec() -> str:
+    path = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.access(path, os.X_OK):
+        path = shutil.which("mpiexec") or ""
+    if not path:
+        pytest.fail("mpiexec not found: install the test extra (pip install -e '.[test]')")
+    return path

@@ -1,0 +1,119 @@
+"""Plain JSONL (also .zst and .gz): conformance, newline index, cache dir, no temp files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import zstandard
+
+import hpcio
+from hpcio.errors import CorruptShardError, UnsupportedValueError
+from hpcio.formats import jsonl
+from hpcio.testing import FormatTests
+
+
+@pytest.fixture(autouse=True)
+def no_temp_files(tmp_path_factory, monkeypatch):
+    """Nothing may be created in the system temp dir (pointed at a private one here)."""
+    private = tmp_path_factory.mktemp("system-temp")
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    yield
+    assert os.listdir(private) == [], f"temp files created: {os.listdir(private)}"
+
+
+class _JsonlTests(FormatTests):
+    format_name = "jsonl"
+    suffix = ".jsonl"
+
+    def make_sample(self, i):
+        return {"id": i, "text": f"sample {i} " + "é✓" * (i % 5), "score": i / 4,
+                "tags": ["a"] * (i % 3), "meta": {"ok": i % 2 == 0, "none": None}}
+
+    def dataset_path(self, tmp_path):
+        return os.path.join(tmp_path, "ds" + self.suffix)
+
+    def test_huge_sample(self, tmp_path):
+        big = {**self.make_sample(1), "text": "x" * (24 << 20)}
+        path = self.write(tmp_path, [self.make_sample(0), big, self.make_sample(2)])
+        assert list(self.open(path))[1]["text"] == big["text"]
+
+
+class TestJsonl(_JsonlTests):
+    pass
+
+
+class TestJsonlZstd(_JsonlTests):
+    suffix = ".jsonl.zst"
+
+
+class TestJsonlGzipCached(_JsonlTests):
+    suffix = ".jsonl.gz"
+
+    @pytest.fixture(autouse=True)
+    def _cache(self, tmp_path):
+        self.reader_options = {"cache_dir": str(tmp_path / "cache")}
+
+
+LINES = b'{"id": 0, "t": "a"}\n\n{"id": 1, "t": "b"}\r\n   \n{"id": 2, "t": "c"}'
+
+
+@pytest.mark.parametrize("suffix, pack", [
+    (".jsonl", lambda b: b),
+    (".jsonl.zst", lambda b: zstandard.ZstdCompressor(write_content_size=False).compress(b)),
+    (".jsonl.gz", gzip.compress),
+], ids=["plain", "zst-no-size", "gz"])
+def test_reads_files_written_elsewhere(tmp_path, suffix, pack):
+    path = tmp_path / f"x{suffix}"
+    path.write_bytes(pack(LINES))
+    ds = hpcio.open(path)
+    assert [s["id"] for s in ds] == [0, 1, 2]
+    assert ds[-1] == {"id": 2, "t": "c"} and ds[1]["t"] == "b"
+
+
+def test_cache_dir_keeps_decompressed_bytes_and_index(tmp_path):
+    path = tmp_path / "x.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(LINES))
+    cache = tmp_path / "cache"
+    assert [s["id"] for s in hpcio.open(path, cache_dir=cache)] == [0, 1, 2]
+    names = sorted(os.listdir(cache))
+    assert len(names) == 2 and names[0].endswith(".jsonl") and names[1].endswith(".lines.npy")
+    data = next(n for n in names if n.endswith(".jsonl"))
+    assert (cache / data).read_bytes() == LINES
+    again = hpcio.open(path, cache_dir=cache)
+    assert again[2]["t"] == "c" and sorted(os.listdir(cache)) == names
+
+
+def test_garbled_line_names_file_offset_sample(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"id": 0}\n{"id": \n')
+    with pytest.raises(CorruptShardError, match=r"garbled JSON line: .*x\.jsonl, byte offset 10, sample 1\)"):
+        hpcio.open(path)[1]
+    path.write_bytes(b'{"id": 0}\n[1, 2]\n')
+    with pytest.raises(CorruptShardError, match=r"JSON line holds a list, expected an object \(.*byte offset 10, sample 1\)"):
+        hpcio.open(path)[1]
+
+
+def test_writer_numpy_and_bytes(tmp_path):
+    path = tmp_path / "x.jsonl"
+    with hpcio.open_writer(path, format="jsonl") as w:
+        w.write({"a": np.arange(3), "b": np.float32(0.5)})
+    assert hpcio.open(path)[0] == {"a": [0, 1, 2], "b": 0.5}
+    with pytest.raises(UnsupportedValueError, match=r"sample cannot be written as JSON: Type is not "
+                       r"JSON serializable: bytes \(.*y\.jsonl, sample 0\)"):
+        with hpcio.open_writer(tmp_path / "y.jsonl", format="jsonl") as w:
+            w.write({"b": b"x"})
+    assert not (tmp_path / "y.jsonl").exists()
+
+
+def test_sniff_and_names(tmp_path):
+    assert jsonl.sniff(__file__) is False
+    p = tmp_path / "a.ndjson"
+    p.write_bytes(b'{"a": 1}\n')
+    assert hpcio.sniff_format(p).NAME == "jsonl"
+    with pytest.raises(ValueError, match="cannot tell the JSONL flavour"):
+        hpcio.open_writer(tmp_path / "a.txt", format="jsonl")

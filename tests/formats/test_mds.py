@@ -1,0 +1,613 @@
+"""MDS: conformance, byte-identity with streaming's writer, golden fixtures, bad input, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import warnings
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from mds_helpers import (
+    FIXTURES,
+    STREAMING_FIXTURES,
+    assert_sample,
+    expected,
+    load_generators,
+    tree_bytes,
+)
+
+import hpcio
+from hpcio.errors import (
+    CorruptShardError,
+    DecodeError,
+    IndexOutOfRangeError,
+    SchemaError,
+    ShardNotFoundError,
+    TruncatedShardError,
+    UnsupportedValueError,
+)
+from hpcio.formats import mds
+from hpcio.testing import FormatTests
+
+gen = load_generators()
+
+
+# --- conformance ------------------------------------------------------------------------
+class TestMDSNone(FormatTests):
+    format_name = "mds"
+    writer_options = {"size_limit": 4096}
+
+
+class TestMDSZstd(FormatTests):
+    format_name = "mds"
+    writer_options = {"compression": "zstd", "size_limit": 4096, "hashes": ["xxh64"]}
+
+
+@pytest.mark.filterwarnings("ignore:compression='sample::")
+class TestMDSSampleZstd(FormatTests):
+    format_name = "mds"
+    writer_options = {"compression": "sample::zstd", "size_limit": 4096}
+
+
+@pytest.mark.filterwarnings("ignore:compression='sample::")
+class TestMDSSampleBlosc2(FormatTests):
+    format_name = "mds"
+    writer_options = {"compression": "sample::blosc2"}
+
+
+pytestmark = pytest.mark.filterwarnings("ignore:compression='sample::")
+
+
+def write(path, samples, **options):
+    with hpcio.open_writer(path, format="mds", **options) as w:
+        for s in samples:
+            w.write(s)
+    return str(path)
+
+
+def read_file(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# --- byte identity with streaming's MDSWriter ------------------------------------------
+def write_streaming(path, samples, columns, **options):
+    from streaming import MDSWriter
+
+    with MDSWriter(out=str(path), columns=columns, **options) as w:
+        for s in samples:
+            w.write(s)
+    return str(path)
+
+
+def zstd_versions_match() -> bool:
+    import zstd
+
+    from hpcio._core import _codecs
+
+    return _codecs.build_info()["zstd"] == zstd.ZSTD_version()
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "zstd:7", "bz2", "br", "snappy", "gz"])
+def test_writer_bytes_equal_streaming(tmp_path, compression):
+    samples = [gen.all_encodings_sample(i) for i in range(10)]
+    options = dict(compression=compression, hashes=["sha1", "xxh64"], size_limit=12_000)
+    ours = write(tmp_path / "ours", samples, columns=gen.ALL_COLUMNS, **options)
+    theirs = write_streaming(tmp_path / "theirs", samples, gen.ALL_COLUMNS, **options)
+    index_ours, index_theirs = read_file(f"{ours}/index.json"), read_file(f"{theirs}/index.json")
+    shards = json.loads(index_theirs)["shards"]
+    assert len(shards) >= 3, "the size limit must force several shards"
+    assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
+    compressed_equal = compression in (None, "bz2", "br", "snappy") or (
+        compression.startswith("zstd") and zstd_versions_match()
+    )
+    if compressed_equal:
+        assert index_ours == index_theirs
+        for name in os.listdir(theirs):
+            assert read_file(f"{ours}/{name}") == read_file(f"{theirs}/{name}"), name
+    else:
+        # gzip headers carry streaming's write time; compare everything but the zip files.
+        mine = json.loads(index_ours)["shards"]
+        for a, b in zip(mine, shards):
+            assert {**a, "zip_data": None} == {**b, "zip_data": None}
+            raw_a = hpcio.formats.mds.parse_compression(compression).decompress(
+                read_file(f"{ours}/{a['zip_data']['basename']}"), 1 << 30)
+            raw_b = hpcio.formats.mds.parse_compression(compression).decompress(
+                read_file(f"{theirs}/{b['zip_data']['basename']}"), 1 << 30)
+            assert raw_a == raw_b
+
+
+def test_sample_zstd_records_equal_streaming_compress(tmp_path):
+    """Records are compressed exactly as mldataforge does it: streaming's ``compress``."""
+    from streaming.base.compression import compress, decompress
+
+    samples = [gen.mldataforge_sample(i) for i in range(12)]
+    plain = write(tmp_path / "plain", samples)
+    packed = write(tmp_path / "packed", samples, compression="sample::zstd")
+    raw = read_file(f"{plain}/shard.00000.mds")
+    zipped = read_file(f"{packed}/shard.00000.mds")
+    n = struct.unpack_from("<I", raw)[0]
+    off_raw = struct.unpack_from(f"<{n + 1}I", raw, 4)
+    off_zip = struct.unpack_from(f"<{n + 1}I", zipped, 4)
+    for i in range(n):
+        record = raw[off_raw[i] : off_raw[i + 1]]
+        stored = zipped[off_zip[i] : off_zip[i + 1]]
+        assert decompress("zstd", stored) == record
+        if zstd_versions_match():
+            assert stored == compress("zstd", record)
+    config = json.loads(zipped[8 + 4 * n : off_zip[0]])
+    assert config["compression"] == "sample::zstd"
+    assert json.load(open(f"{packed}/index.json"))["shards"][0]["zip_data"] is None
+
+
+def test_sample_blosc2_round_trip_and_index(tmp_path):
+    samples = [gen.mldataforge_sample(i) for i in range(30)]
+    path = write(tmp_path / "b", samples, compression="sample::blosc2:7", size_limit=2000)
+    index = json.load(open(f"{path}/index.json"))
+    assert {s["compression"] for s in index["shards"]} == {"sample::blosc2:7"}
+    ds = hpcio.open(path)
+    for i, got in enumerate(ds):
+        assert got["text"] == samples[i]["text"]
+        assert got["vec"].tobytes() == samples[i]["vec"].tobytes()
+
+
+def test_sample_compression_warns_once(tmp_path):
+    mds._warned_sample_compression = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write(tmp_path / "a", [{"x": 1}], compression="sample::zstd")
+        write(tmp_path / "b", [{"x": 1}], compression="sample::zstd")
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == 1
+    assert "stock mosaicml-streaming DELETES them" in texts[0]
+    assert "register_streaming_reader()" in texts[0]
+
+
+# --- every encoding round trips ---------------------------------------------------------
+def test_every_encoding_round_trips_byte_exact(tmp_path):
+    samples = [gen.all_encodings_sample(i) for i in range(6)]
+    first = write(tmp_path / "first", samples, columns=gen.ALL_COLUMNS)
+    again = write(tmp_path / "again", list(hpcio.open(first)), columns=gen.ALL_COLUMNS)
+    for name in os.listdir(first):
+        assert read_file(f"{first}/{name}") == read_file(f"{again}/{name}"), name
+
+
+def test_values_and_types(tmp_path):
+    samples = [gen.all_encodings_sample(i) for i in range(3)]
+    ds = hpcio.open(write(tmp_path / "d", samples, columns=gen.ALL_COLUMNS))
+    got = ds[2]
+    src = samples[2]
+    assert type(got["int"]) is int and got["int"] == src["int"]
+    assert type(got["n_float32"]) is np.float32 and got["n_float32"] == src["n_float32"]
+    assert type(got["str_decimal"]) is Decimal and got["str_decimal"] == src["str_decimal"]
+    assert got["str_int"] == 10**20 + 2 and got["str_float"] == 2 / 7
+    assert got["json"] == src["json"]
+    assert got["nd_fixed"].shape == (2, 3) and got["nd_fixed"].flags.writeable
+    np.testing.assert_array_equal(got["nd"], src["nd"])
+    assert isinstance(got["jpeg"], bytes) and got["jpeg"][:2] == b"\xff\xd8"
+    assert isinstance(got["list_png"][0], bytes) and got["list_png"][0][:4] == b"\x89PNG"
+    assert got["jpeg_array"] == src["jpeg_array"]
+
+
+def test_decode_images_gives_pil(tmp_path):
+    from PIL import Image
+
+    samples = [gen.all_encodings_sample(i) for i in range(2)]
+    ds = hpcio.open(write(tmp_path / "d", samples, columns=gen.ALL_COLUMNS), decode_images=True)
+    got = ds[1]
+    for name in ("jpeg", "png", "pil"):
+        assert isinstance(got[name], Image.Image), name
+    assert np.array_equal(np.asarray(got["png"]), np.asarray(samples[1]["png"]))
+    assert got["pil"].tobytes() == samples[1]["pil"].tobytes()
+    assert [im.size for im in got["list_pil"]] == [im.size for im in samples[1]["list_pil"]]
+    assert all(isinstance(im, Image.Image) for im in got["jpeg_array"])
+
+
+# --- column inference and schema errors --------------------------------------------------
+def test_columns_inferred_like_mldataforge(tmp_path):
+    from io import BytesIO
+
+    from PIL import Image
+
+    png = Image.open(BytesIO(_png_bytes()))
+    sample = {
+        "s": "x", "i": 3, "b": True, "f": 0.5, "raw": b"\x00", "arr": np.zeros(2, np.int16),
+        "u": np.uint16(4), "d": {"k": 1}, "l": [1, 2], "none": None, "empty": [], "img": png,
+        "imgs": [png, png], "ja": [bytearray(b"\xff\xd8")],
+    }
+    with hpcio.open_writer(tmp_path / "d", format="mds") as w:
+        w.write(sample)
+        assert w.columns == {
+            "s": "str", "i": "int", "b": "int", "f": "float64", "raw": "bytes", "arr": "ndarray",
+            "u": "uint16", "d": "json", "l": "json", "none": "json", "empty": "json",
+            "img": "png", "imgs": "list[png]", "ja": "jpeg_array",
+        }
+
+
+def _png_bytes() -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    out = BytesIO()
+    Image.new("RGB", (2, 2)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_later_sample_that_does_not_fit(tmp_path):
+    with pytest.raises(SchemaError, match=r"^column 'n' \(int\) cannot store this value: expected int, got str \(sample 2\)$"):
+        with hpcio.open_writer(tmp_path / "d", format="mds") as w:
+            w.write({"n": 1, "t": "a"})
+            w.write({"n": 2, "t": "b"})
+            w.write({"n": "three", "t": "c"})
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_missing_and_extra_fields(tmp_path):
+    path = tmp_path / "d"
+    with pytest.raises(SchemaError, match=r"sample lacks column\(s\) \['t'\]; the columns are \['n', 't'\] \(.*/d, sample 1\)$"):
+        with hpcio.open_writer(path, format="mds") as w:
+            w.write({"n": 1, "t": "a"})
+            w.write({"n": 2})
+    with pytest.raises(SchemaError, match=r"sample has field\(s\) \['z'\] that are not columns"):
+        with hpcio.open_writer(path, format="mds", columns={"n": "int"}) as w:
+            w.write({"n": 2, "z": 0})
+
+
+def test_fixed_size_mismatch_is_schema_error(tmp_path):
+    with pytest.raises(SchemaError, match=r"column 'n' \(int\) cannot store this value: 3 bytes where the encoding takes exactly 8"):
+        with hpcio.open_writer(tmp_path / "d", format="mds", columns={"n": "int"}) as w:
+            w.write({"n": b"abc"})
+
+
+# --- pickle only on request --------------------------------------------------------------
+def test_pkl_needs_opt_in_on_both_sides(tmp_path):
+    with pytest.raises(UnsupportedValueError, match="column 'o' uses the pkl encoding"):
+        hpcio.open_writer(tmp_path / "a", format="mds", columns={"o": "pkl"})
+    with pytest.raises(UnsupportedValueError, match=r"cannot infer an MDS encoding for column 'o' from a set value"):
+        with hpcio.open_writer(tmp_path / "b", format="mds") as w:
+            w.write({"o": {1, 2}})
+    path = write(tmp_path / "c", [{"o": {1, 2}}], allow_pickle=True)
+    assert hpcio.open(path, allow_pickle=True).reader.columns == {"o": "pkl"}
+    with pytest.raises(UnsupportedValueError, match=r"^column 'o' uses the pkl encoding; reading it unpickles"):
+        hpcio.open(path)
+    assert hpcio.open(path, allow_pickle=True)[0] == {"o": {1, 2}}
+
+
+def test_streaming_pkl_fixture():
+    ds = hpcio.open(os.path.join(FIXTURES, "streaming-pkl"), allow_pickle=True)
+    assert [s["obj"] for s in ds] == [{"pair": (i, str(i)), "set": {i}} for i in range(3)]
+
+
+# --- golden fixtures written by the reference libraries -------------------------------
+@pytest.mark.parametrize("name", STREAMING_FIXTURES)
+def test_streaming_fixture(name):
+    want = expected("streaming")["samples"]
+    path = os.path.join(FIXTURES, name)
+    before = tree_bytes(path)
+    with hpcio.open(path) as ds:
+        assert len(ds) == len(want) and len(ds.reader.shards) == 4
+        for i, got in enumerate(ds):
+            assert_sample(got, want[i], f"{name} iter {i}")
+        for i in (5, 0, 7, 3):
+            assert_sample(ds[i], want[i], f"{name} ds[{i}]")
+        perm = np.random.default_rng(1).permutation(len(want))
+        for i, got in zip(perm, ds.get_batch(perm)):
+            assert_sample(got, want[i], f"{name} batch {i}")
+        assert ds.reader.read_field(np.array([6, 1]), "str") == ["sample 6 ", "sample 1 é✓"]
+    assert mds.verify(path)["ok"]
+    assert tree_bytes(path) == before, "reading wrote into the dataset"
+
+
+def test_mldataforge_fixture():
+    want = expected("mldataforge")
+    path = os.path.join(FIXTURES, "mldataforge-sample-zstd")
+    ds = hpcio.open(path)
+    assert ds.reader.columns == want["columns"]
+    rows = want["samples"]
+    assert [s for s in ds] and len(ds) == len(rows)
+    for i, got in enumerate(ds):
+        assert_sample(got, rows[i], f"iter {i}")
+    for i, got in zip(range(19, -1, -3), ds.get_batch(np.arange(19, -1, -3))):
+        assert_sample(got, rows[i], f"batch {i}")
+    assert mds.verify(path)["ok"]
+
+
+def test_inspect_fixture():
+    info = mds.inspect(os.path.join(FIXTURES, "streaming-zstd7"))
+    assert info["samples"] == 8 and info["shards"] == 4
+    assert info["compression"] == ["zstd:7"] and info["hashes"] == ["sha1", "xxh64"]
+    assert info["columns"]["nd_fixed"] == "ndarray:float32:2,3"
+    assert info["stored_bytes"] < info["raw_bytes"]
+
+
+# --- readers ---------------------------------------------------------------------------
+def many_shards(tmp_path, compression=None, n=300):
+    samples = [{"id": i, "text": f"t{i:04d}" * (1 + i % 3)} for i in range(n)]
+    return write(tmp_path / "m", samples, compression=compression, size_limit=400), samples
+
+
+@pytest.mark.parametrize("compression", [None, "sample::zstd", "gz"])
+def test_lru_bounds_open_shards(tmp_path, compression):
+    path, samples = many_shards(tmp_path, compression)
+    reader = mds.Reader(path, max_open=3, max_decompressed=2)
+    assert len(reader.shards) > 20
+    idx = np.random.default_rng(0).permutation(len(samples))
+    for lo in range(0, len(idx), 50):
+        got = reader.read_many(idx[lo : lo + 50])
+        assert [g["id"] for g in got] == idx[lo : lo + 50].tolist()
+        assert len(reader._maps) <= 3 and len(reader._mem) <= 2
+    assert [reader.read(int(i))["text"] for i in idx[:20]] == [samples[i]["text"] for i in idx[:20]]
+    reader.close()
+
+
+def test_iter_range_and_select(tmp_path):
+    path, samples = many_shards(tmp_path, "sample::zstd")
+    ds = hpcio.open(path)
+    assert [s["id"] for s in ds.reader.iter_range(37, 211)] == list(range(37, 211))
+    assert list(ds.select(["text"]))[5] == {"text": samples[5]["text"]}
+    by_text = ds.sort("text")
+    assert [s["id"] for s in by_text][:3] == sorted(range(300), key=lambda i: samples[i]["text"])[:3]
+
+
+def test_whole_shard_compressed_cache_dir(tmp_path):
+    path, samples = many_shards(tmp_path, "zstd")
+    before = tree_bytes(path)
+    cache = tmp_path / "cache"
+    ds = hpcio.open(path, cache_dir=cache)
+    assert [s["id"] for s in ds.shuffle(seed=5)] == np.random.default_rng(5).permutation(300).tolist()
+    assert tree_bytes(path) == before
+    cached = os.listdir(cache)
+    assert cached and all(name.endswith(".mds") for name in cached)
+    ds.close()
+    ds = hpcio.open(path, cache_dir=cache)  # reuses the decompressed files
+    assert ds[299]["id"] == 299
+    assert sorted(os.listdir(cache)) == sorted(cached)
+
+
+def test_validate_hashes_on_open(tmp_path):
+    path = write(tmp_path / "d", [{"x": i} for i in range(5)], hashes=["sha1", "xxh64"])
+    shard = f"{path}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    data[-1] ^= 1
+    open(shard, "wb").write(bytes(data))
+    assert hpcio.open(path)[0] == {"x": 0}  # no validation by default
+    with pytest.raises(CorruptShardError, match=r"^xxh64 mismatch: index.json says [0-9a-f]{16}, the file hashes to [0-9a-f]{16} \(.*shard.00000.mds\)$"):
+        hpcio.open(path, validate_hashes=True)[0]
+    with pytest.raises(CorruptShardError, match="sha1 mismatch"):
+        hpcio.open(path, validate_hashes="sha1")[0]
+
+
+def test_empty_shard_from_streaming_rule(tmp_path):
+    """A first record larger than size_limit flushes an empty shard, as streaming does."""
+    samples = [{"b": b"x" * 500}, {"b": b"y"}]
+    ours = write(tmp_path / "ours", samples, columns={"b": "bytes"}, size_limit=100)
+    theirs = write_streaming(tmp_path / "theirs", samples, {"b": "bytes"}, size_limit=100)
+    assert read_file(f"{ours}/index.json") == read_file(f"{theirs}/index.json")
+    ds = hpcio.open(ours)
+    assert [s["b"] for s in ds] == [b"x" * 500, b"y"]
+    assert [s["b"] for s in ds.get_batch([1, 0])] == [b"y", b"x" * 500]
+
+
+def test_negative_and_out_of_range_batch(tmp_path):
+    path, _ = many_shards(tmp_path)
+    ds = hpcio.open(path)
+    assert ds.get_batch([-1])[0]["id"] == 299
+    with pytest.raises(IndexOutOfRangeError, match=r"^sample id 300 out of range: the dataset has 300 samples \(.*/m, sample 300\)$"):
+        ds.reader.read_many(np.array([3, 300]))
+
+
+# --- bad input ----------------------------------------------------------------------------
+@pytest.fixture
+def small(tmp_path):
+    return write(tmp_path / "small", [{"id": i, "t": f"v{i}"} for i in range(4)])
+
+
+def edit_index(path, change):
+    with open(f"{path}/index.json") as f:
+        obj = json.load(f)
+    change(obj)
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(obj, f, sort_keys=True)
+
+
+def test_missing_index(tmp_path):
+    os.makedirs(tmp_path / "empty")
+    with pytest.raises(ShardNotFoundError, match=r"^no index.json: not an MDS dataset \(.*/empty/index.json\)$"):
+        mds.Reader(tmp_path / "empty")
+
+
+def test_malformed_index(small):
+    open(f"{small}/index.json", "w").write('{"version": 2, "shards": [')
+    with pytest.raises(CorruptShardError, match=r"^index.json is not valid JSON: Expecting value \(.*/index.json, byte offset 26\)$"):
+        hpcio.open(small, format="mds")
+
+
+def test_wrong_version(small):
+    edit_index(small, lambda o: o.update(version=3))
+    with pytest.raises(CorruptShardError, match=r"^index.json has version 3; MDS readers need version 2 \(.*index.json\)$"):
+        hpcio.open(small, format="mds")
+    edit_index(small, lambda o: (o.update(version=2), o["shards"][0].update(version=1)))
+    with pytest.raises(CorruptShardError, match=r"^shard entry 0 of index.json: version 1; MDS readers need version 2"):
+        hpcio.open(small, format="mds")
+
+
+def test_unknown_encoding(small):
+    edit_index(small, lambda o: o["shards"][0].update(column_encodings=["int", "utf16"]))
+    with pytest.raises(CorruptShardError, match=r"^unknown MDS column encoding 'utf16' for column 't' \(.*index.json\)$"):
+        hpcio.open(small)
+
+
+def test_shard_shorter_than_offsets(small):
+    shard = f"{small}/shard.00000.mds"
+    data = read_file(shard)
+    open(shard, "wb").write(data[:-3])
+    size = len(data) - 3
+    with pytest.raises(TruncatedShardError, match=rf"^shard is {size} bytes, index.json says {size + 3} \(.*shard.00000.mds, byte offset {size}\)$"):
+        hpcio.open(small)[0]
+    # the same truncation with index.json agreeing: caught by the offset table check
+    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(bytes=size))
+    with pytest.raises(TruncatedShardError, match=r"shard.00000.mds, byte offset 20, sample 3\)$"):
+        hpcio.open(small)[0]
+
+
+def test_offsets_not_increasing(small):
+    shard = f"{small}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    offsets = struct.unpack_from("<5I", data, 4)
+    struct.pack_into("<I", data, 4 + 4 * 2, offsets[1] - 1)  # offsets[2] < offsets[1]
+    open(shard, "wb").write(bytes(data))
+    with pytest.raises(CorruptShardError, match=r"shard.00000.mds, byte offset 12, sample 1\)$"):
+        hpcio.open(small)[0]
+
+
+def test_config_index_mismatch(small):
+    edit_index(small, lambda o: o["shards"][0].update(column_names=["id", "u"]))
+    with pytest.raises(CorruptShardError, match=r"^the shard's embedded config has column_names = \['id', 't'\]; index.json has \['id', 'u'\] \(.*shard.00000.mds, byte offset 24\)$"):
+        hpcio.open(small)[0]
+
+
+def test_samples_count_mismatch(small):
+    edit_index(small, lambda o: o["shards"][0].update(samples=5))
+    with pytest.raises(CorruptShardError, match=r"^shard header says 4 samples, index.json says 5 \(.*shard.00000.mds, byte offset 0\)$"):
+        hpcio.open(small)[1]
+
+
+def test_missing_shard_file(small):
+    os.remove(f"{small}/shard.00000.mds")
+    with pytest.raises(ShardNotFoundError, match=r"^shard file shard.00000.mds named by index.json is missing"):
+        hpcio.open(small)[0]
+
+
+def test_basename_outside_directory(small):
+    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(basename="../x.mds"))
+    with pytest.raises(CorruptShardError, match=r"shard entry 0 of index.json: 'raw_data' basename '../x.mds' is not a plain file name"):
+        hpcio.open(small)
+
+
+def corrupt_record(path, sample, shard="shard.00000.mds"):
+    """Flip the bytes in the middle of one record; returns the record's file offset."""
+    full = f"{path}/{shard}"
+    data = bytearray(read_file(full))
+    begin, end = struct.unpack_from("<2I", data, 4 + 4 * sample)
+    for k in range(begin + 4, min(end, begin + 12)):
+        data[k] ^= 0xFF
+    open(full, "wb").write(bytes(data))
+    return begin
+
+
+def test_corrupt_compressed_record(tmp_path):
+    path = write(tmp_path / "z", [{"t": "hello world " * 20, "i": i} for i in range(6)], compression="sample::zstd")
+    begin = corrupt_record(path, 4)
+    ds = hpcio.open(path)
+    assert ds[3]["i"] == 3
+    with pytest.raises(DecodeError, match=rf"shard.00000.mds, byte offset {begin}, sample 4\)$"):
+        ds[4]
+    with pytest.raises(DecodeError, match=rf"shard.00000.mds, byte offset {begin}, sample 4\)$"):
+        ds.get_batch([2, 4])
+    with pytest.raises(DecodeError, match=rf"shard.00000.mds, byte offset {begin}, sample 4\)$"):
+        list(ds)
+
+
+def test_corrupt_record_layout(small):
+    shard = f"{small}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    begin, _ = struct.unpack_from("<2I", data, 4 + 4 * 2)
+    struct.pack_into("<I", data, begin, 200)  # the str column claims 200 bytes
+    open(shard, "wb").write(bytes(data))
+    message = rf"^malformed record: the record is 14 bytes but its columns add up to 212 \(.*shard.00000.mds, byte offset {begin}, sample 2\)$"
+    ds = hpcio.open(small)
+    for access in (lambda: ds[2], lambda: ds.get_batch([0, 2]), lambda: list(ds)):
+        with pytest.raises(CorruptShardError, match=message):
+            access()
+
+
+def test_bad_utf8_value(small):
+    shard = f"{small}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    begin, end = struct.unpack_from("<2I", data, 4 + 4 * 1)
+    data[end - 1] = 0xFF  # last byte of the str value
+    open(shard, "wb").write(bytes(data))
+    message = rf"^column 't' \(str\): cannot decode the value: .*invalid start byte \(.*shard.00000.mds, byte offset {begin + 12}, sample 1\)$"
+    ds = hpcio.open(small)
+    with pytest.raises(DecodeError, match=message):
+        ds[1]
+    with pytest.raises(DecodeError, match=message):
+        list(ds)
+
+
+# --- CLI -------------------------------------------------------------------------------
+def run_cli(module, *argv):
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return module.run(parser.parse_args(list(argv)))
+
+
+def test_cli_inspect(capsys):
+    from hpcio.cli import inspect as inspect_cmd
+
+    path = os.path.join(FIXTURES, "mldataforge-sample-zstd")
+    assert run_cli(inspect_cmd, path, "--json") == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["samples"], info["shards"], info["compression"]) == (20, 2, ["sample::zstd"])
+    assert run_cli(inspect_cmd, path) == 0
+    assert "columns" in capsys.readouterr().out
+
+
+def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
+    from hpcio.cli import verify as verify_cmd
+
+    path = write(tmp_path / "v", [{"t": "hello world " * 20, "i": i} for i in range(8)],
+                 compression="sample::zstd", hashes=["xxh64"])
+    assert run_cli(verify_cmd, path) == 0
+    assert capsys.readouterr().out.startswith("OK: 8 samples in 1 shards, 8 records decoded, 1 hashes checked")
+    shutil.copytree(path, tmp_path / "bad")
+    bad = str(tmp_path / "bad")
+    b2, b5 = corrupt_record(bad, 2), corrupt_record(bad, 5)
+    edit_index(bad, lambda o: o["shards"][0]["raw_data"]["hashes"].clear())
+    assert run_cli(verify_cmd, bad, "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and report["records_checked"] == 6
+    assert [(e["sample"], e["offset"], e["type"]) for e in report["errors"]] == [
+        (2, b2, "DecodeError"), (5, b5, "DecodeError")]
+    shutil.copytree(path, tmp_path / "badhash")
+    corrupt_record(str(tmp_path / "badhash"), 1)
+    assert run_cli(verify_cmd, str(tmp_path / "badhash")) == 1
+    err = capsys.readouterr().err
+    assert "BAD  xxh64 mismatch: index.json says" in err
+
+
+def test_verify_broken_index(tmp_path):
+    os.makedirs(tmp_path / "x")
+    open(tmp_path / "x" / "index.json", "w").write("{}")
+    report = mds.verify(tmp_path / "x")
+    assert not report["ok"]
+    assert report["errors"][0]["error"].startswith("index.json has no 'shards' list")
+
+
+# --- compression names -------------------------------------------------------------------
+def test_parse_compression_names():
+    assert mds.parse_compression("sample::gzip").spec == "sample::gz"
+    assert mds.parse_compression("br:4").codec == "brotli"
+    with pytest.raises(ValueError, match=r"compression level 30 is not valid for zstd \(levels: 1..22\)"):
+        mds.parse_compression("zstd:30")
+    with pytest.raises(ValueError, match="unknown MDS compression 'blosc2'"):
+        mds.parse_compression("blosc2")
+    with pytest.raises(ValueError, match="compression level 3 is not valid for snappy"):
+        mds.parse_compression("snappy:3")
+
+
+@pytest.mark.parametrize("compression", [None, "sample::zstd"])
+def test_zero_copy_values_outlive_the_reader(tmp_path, compression):
+    blobs = [{"id": i, "b": bytes([i]) * (i + 1)} for i in range(50)]
+    path = write(tmp_path / "z", blobs, compression=compression, size_limit=300)
+    reader = mds.Reader(path, zero_copy=True, max_open=2)
+    got = reader.read_many(np.arange(49, -1, -1)) + list(reader.iter_range(0, 50))
+    assert all(isinstance(g["b"], memoryview) for g in got)
+    reader.close()  # evicts every map while the views are alive
+    assert [bytes(g["b"]) for g in got] == [b["b"] for b in blobs[::-1] + blobs]

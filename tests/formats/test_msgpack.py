@@ -1,0 +1,55 @@
+"""MessagePack streams: conformance, files from the msgpack library, the offset index,
+truncated and invalid streams."""
+
+import msgpack
+import numpy as np
+import pytest
+
+import hpcio
+from hpcio.errors import CorruptShardError, TruncatedShardError
+from hpcio.formats import msgpack as mfmt
+from hpcio.testing import FormatTests, assert_sample_equal
+
+
+class TestMsgpackFormat(FormatTests):
+    format_name = "msgpack"
+    writer_options = {"max_count": 20}
+
+
+def test_reads_plain_msgpack_stream(tmp_path):
+    path = tmp_path / "raw.msgpack"
+    with open(path, "wb") as f:
+        for i in range(6):
+            f.write(msgpack.packb({"id": i, "text": f"t{i}", "blob": bytes([i]) * i}))
+    ds = hpcio.open(path)
+    assert len(ds) == 6
+    assert ds[5] == {"id": 5, "text": "t5", "blob": b"\x05" * 5}
+    assert [s["id"] for s in ds.shuffle(seed=3)] == list(np.random.default_rng(3).permutation(6))
+
+
+def test_arrays_and_json_round_trip(tmp_path):
+    samples = [{"emb": np.arange(i, dtype=np.float32).reshape(1, i), "meta": {"a": [1, None, 2.5]}}
+               for i in range(1, 4)]
+    with hpcio.open_writer(tmp_path / "m.msgpack", format="msgpack") as w:
+        for s in samples:
+            w.write(s)
+    for got, exp in zip(hpcio.open(tmp_path / "m.msgpack"), samples):
+        assert_sample_equal(got, exp)
+
+
+def test_offset_index(tmp_path):
+    data = b"".join(msgpack.packb({"i": i}) for i in range(3))
+    assert mfmt.build_index(data).tolist() == [0, 4, 8, 12]
+
+
+def test_truncated_and_invalid(tmp_path):
+    path = tmp_path / "t.msgpack"
+    data = b"".join(msgpack.packb({"text": "x" * 20}) for _ in range(3))
+    path.write_bytes(data[:-5])
+    with pytest.raises(TruncatedShardError, match=(
+            rf"^MessagePack object truncated: 22 bytes left at the end \({path}, byte offset 54, sample 2\)$")):
+        hpcio.open(path)
+    path.write_bytes(data + msgpack.packb([1, 2]))
+    ds = hpcio.open(path)
+    with pytest.raises(CorruptShardError, match=rf"^expected a map, got list \({path}, byte offset 81, sample 3\)$"):
+        ds[3]

@@ -1,0 +1,189 @@
+"""JINX interop with mldataforge 0.6.10, both directions, over every writer option.
+
+mldataforge needs Python >= 3.12, so it runs in its own interpreter
+(``$HPCIO_INTEROP_PYTHON``, created by ``tools/interop-env.sh``); one subprocess per
+module does all of its writes and reads (``jinx_mdf_tool.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import hpcio
+from hpcio.errors import UnsupportedValueError
+from hpcio.formats import jinx
+
+pytestmark = pytest.mark.interop
+
+HERE = Path(__file__).resolve().parent
+SAMPLES_PY = HERE.parent / "fixtures" / "jinx" / "samples.py"
+TOOL = HERE / "jinx_mdf_tool.py"
+INTEROP = os.environ.get("HPCIO_INTEROP_PYTHON", "/root/.cache/hpcio/interop-py312/bin/python")
+
+_spec = importlib.util.spec_from_file_location("jinx_samples", SAMPLES_PY)
+S = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(S)
+
+N = 9
+#: hpcio writer options (mldataforge gets the same, with the shard writer's defaults)
+CONFIGS = {
+    "plain": {},
+    "b64": {"encoding": "b64"},
+    "bin": {"binary_threshold": 64},
+    "bin_b64": {"binary_threshold": 150, "encoding": "b64", "compress_threshold": 10},
+    "sharded_plain": {"shard_size": 3000, "binary_threshold": 200, "split": "train"},
+    "zst": {"compression": "zst", "index_compression": "zst"},
+    "gz": {"compression": "gz", "index_compression": "gz"},
+    "bz2": {"compression": "bz2", "index_compression": "bz2"},
+    "xz": {"compression": "xz", "index_compression": "xz"},
+    "lzma": {"compression": "lzma"},
+    "lz4": {"compression": "lz4", "index_compression": "lz4"},
+    "br": {"compression": "br", "index_compression": "br", "encoding": "b64"},
+    "snappy": {"compression": "snappy", "index_compression": "snappy"},
+    "bin_zst": {"compression": "zst", "index_compression": "zst", "binary_threshold": 64,
+                "compress_threshold": 128, "compress_ratio": 0.67},
+    "sharded_zst": {"compression": "zst", "index_compression": "zst", "binary_threshold": 128,
+                    "shard_size": 2500},
+}
+IDENTICAL = ["plain", "b64", "bin", "bin_b64", "sharded_plain"]
+
+
+def _target(name: str) -> str:
+    return "ds" if "shard_size" in CONFIGS[name] else "ds.jinx"
+
+
+def run_mdf(jobs: list[dict]) -> list[dict]:
+    proc = subprocess.run(
+        [INTEROP, str(TOOL)],
+        input=json.dumps({"samples_py": str(SAMPLES_PY), "jobs": jobs}),
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def exchange(tmp_path_factory):
+    if not os.path.exists(INTEROP):
+        pytest.skip(f"mldataforge interpreter {INTEROP} is missing (create it with tools/interop-env.sh "
+                    "or set HPCIO_INTEROP_PYTHON)")
+    probe = subprocess.run([INTEROP, "-c", "import mldataforge.jinx"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"mldataforge is not importable by {INTEROP}: {probe.stderr.strip()[-300:]}")
+    base = tmp_path_factory.mktemp("jinx_interop")
+    jobs, keys = [], []
+
+    def add(key, job):
+        keys.append(key)
+        jobs.append(job)
+
+    for name, opts in CONFIGS.items():
+        hp, md = base / "hpcio" / name, base / "mdf" / name
+        hp.mkdir(parents=True)
+        md.mkdir(parents=True)
+        cwd = os.getcwd()
+        os.chdir(hp)  # relative paths, so the shard_prev/next footers compare equal
+        try:
+            with hpcio.open_writer(_target(name), format="jinx", **opts) as w:
+                for s in S.make_samples(N):
+                    w.write(s)
+        finally:
+            os.chdir(cwd)
+        add(("write", name), {"op": "write", "path": _target(name), "cwd": str(md), "options": opts, "n": N})
+        for lazy in (False, True):
+            add(("read", name, lazy), {"op": "read", "path": str(hp / _target(name)), "lazy": lazy})
+    for kind in S.HAZARDS:
+        path = base / "hazard" / f"{kind}.jinx"
+        path.parent.mkdir(exist_ok=True)
+        add(("hazard_write", kind), {"op": "write", "path": str(path), "hazard": kind})
+        add(("hazard_read", kind), {"op": "read", "path": str(path), "lazy": False})
+    # hex: hpcio writes it (with a warning); mldataforge cannot read the inline index
+    hexfile = base / "hex.jinx"
+    with pytest.warns(UserWarning, match="mldataforge cannot read the index"):
+        with hpcio.open_writer(hexfile, format="jinx", encoding="hex") as w:
+            for s in S.make_samples(3):
+                w.write(s)
+    add(("read_hex",), {"op": "read", "path": str(hexfile)})
+    # lazy join that changes the encoding (mldataforge corrupts this, hpcio re-encodes)
+    src = base / "join_src.jinx"
+    with hpcio.open_writer(src, format="jinx", encoding="b64", binary_threshold=200,
+                           compression="zst", compress_threshold=32) as w:
+        for s in S.make_samples(N):
+            w.write(s)
+    joined = base / "joined.jinx"
+    jinx.join([src, src], joined, encoding="a85")
+    add(("read_joined",), {"op": "read", "path": str(joined), "lazy": True})
+    results = run_mdf(jobs)
+    return base, dict(zip(keys, results))
+
+
+def expected(n=N):
+    return [S.to_jsonable(s) for s in S.make_samples(n)]
+
+
+@pytest.mark.parametrize("name", IDENTICAL)
+def test_uncompressed_output_is_byte_identical(exchange, name):
+    base, res = exchange
+    assert res[("write", name)] == {"ok": True}
+    hp, md = base / "hpcio" / name, base / "mdf" / name
+    hp_files = sorted(str(p.relative_to(hp)) for p in hp.rglob("*") if p.is_file())
+    md_files = sorted(str(p.relative_to(md)) for p in md.rglob("*") if p.is_file())
+    assert hp_files == md_files
+    for rel in hp_files:
+        assert (hp / rel).read_bytes() == (md / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_mldataforge_reads_hpcio(exchange, name, lazy):
+    _, res = exchange
+    got = res[("read", name, lazy)]
+    assert got["ok"], got.get("error")
+    assert got["samples"] == expected()
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_hpcio_reads_mldataforge(exchange, name, lazy):
+    base, res = exchange
+    assert res[("write", name)] == {"ok": True}
+    with hpcio.open(base / "mdf" / name / _target(name), format="jinx", lazy=lazy) as ds:
+        got = [S.to_jsonable(s) for s in ds]
+    assert got == expected()
+
+
+def test_hex_index_is_refused_by_mldataforge_not_misread(exchange):
+    base, res = exchange
+    assert res[("read_hex",)] == {
+        "ok": False, "error": "ValueError: Unsupported encoding 'hex' for index data"
+    }
+    got = [S.to_jsonable(s) for s in hpcio.open(base / "hex.jinx")]
+    assert got == expected(3)
+
+
+@pytest.mark.parametrize("kind", S.HAZARDS)
+def test_values_mldataforge_misreads_are_refused(exchange, kind):
+    """mldataforge writes these and reads back something else (or fails); hpcio refuses them."""
+    base, res = exchange
+    assert res[("hazard_write", kind)] == {"ok": True}
+    back = res[("hazard_read", kind)]
+    original = [S.to_jsonable(s) for s in S.hazard_samples(kind)]
+    assert not back["ok"] or back["samples"] != original
+    with pytest.raises(UnsupportedValueError):
+        with hpcio.open_writer(base / "hazard" / f"hpcio-{kind}.jinx", format="jinx") as w:
+            for s in S.hazard_samples(kind):
+                w.write(s)
+    assert not (base / "hazard" / f"hpcio-{kind}.jinx").exists()
+
+
+def test_lazy_join_with_encoding_change_is_read_correctly(exchange):
+    base, res = exchange
+    got = res[("read_joined",)]
+    assert got["ok"], got.get("error")
+    assert got["samples"] == expected() * 2

@@ -1,0 +1,120 @@
+"""MDS interop with mosaicml-streaming (installed in the main environment).
+
+hpcio-written datasets are read by a real ``StreamingDataset`` (on a copy in tmp: it
+writes decompressed shards and lock files), and streaming-written datasets (every
+encoding, every shard compression) are read by hpcio.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "formats"))
+from mds_helpers import load_generators  # noqa: E402
+
+import hpcio  # noqa: E402
+
+streaming = pytest.importorskip("streaming")
+gen = load_generators()
+pytestmark = pytest.mark.filterwarnings("ignore:compression='sample::", "ignore::DeprecationWarning")
+
+
+def streaming_read(path, *, copy_to):
+    """All samples of ``path`` through a real StreamingDataset, in index order."""
+    from streaming import StreamingDataset
+
+    local = shutil.copytree(path, copy_to)
+    ds = StreamingDataset(local=local, remote=None, shuffle=False, batch_size=1,
+                          allow_unsafe_types=True)
+    return [ds[i] for i in range(ds.num_samples)]
+
+
+def _pil_bytes(img):
+    return np.asarray(img).tobytes()
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "zstd:7", "gz", "bz2", "br", "snappy"])
+def test_hpcio_written_read_by_streaming(tmp_path, compression):
+    samples = [gen.all_encodings_sample(i) for i in range(8)]
+    path = str(tmp_path / "ds")
+    with hpcio.open_writer(path, format="mds", columns=gen.ALL_COLUMNS, compression=compression,
+                           hashes=["sha1", "xxh64"], size_limit=10_000) as w:
+        for s in samples:
+            w.write(s)
+    got = streaming_read(path, copy_to=tmp_path / "copy")
+    assert len(got) == len(samples)
+    for i, (g, s) in enumerate(zip(got, samples)):
+        for name in ("bytes", "str", "int", "str_int", "str_float", "str_decimal", "json", "jpeg_array"):
+            if name == "jpeg_array":
+                assert len(g[name]) == len(s[name]), i
+            else:
+                assert g[name] == s[name], (i, name)
+        for name in (c for c in gen.ALL_COLUMNS if c.startswith("n_")):
+            assert g[name].tobytes() == s[name].tobytes(), (i, name)
+        for name in ("nd", "nd_dtype", "nd_fixed"):
+            np.testing.assert_array_equal(g[name], s[name])
+        assert _pil_bytes(g["png"]) == _pil_bytes(s["png"])
+        assert _pil_bytes(g["pil"]) == _pil_bytes(s["pil"])
+        assert [_pil_bytes(x) for x in g["list_png"]] == [_pil_bytes(x) for x in s["list_png"]]
+
+
+def test_sample_zstd_needs_the_drop_in_reader(tmp_path):
+    """Stock streaming deletes a sample-compressed shard; the registered reader reads it."""
+    from streaming import StreamingDataset
+    from streaming.base.format import _readers
+
+    samples = [{"id": i, "text": f"text {i} " * 30, "blob": bytes([i]) * i} for i in range(40)]
+    path = str(tmp_path / "ds")
+    with hpcio.open_writer(path, format="mds", compression="sample::zstd", size_limit=2000) as w:
+        for s in samples:
+            w.write(s)
+    stock = _readers["mds"]
+    try:
+        victim = shutil.copytree(path, tmp_path / "stock")
+        with pytest.raises(Exception):
+            StreamingDataset(local=str(victim), remote=None, batch_size=1)[0]
+        assert os.listdir(victim) == ["index.json"], "stock streaming was expected to evict the shards"
+
+        from hpcio.formats.mds import register_streaming_reader
+
+        register_streaming_reader()
+        got = streaming_read(path, copy_to=tmp_path / "dropin")
+        assert got == samples
+        assert sorted(os.listdir(tmp_path / "dropin")) == sorted(os.listdir(path))
+    finally:
+        _readers["mds"] = stock
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "gz", "bz2", "br", "snappy", "zstd:9"])
+def test_streaming_written_read_by_hpcio(tmp_path, compression):
+    from streaming import MDSWriter
+
+    samples = [gen.all_encodings_sample(i) for i in range(6)]
+    path = str(tmp_path / "ds")
+    with MDSWriter(out=path, columns=gen.ALL_COLUMNS, compression=compression, size_limit=9_000,
+                   hashes=["xxh64"]) as w:
+        for s in samples:
+            w.write(s)
+    oracle = streaming_read(path, copy_to=tmp_path / "oracle")
+    ds = hpcio.open(path, validate_hashes=True)
+    assert len(ds.reader.shards) > 1
+    for source in (list(ds), ds.get_batch(np.arange(len(samples))[::-1])[::-1]):
+        for i, (g, o) in enumerate(zip(source, oracle)):
+            for name, encoding in gen.ALL_COLUMNS.items():
+                if encoding in ("jpeg", "png", "pil"):
+                    assert _pil_bytes(hpcio.formats._mds_encodings.column_codec(encoding)
+                                      .decode_one(memoryview(g[name]), True)) == _pil_bytes(o[name])
+                elif encoding.startswith("list[") or encoding.startswith("jpeg"):
+                    assert len(g[name]) == len(o[name])
+                elif encoding.startswith("ndarray"):
+                    np.testing.assert_array_equal(g[name], o[name])
+                    assert g[name].dtype == o[name].dtype
+                elif encoding in gen.ALL_COLUMNS.values() and name.startswith("n_"):
+                    assert type(g[name]) is type(o[name]) and g[name].tobytes() == o[name].tobytes()
+                else:
+                    assert g[name] == o[name] and type(g[name]) is type(o[name]), (i, name)

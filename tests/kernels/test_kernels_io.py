@@ -1,0 +1,232 @@
+"""Shard file access (pread, mmap, gather) against plain slicing of the file's bytes."""
+
+import os
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from hpcio._core import _io
+from hpcio.errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
+
+SEEDS = range(4)
+
+
+def random_ranges(rng, size, m, touching=False):
+    """m ranges inside [0, size]: arbitrary ones, or runs that touch (merged reads)."""
+    if touching:
+        cuts = np.sort(rng.integers(0, size + 1, size=m + 1))
+        return cuts[:-1].astype(np.uint64), cuts[1:].astype(np.uint64)
+    a = rng.integers(0, size + 1, size=m)
+    b = rng.integers(0, size + 1, size=m)
+    return np.minimum(a, b).astype(np.uint64), np.maximum(a, b).astype(np.uint64)
+
+
+@pytest.fixture
+def shard(tmp_path):
+    data = np.random.default_rng(1234).bytes(200_000)
+    path = tmp_path / "shard.bin"
+    path.write_bytes(data)
+    return str(path), data
+
+
+# ---- gather -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gather_matches_slicing(seed):
+    rng = np.random.default_rng(seed)
+    src = rng.bytes(int(rng.integers(0, 5000)))
+    starts, ends = random_ranges(rng, len(src), int(rng.integers(0, 200)))
+    data, pos = _io.gather(src, starts, ends)
+    assert isinstance(data, bytearray) and pos.dtype == np.uint64
+    want = [src[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    assert bytes(data) == b"".join(want)
+    assert [bytes(data[pos[j]:pos[j + 1]]) for j in range(len(want))] == want
+
+
+def test_gather_empty_and_single():
+    data, pos = _io.gather(b"abc", [], [])
+    assert data == bytearray() and pos.tolist() == [0]
+    data, pos = _io.gather(b"", [0], [0])
+    assert data == bytearray() and pos.tolist() == [0, 0]
+    data, pos = _io.gather(b"abc", [1], [3])
+    assert data == bytearray(b"bc") and pos.tolist() == [0, 2]
+
+
+def test_gather_bounds():
+    with pytest.raises(TruncatedShardError) as info:
+        _io.gather(b"0123456789", [0, 5], [2, 11], path="a.bin")
+    assert str(info.value) == ("record ends at byte 11, past the end of the data (10 bytes) "
+                               "(a.bin, byte offset 5)")
+    with pytest.raises(CorruptShardError,
+                       match=re.escape("record range ends at byte 3 before it starts "
+                                       "(a.bin, byte offset 6)")):
+        _io.gather(b"0123456789", [6], [3], path="a.bin")
+    with pytest.raises(CorruptShardError, match=re.escape("(byte offset 6, sample 11)")):
+        _io.gather(b"0123456789", [0, 6], [1, 3], sample_base=10)
+    with pytest.raises(TruncatedShardError, match="past the end"):
+        _io.gather(b"0123456789", [2**64 - 5], [2**64 - 1])
+    with pytest.raises(ValueError, match=r"^2 starts but 1 ends$"):
+        _io.gather(b"abc", [0, 1], [1])
+
+
+# ---- ShardFile ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("touching", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_read_records_matches_slicing(shard, seed, touching):
+    path, data = shard
+    rng = np.random.default_rng(seed)
+    starts, ends = random_ranges(rng, len(data), 300, touching)
+    got = []
+    with _io.ShardFile(path, buffer_size=16_384) as f:
+        assert f.size == len(data) and f.path == path
+        j = 0
+        while j < len(starts):
+            view, pos, k = f.read_records(starts[j:], ends[j:])
+            assert k >= 1 and view.readonly and len(pos) == k + 1
+            got += [bytes(view[pos[i]:pos[i + 1]]) for i in range(k)]
+            j += k
+    assert got == [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def test_read_records_grows_for_a_large_record(shard):
+    path, data = shard
+    with _io.ShardFile(path, buffer_size=100) as f:
+        view, pos, k = f.read_records([10, 50_000], [40_010, 50_001])
+        assert k == 1 and bytes(view) == data[10:40_010]
+        view, pos, k = f.read_records([0, 5], [5, 9])
+        assert k == 2 and bytes(view) == data[0:9] and pos.tolist() == [0, 5, 9]
+
+
+def test_read_records_edges(shard):
+    path, data = shard
+    with _io.ShardFile(path) as f:
+        view, pos, k = f.read_records([], [])
+        assert (bytes(view), pos.tolist(), k) == (b"", [0], 0)
+        view, pos, k = f.read_records([7, 7, 7], [7, 9, 9])  # empty and duplicate ranges
+        assert k == 3 and pos.tolist() == [0, 0, 2, 4] and bytes(view) == data[7:9] * 2
+        with pytest.raises(TruncatedShardError) as info:
+            f.read_records([0, 199_990], [4, 200_001])
+        assert str(info.value) == ("record ends at byte 200001, past the end of the file "
+                                   f"(200000 bytes) ({path}, byte offset 199990)")
+        with pytest.raises(CorruptShardError,
+                           match=re.escape(f"record range ends at byte 3 before it starts "
+                                           f"({path}, byte offset 8, sample 41)")):
+            f.read_records([0, 8], [4, 3], sample_base=40)
+        with pytest.raises(CorruptShardError,
+                           match=re.escape(f"before it starts ({path}, byte offset 8)")):
+            f.read_records([0, 8], [4, 3])
+
+
+def test_pread_and_truncation_after_open(shard, tmp_path):
+    path, data = shard
+    f = _io.ShardFile(path)
+    assert f.pread(100, 50) == data[100:150] and f.pread(0, 0) == b""
+    with pytest.raises(TruncatedShardError) as info:
+        f.pread(199_999, 2)
+    assert str(info.value) == ("read of 2 bytes passes the end of the file (200000 bytes) "
+                               f"({path}, byte offset 199999)")
+    # A hostile length fails before any allocation.
+    with pytest.raises(TruncatedShardError, match="read of 1099511627776 bytes"):
+        f.pread(0, 2**40)
+    os.truncate(path, 1000)  # the file shrinks under an open reader
+    with pytest.raises(TruncatedShardError) as info:
+        f.read_records([500, 900], [900, 1500])
+    assert str(info.value) == ("file ends after 500 of the 1000 bytes expected at byte 500 "
+                               f"({path}, byte offset 1000)")
+    f.close()
+    f.close()
+    with pytest.raises(ValueError, match="closed shard file"):
+        f.pread(0, 1)
+
+
+def test_missing_file(tmp_path):
+    missing = str(tmp_path / "nope.mds")
+    with pytest.raises(ShardNotFoundError, match=re.escape(f"shard file does not exist ({missing})")):
+        _io.ShardFile(missing)
+    with pytest.raises(FileNotFoundError):
+        _io.MappedShard(missing)
+
+
+def test_concurrent_reads_from_threads(shard):
+    path, data = shard
+    errors, f = [], _io.ShardFile(path)
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            a = int(rng.integers(0, len(data)))
+            b = int(rng.integers(a, len(data) + 1))
+            if f.pread(a, b - a) != data[a:b]:
+                errors.append((a, b))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    f.close()
+    assert errors == []
+
+
+# ---- MappedShard -------------------------------------------------------------------------
+
+def test_mapped_views_are_zero_copy(shard):
+    path, data = shard
+    m = _io.MappedShard(path)
+    whole = m.buffer()
+    assert whole.readonly and len(whole) == len(data) == m.size
+    v = m.view(1000, 1010)
+    assert bytes(v) == data[1000:1010] and v.readonly
+    arr = np.frombuffer(v, dtype=np.uint8)
+    base = np.frombuffer(whole, dtype=np.uint8)
+    assert np.shares_memory(arr, base)
+    blob, pos = m.gather([0, 5, 100], [5, 10, 100])
+    assert bytes(blob) == data[0:10] and pos.tolist() == [0, 5, 10, 10]
+    m.close()  # views still alive keep the mapping
+    assert bytes(v) == data[1000:1010]
+    with pytest.raises(ValueError, match="closed mapped shard"):
+        m.view(0, 1)
+
+
+def test_mapped_bounds(shard):
+    path, _ = shard
+    with _io.MappedShard(path) as m:
+        with pytest.raises(TruncatedShardError) as info:
+            m.view(199_000, 200_001)
+        assert str(info.value) == ("record ends at byte 200001, past the end of the file "
+                                   f"(200000 bytes) ({path}, byte offset 199000)")
+        with pytest.raises(CorruptShardError,
+                           match=re.escape(f"record range [10, 5) is not a valid byte range "
+                                           f"({path}, byte offset 10)")):
+            m.view(10, 5)
+        with pytest.raises(TruncatedShardError,
+                           match=re.escape(f"({path}, byte offset 0, sample 7)")):
+            m.gather([0], [200_001], sample_base=7)
+
+
+def test_mapped_empty_file(tmp_path):
+    path = tmp_path / "empty.bin"
+    path.write_bytes(b"")
+    with _io.MappedShard(str(path)) as m:
+        assert m.size == 0 and bytes(m.buffer()) == b"" and bytes(m.view(0, 0)) == b""
+        with pytest.raises(TruncatedShardError):
+            m.view(0, 1)
+
+
+def test_system_call_failure_is_an_os_error_with_errno(tmp_path):
+    import errno
+
+    from hpcio.errors import ShardReadError
+
+    directory = str(tmp_path)
+    f = _io.ShardFile(directory)  # opening works; reading a directory fails with EISDIR
+    if f.size == 0:
+        pytest.skip("this filesystem reports size 0 for directories")
+    with pytest.raises(ShardReadError) as info:
+        f.pread(0, 1)
+    assert str(info.value) == f"read of 1 bytes failed: Is a directory ({directory}, byte offset 0)"
+    assert isinstance(info.value, OSError) and info.value.errno == errno.EISDIR
+    f.close()

@@ -1,0 +1,146 @@
+"""The demo data generators: determinism, layout, and the size ranges they promise."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import numpy as np
+import orjson
+import pytest
+from PIL import Image
+
+from hpcio import demo
+from hpcio.errors import ShardNotFoundError
+
+# sha256 of demo data whose bytes depend only on numpy's generator streams (the JPEGs
+# also depend on Pillow's libjpeg, so they are checked by size and decodability).
+TEXT_20_JSONL_SHA256 = "b0ddb4e664382b4659a2a5ffa9175f173f1624405967b7a1cb311314e489b228"
+VLM_5_NO_IMAGES_SHA256 = "98092cf943096ee52969bfb05d5515deea5ff3f58effb2c358290f9bd4048452"
+
+
+def sha256_file(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_text_bytes_are_pinned(tmp_path):
+    path = tmp_path / "text.jsonl"
+    demo.write_jsonl(path, "text", 20, seed=0)
+    assert sha256_file(path) == TEXT_20_JSONL_SHA256
+
+
+def test_vlm_chat_is_pinned():
+    h = hashlib.sha256()
+    for s in demo.generate("vlm", 5):
+        h.update(orjson.dumps({k: v for k, v in s.items() if k != "images"}))
+    assert h.hexdigest() == VLM_5_NO_IMAGES_SHA256
+
+
+@pytest.mark.parametrize("profile", ["text", "vlm"])
+def test_same_seed_same_samples(profile):
+    assert list(demo.generate(profile, 4, seed=3)) == list(demo.generate(profile, 4, seed=3))
+
+
+@pytest.mark.parametrize("profile", ["text", "vlm"])
+def test_other_seed_other_samples(profile):
+    a = list(demo.generate(profile, 3, seed=0))
+    b = list(demo.generate(profile, 3, seed=1))
+    assert all(x != y for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("profile", ["text", "vlm"])
+def test_a_slice_is_the_same_samples(profile, demo_samples):
+    whole = demo_samples(profile, 6)
+    assert list(demo.generate(profile, 2, start=4)) == whole[4:6]
+    assert demo.make_sample(profile, 5) == whole[5]
+
+
+def test_text_layout_and_sizes(demo_samples):
+    samples = demo_samples("text", 300)
+    lo, hi = demo.TEXT_BYTES
+    assert (lo, hi) == (512, 4096)
+    sizes = [len(s["text"].encode("utf-8")) for s in samples]
+    assert lo <= min(sizes) and max(sizes) <= hi
+    # the range is used, not a constant length
+    assert min(sizes) < 1000 and max(sizes) > 3500
+    for i, s in enumerate(samples):
+        assert list(s) == ["id", "text", "meta"]
+        assert s["id"] == i and type(s["id"]) is int
+        meta = s["meta"]
+        assert set(meta) == {"source", "lang", "score", "tags"}
+        assert isinstance(meta["source"], str) and isinstance(meta["lang"], str)
+        assert type(meta["score"]) is float and 0.0 <= meta["score"] < 1.0
+        assert isinstance(meta["tags"], list) and all(isinstance(t, str) for t in meta["tags"])
+    assert len({s["meta"]["source"] for s in samples}) > 3
+
+
+def test_vlm_layout(demo_samples):
+    samples = demo_samples("vlm", 40)
+    assert len({s["id"] for s in samples}) == len(samples)
+    turn_counts = set()
+    for s in samples:
+        assert list(s) == ["id", "messages", "images"]
+        assert isinstance(s["id"], str)
+        messages = s["messages"]
+        turn_counts.add(len(messages))
+        assert 2 <= len(messages) <= 8
+        roles = [m["role"] for m in messages]
+        assert roles == ["user", "assistant"] * (len(messages) // 2)
+        assert all(set(m) == {"role", "content"} and isinstance(m["content"], str)
+                   for m in messages)
+        assert "<image>" in messages[0]["content"]
+        assert all("<image>" not in m["content"] for m in messages[1:])
+        assert isinstance(s["images"], list) and len(s["images"]) == 1
+        assert type(s["images"][0]) is bytes
+    assert turn_counts == {2, 4, 6, 8}
+
+
+def test_vlm_images_are_photo_sized_jpegs(demo_samples):
+    samples = demo_samples("vlm", 40)
+    lo, hi = demo.JPEG_BYTES
+    assert (lo, hi) == (30_000, 150_000)
+    sizes = []
+    for s in samples:
+        data = s["images"][0]
+        sizes.append(len(data))
+        with Image.open(io.BytesIO(data)) as im:
+            assert im.format == "JPEG" and im.mode == "RGB"
+            im.load()  # decodes the whole image: a truncated file raises here
+            assert 336 <= min(im.size) and max(im.size) <= 640
+    assert lo <= min(sizes) and max(sizes) <= hi
+    assert np.std(sizes) > 10_000  # sizes vary like photos, not one constant size
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst", ".jsonl.gz"])
+def test_jsonl_round_trip_and_determinism(tmp_path, suffix, demo_samples):
+    a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    demo.write_jsonl(a, "vlm", 3, seed=0)
+    demo.write_jsonl(b, "vlm", 3, seed=0)
+    assert sha256_file(a) == sha256_file(b)
+    assert list(demo.read_jsonl(a, "vlm")) == demo_samples("vlm", 3)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_jsonl_bytes_fields_are_base64(tmp_path, demo_samples):
+    import base64
+
+    path = tmp_path / "v.jsonl"
+    demo.write_jsonl(path, "vlm", 2)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 2
+    record = orjson.loads(lines[1])
+    expected = demo_samples("vlm", 2)[1]
+    assert record["images"] == [base64.b64encode(expected["images"][0]).decode("ascii")]
+    assert record["messages"] == expected["messages"] and record["id"] == expected["id"]
+
+
+def test_unknown_profile():
+    with pytest.raises(ValueError, match=r"^unknown demo profile 'audio'; choose one of vlm, text$"):
+        next(demo.generate("audio", 1))
+
+
+def test_missing_output_directory(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(ShardNotFoundError, match=r"^the output directory does not exist \(.*nope\)$"):
+        demo.write_jsonl(missing / "x.jsonl", "text", 1)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Set up a development environment in .venv: system build dependencies, torch from the
+# pinned wheels, then hpcio itself (editable, compiling the C/Cython kernels) with the
+# test extra.  Idempotent: a second run only checks, unless the build inputs changed.
+#
+# Environment: PYTHON (interpreter for a new venv, default python3), VENV (default
+# .venv), HPCIO_DEBUG / HPCIO_SANITIZE (build switches; part of the rebuild key).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
+STAMP="$VENV/.hpcio-build-stamp"
+
+say() { printf 'setup: %s\n' "$*"; }
+
+# --- 1. system packages: libzstd headers and pkg-config ---------------------------------
+# HPCIO_ZSTD_PREFIX names a libzstd install that setup.py uses without pkg-config.
+if [ -z "${HPCIO_ZSTD_PREFIX:-}" ] \
+   && ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libzstd; }; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        say "installing libzstd-dev and pkg-config with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        # Update the package lists only when the install cannot find the packages.
+        if ! apt-get install -y -q --no-install-recommends libzstd-dev pkg-config; then
+            apt-get update -q
+            apt-get install -y -q --no-install-recommends libzstd-dev pkg-config
+        fi
+    else
+        echo "setup: libzstd development files are missing and cannot be installed here." >&2
+        echo "setup: Debian/Ubuntu: apt-get install libzstd-dev pkg-config;" \
+             "RHEL/Fedora: dnf install libzstd-devel pkgconf-pkg-config;" \
+             "conda: conda install zstd pkg-config (see docs/install.md)" >&2
+        exit 1
+    fi
+fi
+
+# --- 2. the virtual environment --------------------------------------------------------
+if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    say "creating $VENV with $("$PYTHON" --version 2>&1)"
+    "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' || {
+    echo "setup: $VENV uses $("$PY" --version 2>&1); hpcio needs Python >= 3.11 (set PYTHON=...)" >&2
+    exit 1
+}
+
+# --- 3. torch first: streaming imports torchvision, and the pins must win ----------------
+if ! "$PY" - "${TORCH_PINS[@]}" <<'PYEOF' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    assert version(name).split("+")[0] == want
+PYEOF
+then
+    say "installing ${TORCH_PINS[*]}"
+    "$PY" -m pip install -q "${TORCH_PINS[@]}"
+fi
+
+# --- 4. hpcio, editable, with the test extra (compiles the kernels) ----------------------
+# The rebuild key: everything the build reads (not the C files Cython generates).
+build_key() {
+    {
+        echo "python=$("$PY" -c 'import sys; print(sys.version)')"
+        echo "HPCIO_DEBUG=${HPCIO_DEBUG:-} HPCIO_SANITIZE=${HPCIO_SANITIZE:-}"
+        echo "HPCIO_ZSTD_PREFIX=${HPCIO_ZSTD_PREFIX:-} CFLAGS=${CFLAGS:-}"
+        find pyproject.toml setup.py csrc hpcio/_core -type f \
+            \( -name pyproject.toml -o -name setup.py -o -path 'csrc/*' \
+               -o -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.h' \) \
+            2>/dev/null | LC_ALL=C sort | xargs sha256sum
+    } | sha256sum | cut -d' ' -f1
+}
+KEY=$(build_key)
+installed_here() {
+    # The venv's hpcio is this tree's, and its compiled core imports.
+    "$PY" -c 'import os, sys, hpcio, hpcio._core
+sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(hpcio.__file__))) != os.getcwd())' \
+        >/dev/null 2>&1
+}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] && installed_here; then
+    say "hpcio is installed and up to date in $VENV"
+else
+    say "installing hpcio (editable, compiling the kernels) with the test extra"
+    rm -f "$STAMP"
+    # Build in the venv itself, not in pip's throw-away isolated environment: the
+    # kernels link the libblosc2 of the blosc2 package found at build time, and an
+    # editable install must find that library again at run time.
+    "$PY" - <<'PYEOF' > "$VENV/.hpcio-build-requires"
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
+PYEOF
+    "$PY" -m pip install -q -r "$VENV/.hpcio-build-requires"
+    "$PY" -m pip install -q --no-build-isolation -e '.[test]'
+    installed_here || {
+        echo "setup: hpcio installed, but its compiled core does not import:" >&2
+        "$PY" -c 'import hpcio._core' >&2 || true
+        exit 1
+    }
+    echo "$KEY" > "$STAMP"
+    say "done"
+fi
