@@ -18,11 +18,9 @@ sys.path.insert(0, HERE)
 import linesfmt  # noqa: E402,F401  -- registers the "lines" test format
 
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-# Run a command module with the test format registered (the console scripts are not
-# installed in a source checkout).
-BOOT = ("import sys, linesfmt, importlib; "
-        "m = importlib.import_module('hpcio.cli.' + sys.argv[1]); import argparse; "
-        "p = argparse.ArgumentParser(); m.add_arguments(p); sys.exit(m.run(p.parse_args(sys.argv[2:])))")
+# ``hpcio <command> ...`` through the real entry point, with the test format registered
+# first (the console scripts are not installed in a source checkout).
+BOOT = "import sys, linesfmt; from hpcio.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def sample(i: int) -> dict:
