@@ -23,6 +23,17 @@ MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 BOOT = "import sys, linesfmt; from hpcio.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def lines_format_registered():
+    """The test format is known while a test module runs, and forgotten afterwards so
+    tests elsewhere see only the shipped formats."""
+    from hpcio import registry
+
+    registry.register_format(linesfmt)
+    yield
+    registry._registered.pop(linesfmt.NAME, None)
+
+
 def sample(i: int) -> dict:
     """Sample ``i`` of the test sources: sizes vary so byte balancing matters."""
     rng = np.random.default_rng(i)

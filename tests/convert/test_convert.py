@@ -222,3 +222,9 @@ def test_split_and_join_commands(sources, tmp_path):
     train_order = [s["id"] for s in hpcio.open(tmp_path / "parts" / "train")]
     val_order = [s["id"] for s in hpcio.open(tmp_path / "parts" / "val")]
     assert joined == train_order + val_order
+
+
+def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, tmp_path):
+    with pytest.raises(hpcio.CapabilityError, match=r"^format 'webdataset' does not implement the sharded-writing hook"):
+        hpcio.convert(sources, tmp_path / "w", to="webdataset", progress=False)
+    assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))
