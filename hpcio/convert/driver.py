@@ -54,6 +54,7 @@ __all__ = ["convert", "resolve_callable", "SLOW_SHARD_ENV"]
 # part-way through and check that --resume completes it.
 SLOW_SHARD_ENV = "HPCIO_CONVERT_SLOW_SHARD_SECONDS"
 _READ_BATCH = 256
+_ABORT_GRACE_SECONDS = 0.5
 
 
 def resolve_callable(spec: str | Callable | None) -> Callable | None:
@@ -108,6 +109,9 @@ def _fail_rank(comm: Comm, exc: BaseException) -> None:
     if comm.size == 1:
         raise exc
     print(f"hpcio convert: rank {comm.rank} of {comm.size} failed: {exc}", file=sys.stderr, flush=True)
+    # Launchers forward output asynchronously and drop what is in flight when they tear
+    # the job down: give the message a moment to reach the log before aborting.
+    time.sleep(_ABORT_GRACE_SECONDS)
     comm.abort(1)
 
 

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_command, sample, tree_bytes, write_sources
+from convert_helpers import run_command, sample, tree_bytes, write_sources
 
 import hpcio
 from hpcio.convert import BadSampleError, ResumeError

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import BOOT, MPIEXEC, env, run_command, tree_bytes
+from convert_helpers import BOOT, MPIEXEC, env, run_command, tree_bytes
 
 import hpcio
 from hpcio.convert.resume import staging_path
@@ -24,7 +24,7 @@ SHARDS = ["--ngpus", "2", "--nworkers", "2", "--shard-size", "15000"]
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """Sources and their conversion by one process."""
-    from conftest import write_sources
+    from convert_helpers import write_sources
 
     d = tmp_path_factory.mktemp("mpi")
     srcs = write_sources(d, nfiles=3, per_file=120)
@@ -57,7 +57,7 @@ def _corrupt_line(path, line):
 
 
 def test_bad_sample_on_one_rank_aborts_every_rank(tmp_path):
-    from conftest import write_sources
+    from convert_helpers import write_sources
 
     srcs = write_sources(tmp_path, nfiles=2, per_file=40)
     _corrupt_line(srcs[1], 7)
@@ -72,7 +72,7 @@ def test_bad_sample_on_one_rank_aborts_every_rank(tmp_path):
 
 
 def test_skip_bad_report_is_the_same_at_any_rank_count(tmp_path):
-    from conftest import write_sources
+    from convert_helpers import write_sources
 
     srcs = write_sources(tmp_path, nfiles=2, per_file=40)
     _corrupt_line(srcs[0], 3)

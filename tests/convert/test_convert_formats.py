@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_command, tree_bytes
+from convert_helpers import run_command, tree_bytes
 
 import hpcio
 

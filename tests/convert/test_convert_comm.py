@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import env
+from convert_helpers import env
 
 from hpcio.convert._comm import SerialComm, get_comm, launcher_world_size
 
