@@ -19,6 +19,7 @@ from .errors import FormatSniffError, UnknownFormatError
 __all__ = [
     "Capabilities",
     "register_format",
+    "unregister_format",
     "get_format",
     "available_formats",
     "sniff_format",
@@ -76,6 +77,11 @@ def register_format(module: ModuleType | str, name: str | None = None) -> None:
             return
     _check_module(module)
     _registered[name or module.NAME] = module
+
+
+def unregister_format(name: str) -> None:
+    """Forget the format registered as ``name`` (a no-op if there is none)."""
+    _registered.pop(name, None)
 
 
 def _check_module(module: ModuleType) -> None:

@@ -14,7 +14,7 @@ def lines_format_registered():
 
     registry.register_format(linesfmt)
     yield
-    registry._registered.pop(linesfmt.NAME, None)
+    registry.unregister_format(linesfmt.NAME)
 
 
 @pytest.fixture

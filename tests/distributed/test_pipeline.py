@@ -19,9 +19,19 @@ from hpcio.pipeline import (
     sample_nbytes,
 )
 
-json_format.register()
 CALLS = {"n": 0}
 _LOCK = threading.Lock()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def json_format_registered():
+    """The test format is known while this module runs, and forgotten afterwards so
+    tests elsewhere see only the shipped formats."""
+    json_format.register()
+    yield
+    from hpcio.registry import unregister_format
+
+    unregister_format(json_format.NAME)
 
 
 def double(sample):
