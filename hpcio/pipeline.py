@@ -20,6 +20,7 @@ epoch, over a fresh split of the cached samples.
 
 from __future__ import annotations
 
+import abc
 import bisect
 import functools
 import hashlib
@@ -136,16 +137,16 @@ def sample_nbytes(value) -> int:
 
 
 # --- stages ------------------------------------------------------------------------
-class Stage:
+class Stage(abc.ABC):
     """One step of a pipeline: ``apply(samples, context)`` returns the new stream."""
 
     kind = "stage"
 
-    def apply(self, samples: Iterator, context: RuntimeContext) -> Iterator:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def apply(self, samples: Iterator, context: RuntimeContext) -> Iterator: ...
 
-    def fingerprint(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def fingerprint(self) -> str: ...
 
 
 class _Map(Stage):
@@ -347,6 +348,9 @@ class _Cache(Stage):
 
     def fingerprint(self):
         return f"cache(format={self.format!r}, options={sorted(self.writer_options.items())!r})"
+
+    def apply(self, samples, context):
+        raise RuntimeError("the cache boundary is materialised by Pipeline.iterate, not applied as a stage")
 
 
 # --- concatenated cache parts --------------------------------------------------------

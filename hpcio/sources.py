@@ -19,6 +19,7 @@ so each rank reads only its units.
 
 from __future__ import annotations
 
+import abc
 import base64
 import binascii
 import io
@@ -64,14 +65,14 @@ class Unit:
     count: int | None = None
 
 
-class Source:
+class Source(abc.ABC):
     """Base class: ``units()`` and ``samples(unit)``; iterating yields every sample."""
 
-    def units(self) -> list[Unit]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def units(self) -> list[Unit]: ...
 
-    def samples(self, unit: Unit) -> Iterator[dict]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def samples(self, unit: Unit) -> Iterator[dict]: ...
 
     def __iter__(self) -> Iterator[dict]:
         for unit in self.units():
