@@ -12,9 +12,12 @@ set -euo pipefail
 ENV_DIR=${HPCIO_INTEROP_ENV:-$HOME/.cache/hpcio/interop-py312}
 MARKER="$ENV_DIR/UNAVAILABLE"
 PACKAGES=(torch==2.14.1 torchvision==0.29.1 mosaicml-streaming==0.13.0 click msgpack orjson
-          zstandard numpy isal lz4 brotli python-snappy xxhash pyyaml)
+          zstandard numpy isal lz4 brotli python-snappy xxhash pyyaml
+          # mldataforge.utils imports HF datasets; transformers (pulled by streaming) needs
+          # huggingface-hub < 1.0, which datasets 5 no longer accepts
+          "datasets<5" "huggingface-hub>=0.34.0,<1.0")
 MLDATAFORGE=mldataforge==0.6.10
-PROBE='import mldataforge, mldataforge.jinx, mldataforge.mds, streaming, torch, zstandard'
+PROBE='import mldataforge, mldataforge.jinx, mldataforge.mds, mldataforge.utils, datasets, streaming, torch, zstandard'
 
 say() { printf 'interop-env: %s\n' "$*"; }
 

@@ -31,7 +31,7 @@ from io import BytesIO
 import numpy as np
 import orjson
 
-from ..errors import CorruptShardError, DecodeError, SchemaError, UnsupportedValueError
+from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
 
 __all__ = [
     "ColumnCodec",

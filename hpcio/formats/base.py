@@ -4,6 +4,27 @@ Readers are random-access where the format allows it; the dataset views in
 :mod:`hpcio.dataset` are index arrays over a reader and never copy data.  A format
 overrides the batch methods (``read_many``, ``iter_range``) with vectorised paths built
 on the compiled kernels; the defaults here are correct but per-sample.
+
+Sharded-writing hook (how :mod:`hpcio.convert` writes one dataset from many processes)
+---------------------------------------------------------------------------------------
+A sharded format supports it with two small additions; the converter does the rest
+(temporary names, fsync, rename, resume, publishing the directory atomically):
+
+``Writer(directory, shard_id=k, num_shards=n, **options)``
+    Writes every sample it receives into the single shard numbered ``k`` of ``n`` inside
+    ``directory`` (no size-based roll-over) and writes no dataset-level index.  The shard
+    bytes must depend only on the samples, ``k``, ``n`` and the options (no times, host
+    names or process ids), so any number of processes produce identical files.  After
+    ``close()``, ``writer.index_part()`` returns a JSON-able dict describing the shard
+    (for MDS: its ``index.json`` shard entry).
+``merge_index(directory, parts, **options)`` (module level)
+    Writes the dataset-level index of ``directory`` from ``parts``, the ``index_part()``
+    dicts in shard order, atomically (temporary name, fsync, rename).  A format without a
+    dataset index (self-describing shards) defines it as doing nothing.
+
+Optional reader hook used for planning: ``Reader.sample_nbytes()`` returns an int64 array
+with the stored size of every sample (from the index, without reading the data), so the
+converter balances shards by bytes; without it, sizes are estimated from the file sizes.
 """
 
 from __future__ import annotations
@@ -141,3 +162,50 @@ class Writer(abc.ABC):
         else:
             self.abort()
         return False
+
+
+class PendingFiles:
+    """Output files written under temporary names and published together.
+
+    Readers must never see a half-written dataset: each file is written as
+    ``<final>.tmp.<pid>`` and renamed only by :meth:`publish`; :meth:`discard` removes the
+    temporaries (and the output directory, when this writer created it and it is empty).
+    """
+
+    def __init__(self, directory: str | None = None):
+        self.directory = directory
+        self.created_dir = False
+        if directory is not None:
+            self.created_dir = not os.path.exists(directory)
+            os.makedirs(directory, exist_ok=True)
+        self.finals: list[str] = []
+
+    def add(self, final: str) -> str:
+        """Register ``final`` and return the temporary name to write it under."""
+        self.finals.append(final)
+        return self.temp_name(final)
+
+    @staticmethod
+    def temp_name(final: str) -> str:
+        return f"{final}.tmp.{os.getpid()}"
+
+    def __bool__(self) -> bool:
+        return bool(self.finals)
+
+    def publish(self) -> None:
+        for final in self.finals:
+            os.replace(self.temp_name(final), final)
+        self.finals = []
+
+    def discard(self) -> None:
+        for final in self.finals:
+            try:
+                os.remove(self.temp_name(final))
+            except FileNotFoundError:
+                pass
+        self.finals = []
+        if self.created_dir:
+            try:
+                os.rmdir(self.directory)
+            except OSError:  # not empty: files this writer did not create stay
+                pass

@@ -32,6 +32,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout
 from .base import Reader as _Reader
+from .base import PendingFiles
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter"]
@@ -131,10 +132,8 @@ class Writer(_Writer):
         self.filters = compression_filter(compression, clevel)
         self.pattern = pattern
         self.shard_number = start_shard
-        self.created_dir = not os.path.exists(self.path)
-        os.makedirs(self.path, exist_ok=True)
+        self.pending = PendingFiles(self.path)
         self.buffer = _layout.ColumnBuffer(self.path, schema)
-        self.written: list[str] = []
         self.max_size = max_size
 
     def write(self, sample: Mapping) -> None:
@@ -143,17 +142,13 @@ class Writer(_Writer):
         if self.buffer.count >= self.max_count or self.buffer.nbytes >= self.max_size:
             self._write_file()
 
-    def _tmp(self, final):
-        return final + f".tmp.{os.getpid()}"
-
     def _write_file(self):
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
         n = self.buffer.count
         fields = self.buffer.fields or {}
         columns = self.buffer.take() if self.buffer.fields is not None else {}
-        self.written.append(final)
-        with self.h5py.File(self._tmp(final), "w", **self.file_kwargs) as f:
+        with self.h5py.File(self.pending.add(final), "w", **self.file_kwargs) as f:
             for name, spec in fields.items():
                 if spec["storage"] == "fixed":
                     values = columns[name]
@@ -174,24 +169,12 @@ class Writer(_Writer):
                                            "fields": fields})
 
     def close(self) -> None:
-        if self.buffer.count or not self.written:
+        if self.buffer.count or not self.pending:
             self._write_file()
-        for final in self.written:
-            os.replace(self._tmp(final), final)
-        self.written = []
+        self.pending.publish()
 
     def abort(self) -> None:
-        for final in self.written:
-            try:
-                os.remove(self._tmp(final))
-            except FileNotFoundError:
-                pass
-        self.written = []
-        if self.created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+        self.pending.discard()
 
 
 class _File:

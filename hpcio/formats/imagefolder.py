@@ -18,10 +18,8 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 
 from ..errors import (
-    CorruptShardError,
     SchemaError,
     ShardNotFoundError,
     TruncatedShardError,

@@ -59,6 +59,7 @@ __all__ = [
     "sniff",
     "Reader",
     "Writer",
+    "merge_index",
     "JinxSample",
     "join",
     "split",
@@ -908,6 +909,11 @@ class Writer(base.Writer):
         A split name recorded in every footer.
     ext_sep
         The key suffix separator (``.``).
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.base`): ``path`` is a directory and
+        every sample goes into ``shard-<shard_id>.jinx`` (no size roll-over), whose footer
+        names its neighbours in the chain by their file names; :meth:`index_part`
+        describes it for :func:`merge_index`.
 
     Defaults are ``JinxShardWriter``'s: no compression, threshold 64, ratio 1.0, a85.
     Values mldataforge would misread are refused with :class:`UnsupportedValueError`
@@ -916,8 +922,11 @@ class Writer(base.Writer):
 
     def __init__(self, path, compression=None, index_compression=None, compress_threshold=64,
                  compress_ratio=1.0, encoding="a85", binary_threshold=None, shard_size=None,
-                 split=None, ext_sep="."):
+                 split=None, ext_sep=".", shard_id=None, num_shards=None):
         super().__init__(path)
+        self._hook = None if shard_id is None else (int(shard_id), int(num_shards or shard_id + 1))
+        if self._hook is not None:
+            shard_size = None
         self.opts = _Options(compression, index_compression, compress_threshold, compress_ratio,
                              encoding, binary_threshold, ext_sep)
         self.shard_size = shard_size
@@ -931,6 +940,11 @@ class Writer(base.Writer):
         self.shard_id = 0
         self._prev = None
         self._closed = False
+        if self._hook is not None:
+            os.makedirs(self.path, exist_ok=True)
+            self.shard_id = self._hook[0]
+            self._cur = _ShardWriter(str(Path(self.path) / _SHARD_TEMPLATE.format(self.shard_id)), self.opts)
+            return
         self._cur = _ShardWriter(self._shard_path(0), self.opts)
 
     def _shard_path(self, shard_id: int) -> str:
@@ -967,14 +981,24 @@ class Writer(base.Writer):
         if self._closed:
             return
         self._closed = True
+        if self._hook is not None:
+            k, n = self._hook
+            prev = _SHARD_TEMPLATE.format(k - 1) if k > 0 else None
+            self._prev, nxt = prev, (_SHARD_TEMPLATE.format(k + 1) if k + 1 < n else None)
+        else:
+            nxt = None
         try:
-            self._cur.close(self.shard_id, self._prev, None, self.split)
+            self._cur.close(self.shard_id, self._prev, nxt, self.split)
             self._done.append(self._cur)
             for w in self._done:
                 w.publish()
         except BaseException:
             self._discard()
             raise
+
+    def index_part(self) -> dict:
+        """The shard written under the sharded-writing hook: file name and sample count."""
+        return {"file": os.path.basename(self._cur.path), "samples": self.count}
 
     def abort(self) -> None:
         if self._closed:
@@ -990,6 +1014,11 @@ class Writer(base.Writer):
                 os.rmdir(self.path)
             except OSError:
                 pass
+
+
+def merge_index(directory, parts, **options) -> None:
+    """Nothing to merge: a JINX dataset is its chain of self-describing shards (the
+    sharded-writing hook of :mod:`hpcio.formats.base`)."""
 
 
 class _Encoder:

@@ -138,6 +138,10 @@ class Reader(base.Reader):
     def __len__(self) -> int:
         return len(self.starts)
 
+    def sample_nbytes(self) -> np.ndarray:
+        """Bytes of every line (the converter balances shards with them)."""
+        return (self.ends - self.starts).astype(np.int64)
+
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         a = self._s[i]
         try:

@@ -63,6 +63,7 @@ __all__ = [
     "sniff",
     "Reader",
     "Writer",
+    "merge_index",
     "inspect",
     "verify",
     "register_streaming_reader",
@@ -992,12 +993,21 @@ class Writer(base.Writer):
         Allow ``pkl`` columns (explicit or inferred); reading them runs code.
     overwrite
         Remove an existing non-empty ``path`` first.
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.base`): write every sample into the
+        single shard ``shard.<shard_id>.mds`` (no size roll-over) and no ``index.json``;
+        :meth:`index_part` then gives the shard's ``index.json`` entry for
+        :func:`merge_index`.
     """
 
     def __init__(self, path, columns: Mapping[str, str] | None = None, compression: str | None = None,
                  size_limit: int | str | None = DEFAULT_SIZE_LIMIT, hashes: Sequence[str] | None = None,
-                 allow_pickle: bool = False, overwrite: bool = False):
+                 allow_pickle: bool = False, overwrite: bool = False,
+                 shard_id: int | None = None, num_shards: int | None = None):
         super().__init__(path)
+        self.shard_id = shard_id
+        if shard_id is not None:
+            size_limit = None
         self.compression = parse_compression(compression)
         self.hashes = list(hashes or [])
         if self.hashes != sorted(set(self.hashes)):
@@ -1112,7 +1122,8 @@ class Writer(base.Writer):
                 "(lower size_limit)", path=self.path,
             )
         raw = b"".join([_U32.pack(n), offsets.astype("<u4").tobytes(), self._config_data, *records])
-        basename = f"shard.{len(self._shards):05}.mds"
+        number = len(self._shards) if self.shard_id is None else self.shard_id
+        basename = f"shard.{number:05}.mds"
         raw_info = self._file_info(raw, basename)
         zip_info = None
         data = raw
@@ -1137,6 +1148,9 @@ class Writer(base.Writer):
             return
         if self._records:
             self._flush()
+        if self.shard_id is not None:
+            self._closed = True
+            return
         index = os.path.join(self.path, INDEX_NAME)
         tmp = index + ".tmp"
         self._written.append(tmp)
@@ -1144,6 +1158,11 @@ class Writer(base.Writer):
             json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
         os.replace(tmp, index)
         self._closed = True
+
+    def index_part(self) -> dict | None:
+        """This shard's ``index.json`` entry (sharded-writing hook); None when no sample
+        was written (the shard has no file)."""
+        return self._shards[0] if self._shards else None
 
     def abort(self) -> None:
         self._closed = True
@@ -1158,6 +1177,19 @@ class Writer(base.Writer):
                 os.rmdir(self.path)
             except OSError:
                 pass
+
+
+def merge_index(directory, parts, **options) -> None:
+    """Write ``index.json`` of ``directory`` from shard entries in shard order (the
+    sharded-writing hook of :mod:`hpcio.formats.base`), atomically; shards that received
+    no sample (None) are left out."""
+    index = os.path.join(os.fspath(directory), INDEX_NAME)
+    tmp = index + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"version": 2, "shards": [p for p in parts if p is not None]}, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, index)
 
 
 # --- inspect and verify -----------------------------------------------------------------

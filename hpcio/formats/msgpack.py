@@ -25,6 +25,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
+from .base import PendingFiles
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files"]
@@ -140,20 +141,15 @@ class Writer(_Writer):
             raise TypeError(f"unknown MessagePack writer options: {', '.join(options)}")
         _msgpack()
         self.single = self.path.endswith((".msgpack", ".mpk"))
-        self.created_dir = False
-        if not self.single:
-            self.created_dir = not os.path.exists(self.path)
-            os.makedirs(self.path, exist_ok=True)
+        self.pending = PendingFiles(None if self.single else self.path)
         self.max_count, self.max_size = max_count, max_size
         self.file = None
         self.number = 0
-        self.written: list[str] = []
 
     def _open(self):
         final = self.path if self.single else os.path.join(self.path, SHARD_PATTERN % self.number)
         self.number += 1
-        self.written.append(final)
-        self.file = open(final + f".tmp.{os.getpid()}", "wb")
+        self.file = open(self.pending.add(final), "wb")
         self.file_count = self.file_size = 0
 
     def write(self, sample: Mapping) -> None:
@@ -170,29 +166,18 @@ class Writer(_Writer):
         self.count += 1
 
     def close(self) -> None:
-        if self.file is None and not self.written:
+        if self.file is None and not self.pending:
             self._open()
         if self.file is not None:
             self.file.close()
             self.file = None
-        for final in self.written:
-            os.replace(final + f".tmp.{os.getpid()}", final)
-        self.written = []
+        self.pending.publish()
 
     def abort(self) -> None:
         if self.file is not None:
             self.file.close()
             self.file = None
-        for final in self.written:
-            try:
-                os.remove(final + f".tmp.{os.getpid()}")
-            except FileNotFoundError:
-                pass
-        if self.created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+        self.pending.discard()
 
 
 class Reader(_Reader):

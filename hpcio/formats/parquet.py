@@ -22,6 +22,7 @@ from ..errors import CorruptShardError, MissingDependencyError, SchemaError, Sha
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
+from .base import PendingFiles
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files"]
@@ -90,10 +91,7 @@ class Writer(_Writer):
             raise TypeError(f"unknown Parquet writer options: {', '.join(options)}")
         self.pa, self.pq = _pa()
         self.single = self.path.endswith(".parquet")
-        self.created_dir = False
-        if not self.single:
-            self.created_dir = not os.path.exists(self.path)
-            os.makedirs(self.path, exist_ok=True)
+        self.pending = PendingFiles(None if self.single else self.path)
         self.row_group_size = row_group_size
         self.max_count = max_count
         self.compression = compression
@@ -102,7 +100,6 @@ class Writer(_Writer):
         self.writer = None
         self.file_rows = 0
         self.file_number = 0
-        self.written: list[str] = []
 
     def _schema(self):
         pa = self.pa
@@ -155,8 +152,7 @@ class Writer(_Writer):
             self.kinds = {}
         if self.writer is None:
             final = self._target()
-            self.written.append(final)
-            self.writer = self.pq.ParquetWriter(final + f".tmp.{os.getpid()}", self._schema(),
+            self.writer = self.pq.ParquetWriter(self.pending.add(final), self._schema(),
                                                 compression=self.compression)
             self.file_rows = 0
         if self.rows:
@@ -170,29 +166,18 @@ class Writer(_Writer):
             self.file_number += 1
 
     def close(self) -> None:
-        if self.rows or (self.writer is None and not self.written):
+        if self.rows or (self.writer is None and not self.pending):
             self._flush()
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-        for final in self.written:
-            os.replace(final + f".tmp.{os.getpid()}", final)
-        self.written = []
+        self.pending.publish()
 
     def abort(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-        for final in self.written:
-            try:
-                os.remove(final + f".tmp.{os.getpid()}")
-            except FileNotFoundError:
-                pass
-        if self.created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+        self.pending.discard()
 
 
 def _decode_column(column, kind: str | None, name: str, path: str, base: int) -> list:

@@ -38,6 +38,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
+from .base import PendingFiles
 from .base import Writer as _Writer
 from .base import project
 
@@ -434,22 +435,16 @@ class Writer(_Writer):
         self.max_size = max_size
         self.pattern = pattern
         self.shard_number = start_shard
-        self.created_dir = not os.path.exists(self.path)
-        os.makedirs(self.path, exist_ok=True)
-        self.finished: list[str] = []  # temp files complete, renamed at close
+        self.pending = PendingFiles(self.path)
         self.file = None
         self.shard_count = 0
         self.shard_size = 0
         self.last_key = None
 
-    def _tmp_name(self, final):
-        return final + f".tmp.{os.getpid()}"
-
     def _open_shard(self):
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
-        self.file = open(self._tmp_name(final), "wb")
-        self.current = final
+        self.file = open(self.pending.add(final), "wb")
         self.shard_count = 0
         self.shard_size = 0
 
@@ -461,7 +456,6 @@ class Writer(_Writer):
         self.file.write(b"\0" * end)
         self.file.close()
         self.file = None
-        self.finished.append(self.current)
 
     def _header(self, name: str, size: int) -> bytes:
         info = tarfile.TarInfo(name)
@@ -508,23 +502,10 @@ class Writer(_Writer):
     def close(self) -> None:
         if self.file is not None:
             self._finish_shard()
-        for final in self.finished:
-            os.replace(self._tmp_name(final), final)
-        self.finished = []
+        self.pending.publish()
 
     def abort(self) -> None:
         if self.file is not None:
             self.file.close()
             self.file = None
-            self.finished.append(self.current)
-        for final in self.finished:
-            try:
-                os.remove(self._tmp_name(final))
-            except FileNotFoundError:
-                pass
-        self.finished = []
-        if self.created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+        self.pending.discard()

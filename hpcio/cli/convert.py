@@ -1,0 +1,201 @@
+"""``hpcio convert`` (also ``hpcio-convert``): any readable dataset into training shards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+HELP = "convert datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), on one or many MPI ranks"
+
+DESCRIPTION = """\
+Convert SRC datasets (JSONL, Parquet, MessagePack, tar shards, MDS, JINX, ...) into the
+sharded dataset DST in the format given by --to.
+
+Run it as is on one core, or under an MPI launcher to share the work:
+  mpiexec -n 8 python -m mpi4py -m hpcio.cli.main convert raw/*.jsonl shards/ --to mds
+  srun hpcio-convert raw/ shards/ --to jinx --ngpus 32 --nworkers 8
+Every rank writes whole shards; the output is byte-identical at any rank count, and DST
+appears only once complete (it is built in a hidden .DST.hpcio-partial beside it).
+
+Shards: their number is a multiple of ngpus x nworkers (or --shards-multiple-of) and
+their mean size at most --shard-size (default 256MB), or exactly --num-shards.  Samples
+are spread over shards by a seeded permutation (--seed), so every shard is a random
+sample of the whole input, and shards hold equal bytes within a few percent.
+
+Faults: without --skip-bad the first sample that cannot be read, mapped or written stops
+the run and names its file, sample index and byte offset.  With --skip-bad such samples
+are left out and listed in DST.bad-samples.jsonl.  After a crash or kill, rerun the
+same command with --resume: only missing or damaged shards are written again.
+
+Progress goes to stderr on rank 0: a bar on a terminal, a plain line every
+$HPCIO_PROGRESS_INTERVAL seconds (default 30) otherwise.
+"""
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``"256MB"`` -> 256000000; ``"1GiB"`` -> 1073741824.
+
+    >>> parse_bytes("256MB"), parse_bytes("1GiB"), parse_bytes("4096")
+    (256000000, 1073741824, 4096)
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 4096, 256MB, 1GiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _option(text: str):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool = True) -> None:
+    """The options every command that writes shards shares (convert, split, join)."""
+    out = parser.add_argument_group("output")
+    out.add_argument("--to", required=to_required, metavar="FORMAT",
+                     help="output format: mds, jinx, webdataset, zarr, hdf5")
+    out.add_argument("--from", dest="from_format", metavar="FORMAT",
+                     help="read every source as FORMAT instead of detecting it")
+    out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")
+    out.add_argument("--read-option", "-I", dest="reader_options", action="append", type=_option, default=[],
+                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be); repeatable")
+    out.add_argument("--option", "-O", dest="writer_options", action="append", type=_option, default=[],
+                     metavar="KEY=VALUE", help="extra writer option (VALUE parsed as JSON when it can be); repeatable")
+    shards = parser.add_argument_group("shards")
+    size = shards.add_mutually_exclusive_group()
+    size.add_argument("--shard-size", type=parse_bytes, metavar="BYTES",
+                      help="target bytes per shard (default 256MB; suffixes kB MB GB KiB MiB GiB)")
+    size.add_argument("--num-shards", type=int, metavar="N", help="exact number of shards")
+    shards.add_argument("--ngpus", type=int, default=1, metavar="G", help="GPUs (ranks) that will read the data")
+    shards.add_argument("--nworkers", type=int, default=1, metavar="W", help="data loader workers per GPU")
+    shards.add_argument("--shards-multiple-of", type=int, metavar="K",
+                        help="make the shard count a multiple of K (instead of G x W)")
+    shards.add_argument("--seed", type=int, default=0, help="seed of the sample-to-shard assignment (default 0)")
+    samples = parser.add_argument_group("samples")
+    samples.add_argument("--fields", metavar="A,B,...", type=lambda s: [f for f in s.split(",") if f],
+                         help="keep only these fields")
+    samples.add_argument("--map", metavar="MODULE:FUNCTION",
+                         help="apply FUNCTION(sample) -> sample (or None to drop it) before writing")
+    samples.add_argument("--filter", metavar="MODULE:FUNCTION",
+                         help="keep only samples for which FUNCTION(sample) is true")
+    run = parser.add_argument_group("run")
+    run.add_argument("--skip-bad", action="store_true",
+                     help="leave out samples that fail and list them in DST.bad-samples.jsonl")
+    run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
+    run.add_argument("--no-progress", action="store_true", help="no progress display")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("paths", nargs="+", metavar="SRC... DST",
+                        help="source files or directories, then the output directory")
+    add_output_arguments(parser)
+    subset = parser.add_argument_group("subset")
+    subset.add_argument("--skip", type=int, default=0, metavar="N", help="leave out the first N samples")
+    subset.add_argument("--take", type=int, metavar="N", help="convert at most N samples (after --skip)")
+    subset.add_argument("--order", choices=["seeded", "source"], default="seeded",
+                        help="seeded: spread samples over shards (default); source: keep the input order")
+
+
+def output_options(args) -> dict:
+    """Keyword arguments of :func:`hpcio.convert.convert` from the shared options."""
+    return dict(
+        from_format=args.from_format,
+        compression=args.compression,
+        shard_size=args.shard_size,
+        num_shards=args.num_shards,
+        ngpus=args.ngpus,
+        nworkers=args.nworkers,
+        shards_multiple_of=args.shards_multiple_of,
+        fields=args.fields,
+        map=args.map,
+        filter=args.filter,
+        skip_bad=args.skip_bad,
+        resume=args.resume,
+        seed=args.seed,
+        writer_options=dict(args.writer_options),
+        reader_options=dict(args.reader_options),
+        progress=not args.no_progress,
+    )
+
+
+def print_summary(summary: dict, as_json: bool, stream=None) -> None:
+    stream = sys.stdout if stream is None else stream
+    if as_json:
+        print(json.dumps(summary, sort_keys=True), file=stream)
+        return
+    rate = summary["samples_written"] / max(summary["seconds"], 1e-9)
+    print(
+        f"wrote {summary['output']} ({summary['format']}): {summary['num_shards']} shards, "
+        f"{summary['samples_written']} samples, {summary['bytes_written'] / 1e6:.1f} MB "
+        f"in {summary['seconds']:.1f}s on {summary['ranks']} rank(s) ({rate:.0f} samples/s); "
+        f"shard bytes within {100 * summary['imbalance']:.1f}% of the mean",
+        file=stream,
+    )
+    if summary.get("shards_kept"):
+        print(f"resumed: kept {summary['shards_kept']} complete shards, wrote {summary['shards_written']}", file=stream)
+    if summary.get("filtered"):
+        print(f"filtered out: {summary['filtered']} samples", file=stream)
+    if summary.get("bad_samples"):
+        print(f"skipped {summary['bad_samples']} bad samples, listed in {summary['report']}", file=stream)
+
+
+def run_guarded(fn, args) -> int:
+    """Run ``fn()``; print hpcio errors (on rank 0 only) and return the exit code."""
+    from hpcio.convert._comm import launcher_world_size
+    from hpcio.errors import HpcioError
+
+    try:
+        summaries = fn()
+    except (HpcioError, ValueError, ImportError) as exc:
+        rank = _rank()
+        if rank == 0 or launcher_world_size() == 1:
+            print(f"hpcio: error: {exc}", file=sys.stderr)
+        return 1
+    if _rank() == 0:
+        for summary in summaries:
+            print_summary(summary, args.json)
+    return 0
+
+
+def _rank() -> int:
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"].COMM_WORLD.Get_rank()
+    return 0
+
+
+def run(args) -> int:
+    from hpcio.convert import convert
+
+    if len(args.paths) < 2:
+        print("hpcio: error: give at least one source and the output directory", file=sys.stderr)
+        return 2
+    *sources, dst = args.paths
+    return run_guarded(
+        lambda: [convert(sources, dst, to=args.to, skip=args.skip, take=args.take, order=args.order,
+                         **output_options(args))],
+        args,
+    )
+
+
+def main(argv=None) -> int:
+    """``python -m hpcio.cli.convert`` (same as ``hpcio convert``)."""
+    parser = argparse.ArgumentParser(prog="hpcio-convert")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

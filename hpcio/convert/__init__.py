@@ -1,0 +1,40 @@
+"""Conversion: any readable dataset into sharded training data, on one or many ranks.
+
+``hpcio.convert(src, dst, to="mds", ...)`` (also ``hpcio convert`` and
+``hpcio-convert``) lists the sources, plans shards (:mod:`.plan`), writes them on every
+MPI rank (:mod:`.driver`), skips and reports bad samples (:mod:`.faults`), resumes after a
+crash (:mod:`.resume`) and shows one aggregated progress display (:mod:`.progress`).
+"""
+
+import sys
+import types
+
+from .driver import convert
+from .faults import BadSample, BadSampleError
+from .plan import PlanError, Recommendation, ShardPlan, assign_shards, recommend, shard_count
+from .resume import ResumeError
+
+__all__ = [
+    "convert",
+    "BadSample",
+    "BadSampleError",
+    "PlanError",
+    "ResumeError",
+    "Recommendation",
+    "ShardPlan",
+    "assign_shards",
+    "recommend",
+    "shard_count",
+]
+
+
+class _CallableModule(types.ModuleType):
+    """Importing ``hpcio.convert`` binds the package over the ``hpcio.convert`` function
+    (the import system sets the parent's attribute); calling the package calls the
+    function, so ``hpcio.convert(...)`` keeps working either way."""
+
+    def __call__(self, *args, **kwargs):
+        return convert(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,154 @@
+"""The converter's view of the process group: one process, or an MPI communicator.
+
+mpi4py is imported only when the environment says this process was started by a launcher
+with more than one task (``from mpi4py import MPI`` calls ``MPI_Init``, which a plain
+``python`` run must not pay for, and which fails where no MPI library is installed).
+Launchers announce themselves through their environment:
+
+* MPICH / Hydra, Intel MPI: ``PMI_SIZE`` and ``PMI_RANK``
+* Open MPI: ``OMPI_COMM_WORLD_SIZE`` and ``OMPI_COMM_WORLD_RANK``
+* Slurm ``srun``: ``SLURM_NTASKS`` (or ``SLURM_STEP_NUM_TASKS``) with ``SLURM_PROCID``
+
+``SLURM_NTASKS`` alone is not enough: it is also set in the batch script itself, where a
+single ``python`` process runs; ``SLURM_PROCID`` is only set for tasks started by srun.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import MissingDependencyError
+
+__all__ = ["Comm", "SerialComm", "MPIComm", "launcher_world_size", "get_comm"]
+
+
+def launcher_world_size(environ=None) -> int:
+    """The number of tasks the launcher started (1 when not under a launcher).
+
+    >>> launcher_world_size({"PMI_SIZE": "4", "PMI_RANK": "1"})
+    4
+    >>> launcher_world_size({"SLURM_NTASKS": "8"})  # the batch script itself, not a task
+    1
+    >>> launcher_world_size({"SLURM_NTASKS": "8", "SLURM_PROCID": "3"})
+    8
+    """
+    env = os.environ if environ is None else environ
+    for size_var, rank_var in (
+        ("PMI_SIZE", "PMI_RANK"),
+        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+        ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),
+        ("SLURM_NTASKS", "SLURM_PROCID"),
+    ):
+        if size_var in env and rank_var in env:
+            try:
+                return max(1, int(env[size_var]))
+            except ValueError:
+                continue
+    return 1
+
+
+class Comm:
+    """The few collective operations the converter needs."""
+
+    rank: int = 0
+    size: int = 1
+
+    def bcast(self, obj, root: int = 0):
+        return obj
+
+    def allgather(self, obj) -> list:
+        return [obj]
+
+    def gather(self, obj, root: int = 0):
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+    def send_progress(self, obj) -> object | None:
+        """Start sending ``obj`` to rank 0 without waiting; returns a request or None."""
+        return None
+
+    def poll_progress(self) -> list:
+        """Progress messages that have arrived at rank 0, without waiting."""
+        return []
+
+    def recv_progress(self):
+        """The next progress message at rank 0 (waits for it)."""
+        raise RuntimeError("no other process sends progress")
+
+    def wait_all(self, requests: list) -> None:
+        pass
+
+    def abort(self, code: int = 1) -> None:
+        """End every process of the group (a lone process just exits)."""
+        sys.exit(code)
+
+
+class SerialComm(Comm):
+    """A group of one process."""
+
+
+_PROGRESS_TAG = 7341
+
+
+class MPIComm(Comm):
+    """An mpi4py communicator (``COMM_WORLD`` by default)."""
+
+    def __init__(self, comm=None):
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "running under an MPI launcher needs mpi4py: pip install 'hpcio[mpi]'"
+            ) from exc
+        self._MPI = MPI
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    def bcast(self, obj, root=0):
+        return self.comm.bcast(obj, root=root)
+
+    def allgather(self, obj):
+        return self.comm.allgather(obj)
+
+    def gather(self, obj, root=0):
+        return self.comm.gather(obj, root=root)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def send_progress(self, obj):
+        return self.comm.isend(obj, dest=0, tag=_PROGRESS_TAG)
+
+    def poll_progress(self):
+        got = []
+        while self.comm.iprobe(source=self._MPI.ANY_SOURCE, tag=_PROGRESS_TAG):
+            got.append(self.comm.recv(source=self._MPI.ANY_SOURCE, tag=_PROGRESS_TAG))
+        return got
+
+    def recv_progress(self):
+        return self.comm.recv(source=self._MPI.ANY_SOURCE, tag=_PROGRESS_TAG)
+
+    def wait_all(self, requests):
+        for req in requests:
+            req.wait()
+
+    def abort(self, code=1):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+
+def get_comm(comm=None) -> Comm:
+    """The group to convert with: ``comm`` (an mpi4py communicator) if given, else MPI
+    ``COMM_WORLD`` under a launcher with more than one task, else a single process."""
+    if isinstance(comm, Comm):
+        return comm
+    if comm is not None:
+        return MPIComm(comm)
+    if launcher_world_size() > 1:
+        return MPIComm()
+    return SerialComm()

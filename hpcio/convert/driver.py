@@ -1,0 +1,490 @@
+"""The conversion driver: the same call on every rank, one dataset at the end.
+
+1. Rank 0 lists the sources once and broadcasts them; every rank measures a share of
+   them (sample counts and sizes) and the shares are exchanged.
+2. Rank 0 makes the plan (:mod:`.plan`) and broadcasts it; on ``resume`` the shards
+   already complete are found (each rank verifies a share).
+3. Each rank writes whole shards, shard ``todo[rank::size]``: the format's writer puts
+   the shard into a private temporary directory, the files are fsynced and renamed into
+   the staging directory, then the shard's index part is written (:mod:`.resume`).
+4. Rank 0 merges the index parts into the format's dataset index, writes the bad-sample
+   report, and renames the staging directory to the destination: the dataset appears
+   whole or not at all.
+
+A rank that fails while writing prints the error and aborts every rank (``MPI_Abort``)
+rather than leaving the others waiting; errors found while planning are raised on every
+rank alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
+from ..registry import get_format
+from . import plan as planning
+from ._comm import Comm, get_comm
+from .faults import BadSample, BadSampleError, bad_sample_from, write_report
+from .inputs import ReaderCache, Source, expand_sources, measure_source
+from .progress import Progress
+from .resume import (
+    ResumeError,
+    fingerprint,
+    fsync_dir,
+    load_part,
+    part_path,
+    publish_files,
+    staging_path,
+    state_dir,
+    verify_part,
+    write_json_atomic,
+)
+
+__all__ = ["convert", "resolve_callable", "SLOW_SHARD_ENV"]
+
+# Test aid: seconds to sleep after publishing each shard, so a test can kill -9 a run
+# part-way through and check that --resume completes it.
+SLOW_SHARD_ENV = "HPCIO_CONVERT_SLOW_SHARD_SECONDS"
+_READ_BATCH = 256
+_ABORT_GRACE_SECONDS = 0.5
+
+
+def resolve_callable(spec: str | Callable | None) -> Callable | None:
+    """``"package.module:function"`` (or a callable) as a callable."""
+    if spec is None or callable(spec):
+        return spec
+    module, sep, name = str(spec).partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"expected module:function, got {spec!r}")
+    obj = importlib.import_module(module)
+    for attr in name.split("."):
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise TypeError(f"{spec} is not callable")
+    return obj
+
+
+def _spec_name(spec) -> str | None:
+    if spec is None:
+        return None
+    if callable(spec):
+        return f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
+    return str(spec)
+
+
+def _collective(comm: Comm, fn, root_only: bool = True):
+    """Run ``fn`` on rank 0 (or every rank) and hand the result, or the same error, to all."""
+    if root_only:
+        outcome = None
+        if comm.rank == 0:
+            try:
+                outcome = ("ok", fn())
+            except Exception as exc:  # re-raised on every rank below
+                outcome = ("error", exc)
+        outcome = comm.bcast(outcome)
+        if outcome[0] == "error":
+            raise outcome[1]
+        return outcome[1]
+    try:
+        mine = ("ok", fn())
+    except Exception as exc:
+        mine = ("error", exc)
+    everyone = comm.allgather(mine)
+    for status, value in everyone:
+        if status == "error":
+            raise value
+    return [value for _, value in everyone]
+
+
+def _fail_rank(comm: Comm, exc: BaseException) -> None:
+    """Print ``exc`` and end every rank (under MPI); a lone process re-raises."""
+    if comm.size == 1:
+        raise exc
+    print(f"hpcio convert: rank {comm.rank} of {comm.size} failed: {exc}", file=sys.stderr, flush=True)
+    # Launchers forward output asynchronously and drop what is in flight when they tear
+    # the job down: give the message a moment to reach the log before aborting.
+    time.sleep(_ABORT_GRACE_SECONDS)
+    comm.abort(1)
+
+
+def convert(
+    src,
+    dst,
+    to: str,
+    *,
+    from_format: str | None = None,
+    compression: str | None = None,
+    shard_size: int | None = None,
+    num_shards: int | None = None,
+    ngpus: int = 1,
+    nworkers: int = 1,
+    shards_multiple_of: int | None = None,
+    fields: list[str] | None = None,
+    map: str | Callable | None = None,
+    filter: str | Callable | None = None,
+    skip: int = 0,
+    take: int | None = None,
+    selection: np.ndarray | None = None,
+    order: str = "seeded",
+    skip_bad: bool = False,
+    resume: bool = False,
+    seed: int = 0,
+    writer_options: Mapping | None = None,
+    reader_options: Mapping | None = None,
+    progress: bool = True,
+    comm=None,
+) -> dict:
+    """Convert the datasets ``src`` into the sharded dataset ``dst`` in format ``to``.
+
+    Every MPI rank calls this with the same arguments (under ``mpiexec``/``srun`` the
+    ranks share the work; without a launcher one process does it all).  The output is
+    byte-identical whatever the number of ranks.
+
+    Parameters
+    ----------
+    src
+        A path or list of paths: files or directories of a readable format.
+    dst
+        The output directory; it must not exist (or be empty).
+    to
+        Output format name (``mds``, ``jinx``, ``webdataset``, ``zarr``, ``hdf5``).
+    from_format
+        Read every source as this format instead of sniffing.
+    compression
+        Passed to the output writer (e.g. ``sample::zstd`` for MDS).
+    shard_size, num_shards
+        Target bytes per shard, or an exact shard count.
+    ngpus, nworkers, shards_multiple_of
+        The shard count is a multiple of ``shards_multiple_of`` if given, else of
+        ``ngpus * nworkers``.
+    fields
+        Keep only these fields.
+    map, filter
+        ``module:function`` (or callables): ``map(sample)`` returns the sample to write
+        (or None to drop it); ``filter(sample)`` keeps the sample when true.
+    skip, take, selection
+        Convert samples ``skip .. skip+take`` of the sources in order, or exactly the
+        global sample ids ``selection``.
+    order
+        ``"seeded"`` (samples spread over shards by ``seed``) or ``"source"``.
+    skip_bad
+        Leave out samples that fail, listing them in ``<dst>.bad-samples.jsonl``.
+    resume
+        Continue an interrupted run: only missing or damaged shards are written.
+    seed
+        Seed of the sample-to-shard assignment.
+    writer_options
+        Further keyword arguments for the output format's writer.
+    reader_options
+        Keyword arguments for the sources' readers (e.g. which JSONL fields hold base64).
+    progress
+        Show progress on rank 0 (a bar on a terminal, plain lines otherwise).
+    comm
+        An mpi4py communicator to use instead of ``COMM_WORLD``.
+
+    Returns
+    -------
+    dict
+        The summary (same on every rank): shard and sample counts, bad samples,
+        bytes, seconds, ranks.
+    """
+    comm = get_comm(comm)
+    started = time.monotonic()
+    fmt = get_format(to)
+    if not hasattr(fmt, "merge_index"):
+        raise CapabilityError(
+            f"format {fmt.NAME!r} does not implement the sharded-writing hook "
+            "(Writer(shard_id=...), merge_index) that parallel conversion needs"
+        )
+    dst = os.path.abspath(os.fspath(dst))
+    staging = staging_path(dst)
+    multiple = shards_multiple_of if shards_multiple_of is not None else ngpus * nworkers
+    map_fn = resolve_callable(map)
+    filter_fn = resolve_callable(filter)
+    opts = dict(writer_options or {})
+    if compression is not None:
+        opts["compression"] = compression
+
+    # --- 1. sources, listed once -------------------------------------------------------
+    def list_sources():
+        if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
+            raise ResumeError("the destination already exists; remove it or choose another", path=dst)
+        if os.path.exists(staging) and not resume:
+            raise ResumeError(
+                "an interrupted conversion left this partial output; pass --resume to "
+                "finish it, or delete it to start over",
+                path=staging,
+            )
+        return expand_sources(src, from_format)
+
+    sources: list[Source] = _collective(comm, list_sources)
+    mine = list(range(comm.rank, len(sources), comm.size))
+    # The readers opened to measure stay open for writing (opening may scan a file).
+    readers = ReaderCache(sources, reader_options=reader_options)
+
+    def closing_readers_on_error(call):
+        try:
+            return call()
+        except BaseException:
+            readers.close()
+            raise
+
+    measured = closing_readers_on_error(lambda: _collective(
+        comm, lambda: {i: measure_source(sources[i], reader=readers.get(i)) for i in mine}, root_only=False
+    ))
+    sizes_by_source: dict[int, np.ndarray] = {}
+    for part in measured:
+        sizes_by_source.update(part)
+    counts = np.array([len(sizes_by_source[i]) for i in range(len(sources))], dtype=np.int64)
+    first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    # --- 2. plan, made once ------------------------------------------------------------
+    def make_plan():
+        sizes = (np.concatenate([sizes_by_source[i] for i in range(len(sources))])
+                 if sources else np.zeros(0, np.int64))
+        sel = selection
+        if sel is None:
+            stop = len(sizes) if take is None else min(len(sizes), skip + take)
+            sel = np.arange(min(skip, len(sizes)), stop, dtype=np.int64)
+        sel = np.asarray(sel, dtype=np.int64)
+        if len(sel) == 0:
+            raise planning.PlanError("no samples selected to convert")
+        total = int(sizes[sel].sum())
+        count = planning.shard_count(total, len(sel), shard_size=shard_size,
+                                     num_shards=num_shards, multiple_of=multiple)
+        plan = planning.assign_shards(sizes, count, seed, selection=sel, order=order)
+        identity = {
+            "sources": [s.to_json() for s in sources],
+            "to": fmt.NAME,
+            "writer_options": {k: repr(v) for k, v in sorted(opts.items())},
+            "reader_options": {k: repr(v) for k, v in sorted((reader_options or {}).items())},
+            "num_shards": count,
+            "seed": seed,
+            "order": order,
+            "selection": fingerprint(sel.tolist()),
+            "fields": fields,
+            "map": _spec_name(map),
+            "filter": _spec_name(filter),
+        }
+        digest = fingerprint(identity)
+        plan_file = os.path.join(state_dir(staging), "plan.json")
+        if resume and os.path.exists(plan_file):
+            with open(plan_file, encoding="utf-8") as f:
+                saved = json.load(f)
+            if saved.get("fingerprint") != digest:
+                raise ResumeError(
+                    "the partial output was made from other inputs or options; delete it "
+                    "or convert with the original ones",
+                    path=staging,
+                )
+        else:
+            if os.path.exists(staging):
+                shutil.rmtree(staging)
+            os.makedirs(os.path.join(state_dir(staging), "parts"))
+            write_json_atomic(plan_file, {"fingerprint": digest, "identity": identity})
+        shutil.rmtree(os.path.join(state_dir(staging), "tmp"), ignore_errors=True)
+        os.makedirs(os.path.join(state_dir(staging), "tmp"))
+        return plan, sizes
+
+    plan, sizes = closing_readers_on_error(lambda: _collective(comm, make_plan))
+    shards = plan.num_shards
+
+    # --- 3. which shards are left to write ----------------------------------------------
+    def complete_share():
+        done = []
+        if resume:
+            for k in range(comm.rank, shards, comm.size):
+                part = load_part(staging, k)
+                if part is not None and part.get("shard") == k and verify_part(staging, part):
+                    done.append(k)
+        return done
+
+    shares = closing_readers_on_error(lambda: _collective(comm, complete_share, root_only=False))
+    kept = sorted(k for share in shares for k in share)
+    todo = sorted(set(range(shards)) - set(kept))
+    my_shards = todo[comm.rank :: comm.size]
+
+    total_samples = int(sum(len(plan.shard(k)) for k in todo))
+    total_bytes = int(sum(int(plan.shard_bytes[k]) for k in todo))
+    bar = Progress(comm, total_samples, total_bytes, enabled=progress)
+    slow = float(os.environ.get(SLOW_SHARD_ENV, "0") or 0)
+    writer = _ShardWriter(
+        fmt=fmt, staging=staging, sources=sources, first_id=first_id, sizes=sizes,
+        fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
+        writer_options=opts, num_shards=shards, progress=bar, readers=readers,
+    )
+    try:
+        for k in my_shards:
+            writer.write_shard(k, plan.shard(k))
+            if slow > 0:
+                time.sleep(slow)
+        writer.close()
+        bar.finish()
+    except BaseException as exc:  # noqa: BLE001 -- every failure must end all ranks
+        writer.close()
+        _fail_rank(comm, exc)
+
+    # --- 4. merge and publish, on rank 0 ------------------------------------------------
+    comm.barrier()
+    summary = None
+    if comm.rank == 0:
+        try:
+            summary = _publish(fmt, staging, dst, shards, opts, plan)
+        except BaseException as exc:  # noqa: BLE001
+            _fail_rank(comm, exc)
+        summary.update(
+            shards_written=len(todo),
+            shards_kept=len(kept),
+            ranks=comm.size,
+            seconds=round(time.monotonic() - started, 3),
+            imbalance=round(plan.imbalance(), 5),
+        )
+    return comm.bcast(summary)
+
+
+class _ShardWriter:
+    """Writes shards on one rank: read the samples, map/filter, write, publish."""
+
+    def __init__(self, *, fmt, staging, sources, first_id, sizes, fields, map_fn, filter_fn,
+                 skip_bad, writer_options, num_shards, progress, readers):
+        self.fmt = fmt
+        self.staging = staging
+        self.sources = sources
+        self.first_id = first_id
+        self.sizes = sizes
+        self.fields = fields
+        self.map_fn = map_fn
+        self.filter_fn = filter_fn
+        self.skip_bad = skip_bad
+        self.writer_options = writer_options
+        self.num_shards = num_shards
+        self.progress = progress
+        self.readers = readers
+
+    def close(self):
+        self.readers.close()
+
+    def _bad(self, exc, src_index, local, stage, shard, bad: list) -> None:
+        rec = bad_sample_from(exc, source=self.sources[src_index].path, sample=local,
+                              stage=stage, shard=shard)
+        if not self.skip_bad:
+            raise BadSampleError(rec) from exc
+        bad.append(rec)
+
+    def _read(self, reader, src_index, local_ids, shard, bad):
+        """(local id, sample) pairs of ``local_ids``; failures become bad samples."""
+        try:
+            return list(zip(local_ids.tolist(), reader.read_many(local_ids, self.fields)))
+        except Exception as exc:
+            if isinstance(exc, OSError) or not _is_sample_error(exc):
+                raise
+        out = []  # find the failing sample(s) one by one
+        for local in local_ids.tolist():
+            try:
+                out.append((local, reader.read(local, self.fields)))
+            except Exception as exc:
+                if isinstance(exc, OSError) or not _is_sample_error(exc):
+                    raise
+                self._bad(exc, src_index, local, "read", shard, bad)
+        return out
+
+    def write_shard(self, shard: int, ids: np.ndarray) -> None:
+        # The same name on every rank (one rank writes a shard per run), so a format that
+        # records its own path in a shard still writes the same bytes at any rank count.
+        tmpdir = os.path.join(state_dir(self.staging), "tmp", f"shard-{shard:06d}")
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        os.makedirs(tmpdir)
+        bad: list[BadSample] = []
+        written = filtered = 0
+        src_of = np.searchsorted(self.first_id, ids, side="right") - 1
+        cuts = np.flatnonzero(np.diff(src_of)) + 1
+        writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards, **self.writer_options)
+        with writer:
+            for group in np.split(np.arange(len(ids)), cuts):
+                if not len(group):
+                    continue
+                src_index = int(src_of[group[0]])
+                reader = self.readers.get(src_index)
+                local_all = ids[group] - self.first_id[src_index]
+                for lo in range(0, len(local_all), _READ_BATCH):
+                    local_ids = local_all[lo : lo + _READ_BATCH]
+                    batch_bytes = int(self.sizes[local_ids + self.first_id[src_index]].sum())
+                    for local, sample in self._read(reader, src_index, local_ids, shard, bad):
+                        stage = "map"
+                        try:
+                            if self.map_fn is not None:
+                                sample = self.map_fn(sample)
+                            stage = "filter"
+                            if sample is None or (self.filter_fn is not None and not self.filter_fn(sample)):
+                                filtered += 1
+                                continue
+                        except Exception as exc:
+                            self._bad(exc, src_index, local, stage, shard, bad)
+                            continue
+                        try:
+                            writer.write(sample)
+                        except Exception as exc:
+                            if isinstance(exc, OSError) or not _is_sample_error(exc):
+                                raise
+                            # Lazy samples (JINX) decode while the writer reads them: a
+                            # decode error there is still a bad source value.
+                            stage = "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
+                            self._bad(exc, src_index, local, stage, shard, bad)
+                            continue
+                        written += 1
+                    self.progress.advance(len(local_ids), batch_bytes)
+        index_part = writer.index_part()
+        files = publish_files(tmpdir, self.staging)
+        write_json_atomic(
+            part_path(self.staging, shard),
+            {
+                "shard": shard,
+                "files": files,
+                "samples": written,
+                "filtered": filtered,
+                "bad": [b.to_json() for b in bad],
+                "index": index_part,
+            },
+        )
+
+
+def _is_sample_error(exc: BaseException) -> bool:
+    """Errors that belong to one sample's content, not to the machine or the code."""
+    return isinstance(exc, (HpcioError, ValueError, KeyError, TypeError))
+
+
+def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan) -> dict:
+    parts = []
+    for k in range(shards):
+        part = load_part(staging, k)
+        if part is None:
+            raise ResumeError(f"shard {k} has no index part after writing", path=staging)
+        parts.append(part)
+    fmt.merge_index(staging, [p["index"] for p in parts], **opts)
+    bad = [rec for p in parts for rec in p["bad"]]
+    report = write_report(dst, bad)
+    shutil.rmtree(state_dir(staging))
+    fsync_dir(staging)
+    if os.path.isdir(dst):
+        os.rmdir(dst)  # an empty directory made by the user for the output
+    os.rename(staging, dst)
+    fsync_dir(os.path.dirname(dst))
+    return {
+        "output": dst,
+        "format": fmt.NAME,
+        "num_shards": shards,
+        "samples_planned": plan.num_samples,
+        "samples_written": sum(p["samples"] for p in parts),
+        "filtered": sum(p["filtered"] for p in parts),
+        "bad_samples": len(bad),
+        "report": report,
+        "bytes_written": sum(f["bytes"] for p in parts for f in p["files"].values()),
+    }

@@ -1,0 +1,150 @@
+"""The inputs of a conversion: which source datasets, how many samples, how big.
+
+A source is one path a registered format can read (a JSONL file, an MDS directory, a
+JINX shard, ...).  A directory that no format claims is expanded into the sorted files
+inside it that some format claims.  Measuring a source opens its reader once for the
+sample count and, when the reader offers ``sample_nbytes()``, the stored size of every
+sample; otherwise the source's bytes on disk are spread evenly over its samples.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FormatSniffError, ShardNotFoundError
+from ..registry import get_format, sniff_format
+
+__all__ = ["Source", "expand_sources", "measure_source", "disk_bytes", "ReaderCache"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input dataset: its path, format name and identity on disk."""
+
+    path: str
+    format: str
+    nbytes: int
+    mtime_ns: int
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "format": self.format, "nbytes": self.nbytes, "mtime_ns": self.mtime_ns}
+
+
+def disk_bytes(path: str) -> tuple[int, int]:
+    """(total bytes, newest mtime in ns) of a file, or of every file under a directory."""
+    if os.path.isfile(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    total, newest = 0, 0
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            st = os.stat(os.path.join(root, name))
+            total += st.st_size
+            newest = max(newest, st.st_mtime_ns)
+    return total, newest
+
+
+def _source(path: str, fmt: str) -> Source:
+    nbytes, mtime = disk_bytes(path)
+    return Source(path=path, format=fmt, nbytes=nbytes, mtime_ns=mtime)
+
+
+def expand_sources(paths, format: str | None = None) -> list[Source]:
+    """The sources named by ``paths`` (files or directories), in the order given.
+
+    With ``format`` every path is read as that format; otherwise each is sniffed, and a
+    directory no format claims contributes the sorted files inside it that one does.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    sources: list[Source] = []
+    for raw in paths:
+        path = os.path.abspath(os.fspath(raw))
+        if not os.path.exists(path):
+            raise ShardNotFoundError("no such source file or directory", path=path)
+        if format is not None:
+            sources.append(_source(path, get_format(format).NAME))
+            continue
+        try:
+            sources.append(_source(path, sniff_format(path).NAME))
+            continue
+        except FormatSniffError:
+            if not os.path.isdir(path):
+                raise
+        found = []
+        for name in sorted(os.listdir(path)):
+            if name.startswith("."):
+                continue
+            inner = os.path.join(path, name)
+            try:
+                found.append(_source(inner, sniff_format(inner).NAME))
+            except FormatSniffError:
+                continue
+        if not found:
+            raise FormatSniffError("no readable dataset in this directory", path=path)
+        sources.extend(found)
+    return sources
+
+
+def measure_source(source: Source, reader_options: dict | None = None, reader=None) -> np.ndarray:
+    """The stored size in bytes of every sample of ``source`` (int64 array).
+
+    ``reader`` is an open reader of ``source`` to use (it is left open); otherwise one is
+    opened and closed here.
+    """
+    own = reader is None
+    if own:
+        reader = get_format(source.format).Reader(source.path, **(reader_options or {}))
+    try:
+        n = len(reader)
+        sizer = getattr(reader, "sample_nbytes", None)
+        if sizer is not None:
+            sizes = np.asarray(sizer(), dtype=np.int64)
+            if len(sizes) == n:
+                return sizes
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        # Spread the bytes on disk evenly; the remainder goes to the first samples so the
+        # sizes still add up to the source's size.
+        per, extra = divmod(source.nbytes, n)
+        sizes = np.full(n, per, dtype=np.int64)
+        sizes[:extra] += 1
+        return sizes
+    finally:
+        if own:
+            reader.close()
+
+
+class ReaderCache:
+    """Open readers by source index, closing the least recently used beyond ``limit``
+    (a rank reads from every source, and thousands of open files would exhaust the
+    descriptor limit)."""
+
+    def __init__(self, sources: list[Source], limit: int = 32, reader_options: dict | None = None):
+        self.sources = sources
+        self.limit = limit
+        self.reader_options = dict(reader_options or {})
+        self._open: OrderedDict[int, object] = OrderedDict()
+
+    def get(self, index: int):
+        reader = self._open.get(index)
+        if reader is not None:
+            self._open.move_to_end(index)
+            return reader
+        src = self.sources[index]
+        reader = get_format(src.format).Reader(src.path, **self.reader_options)
+        self._open[index] = reader
+        if len(self._open) > self.limit:
+            _, old = self._open.popitem(last=False)
+            old.close()
+        return reader
+
+    def close(self) -> None:
+        while self._open:
+            _, reader = self._open.popitem()
+            reader.close()

@@ -1,0 +1,230 @@
+"""Conversion in one process: content, subsets, bad samples, resume state, commands."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import numpy as np
+import pytest
+from convert_helpers import run_command, sample, tree_bytes, write_sources
+
+import hpcio
+from hpcio.convert import BadSampleError, ResumeError
+from hpcio.convert.resume import staging_path
+
+
+def _expected(i):
+    s = sample(i)
+    return {"id": s["id"], "text": s["text"], "blob": base64.b64decode(s["blob.b64"])}
+
+
+def _ids(path):
+    return sorted(s["id"] for s in hpcio.open(path))
+
+
+def test_round_trip_every_sample_once(sources, tmp_path):
+    out = tmp_path / "out"
+    summary = hpcio.convert(sources, out, to="lines", ngpus=2, nworkers=2, shard_size=8000, progress=False)
+    assert summary["num_shards"] % 4 == 0 and summary["num_shards"] >= 4
+    assert summary["samples_written"] == 360 and summary["bad_samples"] == 0
+    ds = hpcio.open(out)
+    got = {s["id"]: s for s in ds}
+    assert sorted(got) == list(range(360))
+    for i in (0, 77, 359):
+        assert got[i] == _expected(i)
+    assert not os.path.exists(staging_path(out))
+    assert sorted(os.listdir(out)) == ["index.json"] + [f"part-{k:05d}.lines" for k in range(summary["num_shards"])]
+
+
+def test_same_seed_same_bytes_other_seed_other_layout(sources, tmp_path):
+    a = hpcio.convert(sources, tmp_path / "a", to="lines", num_shards=6, seed=1, progress=False)
+    hpcio.convert(sources, tmp_path / "b", to="lines", num_shards=6, seed=1, progress=False)
+    hpcio.convert(sources, tmp_path / "c", to="lines", num_shards=6, seed=2, progress=False)
+    assert a["num_shards"] == 6
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
+    assert tree_bytes(tmp_path / "a") != tree_bytes(tmp_path / "c")
+
+
+def test_fields_map_filter_take_skip(sources, tmp_path):
+    out = tmp_path / "sub"
+    summary = hpcio.convert(
+        sources, out, to="lines", num_shards=2, skip=10, take=100, fields=["id", "text"],
+        map=lambda s: {**s, "n": len(s["text"])}, filter=lambda s: s["id"] % 2 == 0, progress=False,
+    )
+    assert summary["samples_written"] == 50 and summary["filtered"] == 50
+    ds = hpcio.open(out)
+    assert sorted(s["id"] for s in ds) == list(range(10, 110, 2))
+    s = next(iter(ds))
+    assert set(s) == {"id", "text", "n"} and s["n"] == len(s["text"])
+
+
+def test_map_by_module_function_name(sources, tmp_path):
+    summary = hpcio.convert(sources, tmp_path / "m", to="lines", num_shards=1,
+                            map="linesfmt_helpers:drop_odd", progress=False)
+    assert summary["samples_written"] == 180 and summary["filtered"] == 180
+
+
+def _corrupt(path):
+    """Line 5 becomes bad JSON, line 9 gets bad base64; returns their byte offsets."""
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    lines[5] = b'{"id": 5, "text": }\n'
+    obj = json.loads(lines[9])
+    obj["blob.b64"] = "not*base64!"
+    lines[9] = (json.dumps(obj) + "\n").encode()
+    with open(path, "wb") as f:
+        f.write(b"".join(lines))
+    return sum(len(x) for x in lines[:5]), sum(len(x) for x in lines[:9])
+
+
+def test_skip_bad_records_a_report_beside_the_output(sources, tmp_path):
+    off5, off9 = _corrupt(sources[1])
+    out = tmp_path / "out"
+    summary = hpcio.convert(sources, out, to="lines", num_shards=3, skip_bad=True, progress=False)
+    assert summary["bad_samples"] == 2 and summary["samples_written"] == 358
+    report = str(out) + ".bad-samples.jsonl"
+    assert summary["report"] == report
+    with open(report) as f:
+        records = sorted((json.loads(line) for line in f), key=lambda r: r["sample"])
+    for rec in records:
+        assert 0 <= rec.pop("shard") < 3
+    assert records == [
+        {"source": sources[1], "file": sources[1], "sample": 5, "offset": off5, "stage": "read",
+         "error_type": "DecodeError", "error": "bad JSON: Expecting value: line 1 column 19 (char 18)"},
+        {"source": sources[1], "file": sources[1], "sample": 9, "offset": off9, "stage": "read",
+         "error_type": "DecodeError",
+         "error": "bad base64 in field 'blob.b64': Only base64 data is allowed"},
+    ]
+    assert 120 + 5 not in _ids(out) and 120 + 9 not in _ids(out) and len(_ids(out)) == 358
+
+
+def test_without_skip_bad_the_first_bad_sample_stops_and_nothing_is_visible(sources, tmp_path):
+    off5, _ = _corrupt(sources[1])
+    out = tmp_path / "out"
+    with pytest.raises(BadSampleError) as info:
+        hpcio.convert(sources, out, to="lines", num_shards=1, progress=False)
+    assert str(info.value).startswith(
+        f"bad sample, conversion stopped (read failed at {sources[1]}, byte offset {off5}, sample 5: "
+        "DecodeError: bad JSON: Expecting value: line 1 column 19 (char 18))"
+    )
+    assert "pass --skip-bad" in str(info.value)
+    assert not os.path.exists(out)
+    assert not os.path.exists(str(out) + ".bad-samples.jsonl")
+
+
+def test_map_errors_are_bad_samples_too(sources, tmp_path):
+    def explode(s):
+        if s["id"] == 3:
+            raise ValueError("no three")
+        return s
+
+    summary = hpcio.convert(sources, tmp_path / "o", to="lines", num_shards=1, map=explode,
+                            skip_bad=True, progress=False)
+    assert summary["bad_samples"] == 1
+    with open(summary["report"]) as f:
+        rec = json.loads(f.read())
+    assert (rec["stage"], rec["sample"], rec["error_type"], rec["error"]) == ("map", 3, "ValueError", "no three")
+
+
+def test_existing_destination_and_leftover_partial_output_are_refused(sources, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    with pytest.raises(ResumeError, match="the destination already exists"):
+        hpcio.convert(sources, out, to="lines", num_shards=1, progress=False)
+    os.makedirs(staging_path(tmp_path / "new"))
+    with pytest.raises(ResumeError, match="an interrupted conversion left this partial output; pass --resume"):
+        hpcio.convert(sources, tmp_path / "new", to="lines", num_shards=1, progress=False)
+
+
+def test_resume_redoes_only_missing_or_damaged_shards(sources, tmp_path):
+    ref = tmp_path / "ref"
+    hpcio.convert(sources, ref, to="lines", num_shards=6, progress=False)
+    out = tmp_path / "out"
+    staging = staging_path(out)
+    # a run interrupted after writing every shard, before publishing the dataset
+    with pytest.MonkeyPatch.context() as mp:
+        import hpcio.convert.driver as driver
+
+        real = driver._publish
+        mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            hpcio.convert(sources, out, to="lines", num_shards=6, progress=False)
+        mp.setattr(driver, "_publish", real)
+    assert not os.path.exists(out) and os.path.isdir(staging)
+    os.remove(os.path.join(staging, ".hpcio", "parts", "shard-000002.json"))  # never recorded
+    with open(os.path.join(staging, "part-00004.lines"), "r+b") as f:  # damaged on disk
+        f.truncate(10)
+    summary = hpcio.convert(sources, out, to="lines", num_shards=6, resume=True, progress=False)
+    assert (summary["shards_kept"], summary["shards_written"]) == (4, 2)
+    assert tree_bytes(out) == tree_bytes(ref)
+
+
+def test_resume_with_other_options_is_refused(sources, tmp_path):
+    out = tmp_path / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        import hpcio.convert.driver as driver
+
+        mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            hpcio.convert(sources, out, to="lines", num_shards=6, progress=False)
+    with pytest.raises(ResumeError, match="made from other inputs or options"):
+        hpcio.convert(sources, out, to="lines", num_shards=6, seed=9, resume=True, progress=False)
+
+
+def test_convert_help_explains(tmp_path):
+    proc = run_command("convert", ["--help"])
+    assert proc.returncode == 0
+    for text in ("byte-identical at any rank count", "--skip-bad", "--resume", "--shards-multiple-of",
+                 "mpiexec -n 8", "bad-samples.jsonl"):
+        assert text in proc.stdout
+
+
+def test_convert_command_prints_a_summary(sources, tmp_path):
+    proc = run_command("convert", [*sources, tmp_path / "o", "--to", "lines", "--num-shards", "3", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["num_shards"] == 3 and summary["samples_written"] == 360
+    assert "[hpcio convert] 360/360 samples (100.0%)" in proc.stderr
+
+
+def test_convert_command_error_exit(sources, tmp_path):
+    proc = run_command("convert", [*sources, tmp_path / "o", "--to", "lines", "--num-shards", "3",
+                                   "--ngpus", "2"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith("hpcio: error: --num-shards 3 is not a multiple of 2 "
+                                        "(ngpus x nworkers or --shards-multiple-of)")
+
+
+def test_plan_command(sources, tmp_path):
+    proc = run_command("plan", ["--bytes", "2TB", "--samples", "10000000", "--ngpus", "4", "--nworkers", "8",
+                                "--nodes", "8", "--inode-quota", "1000"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("768 shards of about 2604.2 MB (--num-shards 768, a multiple of 256; 769 files)")
+    assert "inode quota (1000) allows at most 768 shards" in proc.stdout
+    proc = run_command("plan", [*sources, "--json"])
+    rec = json.loads(proc.stdout)
+    assert rec["num_shards"] == 1
+
+
+def test_split_and_join_commands(sources, tmp_path):
+    proc = run_command("split", [*sources, tmp_path / "parts", "--fractions", "0.5,0.25", "--names",
+                                 "train,val", "--num-shards", "2", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    train, val = _ids(tmp_path / "parts" / "train"), _ids(tmp_path / "parts" / "val")
+    assert len(train) == 180 and len(val) == 90 and not set(train) & set(val)
+    proc = run_command("join", [tmp_path / "parts" / "train", tmp_path / "parts" / "val", tmp_path / "joined",
+                                "--num-shards", "1", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    joined = [s["id"] for s in hpcio.open(tmp_path / "joined")]
+    train_order = [s["id"] for s in hpcio.open(tmp_path / "parts" / "train")]
+    val_order = [s["id"] for s in hpcio.open(tmp_path / "parts" / "val")]
+    assert joined == train_order + val_order
+
+
+def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, tmp_path):
+    with pytest.raises(hpcio.CapabilityError, match=r"^format 'webdataset' does not implement the sharded-writing hook"):
+        hpcio.convert(sources, tmp_path / "w", to="webdataset", progress=False)
+    assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))

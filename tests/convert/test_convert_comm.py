@@ -1,0 +1,44 @@
+"""Launcher detection: MPI only under a launcher with more than one task."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from convert_helpers import env
+
+from hpcio.convert._comm import SerialComm, get_comm, launcher_world_size
+
+
+@pytest.mark.parametrize(
+    "environ, size",
+    [
+        ({}, 1),
+        ({"PMI_SIZE": "4", "PMI_RANK": "0"}, 4),
+        ({"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_RANK": "2"}, 3),
+        ({"SLURM_NTASKS": "16", "SLURM_PROCID": "5"}, 16),
+        ({"SLURM_NTASKS": "16"}, 1),  # the batch script itself, not an srun task
+        ({"PMI_SIZE": "1", "PMI_RANK": "0"}, 1),
+    ],
+)
+def test_launcher_world_size(environ, size):
+    assert launcher_world_size(environ) == size
+
+
+def test_no_launcher_means_no_mpi(sources, tmp_path):
+    code = (
+        "import sys, linesfmt, hpcio; "
+        f"s = hpcio.convert({sources!r}, {str(tmp_path / 'o')!r}, to='lines', num_shards=2, progress=False); "
+        "import hpcio.convert.plan; s2 = hpcio.convert; "
+        "print(s['ranks'], 'mpi4py' in sys.modules, callable(s2))"
+    )
+    e = env()
+    for var in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID"):
+        e.pop(var, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, check=True)
+    assert out.stdout.split() == ["1", "False", "True"]
+
+
+def test_serial_comm_by_default():
+    assert isinstance(get_comm(), SerialComm)

@@ -1,0 +1,165 @@
+"""The converter under real MPI (the mpich wheel's mpiexec): identical bytes at any rank
+count, a failing rank ends the run, kill -9 and --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from convert_helpers import BOOT, MPIEXEC, env, run_command, tree_bytes
+
+import hpcio
+from hpcio.convert.resume import staging_path
+
+pytestmark = pytest.mark.mpi
+
+SHARDS = ["--ngpus", "2", "--nworkers", "2", "--shard-size", "15000"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Sources and their conversion by one process."""
+    from convert_helpers import write_sources
+
+    d = tmp_path_factory.mktemp("mpi")
+    srcs = write_sources(d, nfiles=3, per_file=120)
+    proc = run_command("convert", [*srcs, d / "ref", "--to", "lines", *SHARDS, "--json"])
+    assert proc.returncode == 0, proc.stderr
+    return srcs, d / "ref", json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_output_is_byte_identical_to_one_rank(reference, tmp_path, ranks):
+    srcs, ref, ref_summary = reference
+    proc = run_command("convert", [*srcs, tmp_path / "out", "--to", "lines", *SHARDS, "--json"], ranks=ranks)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)  # printed once, by rank 0
+    assert summary["ranks"] == ranks and summary["num_shards"] == ref_summary["num_shards"] == 8
+    assert tree_bytes(tmp_path / "out") == tree_bytes(ref)
+    sizes = [len(b) for name, b in tree_bytes(ref).items() if name.endswith(".lines")]
+    assert len(sizes) == 8 and max(abs(s - sum(sizes) / 8) for s in sizes) <= 0.05 * sum(sizes) / 8
+    # one aggregated progress report, on rank 0, counting every rank's samples
+    finals = [line for line in proc.stderr.splitlines() if line.endswith(", done")]
+    assert len(finals) == 1 and finals[0].startswith("[hpcio convert] 360/360 samples (100.0%)")
+
+
+def _corrupt_line(path, line):
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    lines[line] = b'{"id": 1, "text": }\n'
+    with open(path, "wb") as f:
+        f.write(b"".join(lines))
+
+
+def test_bad_sample_on_one_rank_aborts_every_rank(tmp_path):
+    from convert_helpers import write_sources
+
+    srcs = write_sources(tmp_path, nfiles=2, per_file=40)
+    _corrupt_line(srcs[1], 7)
+    start = time.monotonic()
+    proc = run_command("convert", [*srcs, tmp_path / "out", "--to", "lines", "--num-shards", "4"],
+                       ranks=2, timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 60
+    assert f"failed: bad sample, conversion stopped (read failed at {srcs[1]}, byte offset" in proc.stderr
+    assert "sample 7: DecodeError: bad JSON: Expecting value" in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_skip_bad_report_is_the_same_at_any_rank_count(tmp_path):
+    from convert_helpers import write_sources
+
+    srcs = write_sources(tmp_path, nfiles=2, per_file=40)
+    _corrupt_line(srcs[0], 3)
+    _corrupt_line(srcs[1], 30)
+    args = ["--to", "lines", "--num-shards", "4", "--skip-bad", "--json"]
+    one = run_command("convert", [*srcs, tmp_path / "one", *args])
+    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr
+    assert json.loads(two.stdout)["bad_samples"] == 2
+    with open(str(tmp_path / "one") + ".bad-samples.jsonl") as f:
+        a = [json.loads(x) for x in f]
+    with open(str(tmp_path / "two") + ".bad-samples.jsonl") as f:
+        b = [json.loads(x) for x in f]
+    assert [(r["source"], r["sample"]) for r in a] == [(srcs[0], 3), (srcs[1], 30)]
+    assert a == b
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _rank_pids(pid: int) -> list[int]:
+    pids = []
+    for p in _descendants(pid):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if b"mpi4py" in f.read():
+                    pids.append(p)
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.mark.parametrize("victims", ["one rank", "all ranks"])
+def test_kill_9_then_resume_completes_without_loss_or_duplicates(reference, tmp_path, victims):
+    srcs, ref, _ = reference
+    out = tmp_path / "out"
+    args = [*srcs, out, "--to", "lines", *SHARDS]
+    e = env()
+    e["HPCIO_CONVERT_SLOW_SHARD_SECONDS"] = "0.7"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", BOOT, "convert", *map(str, args)]
+    proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    parts = os.path.join(staging_path(out), ".hpcio", "parts")
+
+    def published():
+        return [n for n in os.listdir(parts) if n.endswith(".json")] if os.path.isdir(parts) else []
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(published()) >= 2:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the conversion never published two shards")
+    ranks = _rank_pids(proc.pid)
+    assert len(ranks) == 2
+    if victims == "one rank":
+        os.kill(ranks[-1], signal.SIGKILL)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not os.path.exists(out)
+    done_before = len(published())
+    assert 2 <= done_before < 8
+
+    resumed = run_command("convert", [*args, "--resume", "--json"], ranks=2)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["shards_kept"] >= 2 and summary["shards_kept"] + summary["shards_written"] == 8
+    assert tree_bytes(out) == tree_bytes(ref)
+    ids = [s["id"] for s in hpcio.open(out)]
+    assert sorted(ids) == list(range(360))

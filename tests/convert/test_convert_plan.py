@@ -1,0 +1,98 @@
+"""The planner: shard counts, byte balance, representativeness, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcio.convert.plan import BALANCE_TOLERANCE, PlanError, assign_shards, recommend, shard_count
+
+
+@pytest.mark.parametrize("multiple", [1, 3, 8, 16])
+def test_shard_count_is_a_multiple_honouring_the_size_target(multiple):
+    count = shard_count(10_000_000, 50_000, shard_size=400_000, multiple_of=multiple)
+    assert count % multiple == 0
+    assert 10_000_000 / count <= 400_000  # mean shard at most the target
+    assert 10_000_000 / (count - multiple) > 400_000 if count > multiple else True
+
+
+def test_shard_count_errors_name_the_problem():
+    with pytest.raises(PlanError, match=r"^--num-shards 10 is not a multiple of 4 \(ngpus x nworkers"):
+        shard_count(1000, 100, num_shards=10, multiple_of=4)
+    with pytest.raises(PlanError, match=r"^5 samples cannot fill 8 shards \(every shard needs at least one"):
+        shard_count(1000, 5, shard_size=1000, multiple_of=8)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+@pytest.mark.parametrize("dist", ["uniform", "lognormal"])
+def test_shards_are_balanced_by_bytes_within_5_percent(seed, dist):
+    rng = np.random.default_rng(100 + seed)
+    sizes = (rng.integers(50, 5000, 30_000) if dist == "uniform"
+             else rng.lognormal(7, 1, 30_000).astype(np.int64) + 1)
+    plan = assign_shards(sizes, 32, seed)
+    assert plan.imbalance() <= BALANCE_TOLERANCE
+    assert plan.shard_bytes.sum() == sizes.sum()
+    for k in range(plan.num_shards):
+        assert plan.shard_bytes[k] == sizes[plan.shard(k)].sum()
+
+
+def test_every_sample_is_in_exactly_one_shard_in_source_order_within_it():
+    plan = assign_shards(np.arange(1, 1001), 10, seed=3)
+    assert sorted(plan.members.tolist()) == list(range(1000))
+    for k in range(10):
+        ids = plan.shard(k)
+        assert len(ids) > 0 and (np.diff(ids) > 0).all()
+
+
+def test_shards_are_representative_of_the_whole_source():
+    n, shards = 20_000, 16
+    plan = assign_shards(np.full(n, 100), shards, seed=5)
+    for k in range(shards):
+        ids = plan.shard(k)
+        # every tenth of the source is present in every shard, in about equal measure
+        deciles = np.bincount(ids * 10 // n, minlength=10)
+        assert deciles.min() > 0.7 * len(ids) / 10, (k, deciles)
+        assert abs(ids.mean() / n - 0.5) < 0.05
+    # and the source order does not decide the shard
+    first = np.array([plan.shard(k).min() for k in range(shards)])
+    assert first.max() < n // 100
+
+
+def test_source_order_keeps_contiguous_runs():
+    plan = assign_shards(np.full(100, 10), 4, seed=5, order="source")
+    assert [plan.shard(k).tolist() for k in range(4)] == [list(range(25 * k, 25 * k + 25)) for k in range(4)]
+
+
+def test_plan_is_deterministic_and_seeded():
+    sizes = np.random.default_rng(0).integers(1, 1000, 5000)
+    a, b = assign_shards(sizes, 8, seed=42), assign_shards(sizes, 8, seed=42)
+    assert np.array_equal(a.members, b.members) and np.array_equal(a.bounds, b.bounds)
+    c = assign_shards(sizes, 8, seed=43)
+    assert not np.array_equal(a.members, c.members)
+
+
+def test_selection_restricts_the_plan():
+    sel = np.arange(100, 200)
+    plan = assign_shards(np.full(1000, 5), 4, seed=0, selection=sel)
+    assert sorted(plan.members.tolist()) == sel.tolist()
+
+
+def test_every_shard_gets_a_sample_even_with_one_huge_sample():
+    sizes = np.ones(10, dtype=np.int64)
+    sizes[3] = 10**9
+    plan = assign_shards(sizes, 10, seed=0)
+    assert all(len(plan.shard(k)) == 1 for k in range(10))
+
+
+def test_recommend_respects_multiple_size_range_and_quota():
+    rec = recommend(2 * 10**12, 10**7, ngpus=4, nworkers=8, nodes=8)
+    assert rec.num_shards % 256 == 0
+    assert 100e6 <= rec.shard_bytes <= 1e9
+    rec = recommend(2 * 10**12, 10**7, ngpus=4, nworkers=8, nodes=8, inode_quota=1000)
+    assert rec.num_shards == 768 and rec.num_shards % 256 == 0 and rec.inodes <= 1000
+    assert any("inode quota (1000) allows at most 768 shards" in r for r in rec.reasons)
+    small = recommend(10**9, 10**5, ngpus=4, nworkers=8)
+    assert small.num_shards == 32
+    assert any("too small for 32 shards of 100 MB" in r for r in small.reasons)
+    with pytest.raises(PlanError, match="inode quota of 10 cannot hold 32 shards"):
+        recommend(10**9, 10**5, ngpus=4, nworkers=8, inode_quota=10)
