@@ -1,5 +1,7 @@
 """The machine's physical limits, tracked beside the readers so plots show the fraction reached."""
 
+import os
+
 from hpcio.bench.limits import page_cache_read_bandwidth, zstd_decode_bandwidth
 
 from .common import dataset_path, ensure_datasets, tiers
@@ -18,8 +20,6 @@ class Limits:
     track_page_cache_read_MBps.unit = "MB/s"
 
     def track_zstd_decode_MBps(self, tier):
-        import os
-
         return zstd_decode_bandwidth(os.urandom(64) * 4096 + b"lorem ipsum " * 8192)["bytes_per_s"] / 1e6
 
     track_zstd_decode_MBps.unit = "MB/s"

@@ -94,12 +94,19 @@ def run_bench(
     repeats: int = 3,
     include_interop: bool = True,
     only: list[str] | None = None,
+    dataloader: dict | None = None,
+    staging: bool = False,
+    conversion: bool = False,
     log=print,
 ) -> dict:
-    """Run the whole comparison and write the reports under ``out_dir``."""
+    """Run the whole comparison and write the reports under ``out_dir``.
+
+    ``dataloader`` (keyword arguments of :func:`hpcio.bench.loader.run_dataloader_sweep`)
+    adds the DataLoader sweep; ``staging`` and ``conversion`` add those figures.
+    """
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
-    records, limits = [], {}
+    records, limits, loader_records, pipeline_records = [], {}, [], []
     for profile in profiles:
         datasets = prepare(profile, sizes[profile], os.path.join(data_dir, profile), log=log)
         by_name = {d.name: d for d in datasets}
@@ -123,4 +130,19 @@ def run_bench(
                 log(f"  {profile:5s} {op:12s} {system.label:34s} {rec['samples_per_s']:>12,.0f} samples/s  "
                     f"rss {rec['maxrss_mb']:.0f} MB")
                 records.append(rec)
-    return write_reports(records, limits, machine_facts(), out_dir)
+        if dataloader is not None:
+            from .loader import run_dataloader_sweep
+
+            log(f"DataLoader sweep ({profile})")
+            loader_records += run_dataloader_sweep(datasets, profile, log=log, **dataloader)
+        if staging or conversion:
+            from .pipeline import conversion_figures, staging_figures
+
+            if staging:
+                log(f"staging against cp -r ({profile})")
+                pipeline_records += staging_figures(datasets, profile, log=log)
+            if conversion:
+                log(f"conversion writers ({profile})")
+                pipeline_records += conversion_figures(profile, sizes[profile], datasets=datasets, log=log)
+    return write_reports(records, limits, machine_facts(), out_dir,
+                         dataloader=loader_records, pipeline=pipeline_records)

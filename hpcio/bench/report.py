@@ -149,18 +149,110 @@ def plots(records: list[dict], out_dir: str) -> list[str]:
     return written
 
 
-def write_reports(records: list[dict], limits: dict, facts: dict, out_dir: str) -> dict:
+def loader_markdown(rows: list[dict]) -> str:
+    """The DataLoader sweep: samples/s and accelerator utilisation per configuration."""
+    out = io.StringIO()
+    out.write("\n## DataLoader (calculation-free I/O test)\n\n")
+    if rows:
+        out.write(f"Compute emulated by sleeping {rows[0]['compute_per_sample_s'] * 1e6:g} µs per sample "
+                  "once per batch; AU = compute time / wall time of one shuffled epoch, worker start "
+                  "included.\n\n")
+    out.write("| profile | tier | dataset | workers | batch | prefetch | samples/s | AU |\n")
+    out.write("|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        value = r.get("error") or _fmt(r["samples_per_s"])
+        out.write(f"| {r['profile']} | {r['tier']} | {r['dataset']} | {r['workers']} | {r['batch_size']} | "
+                  f"{_fmt(r['prefetch_factor'])} | {value} | {r['au']:.2f} |\n")
+    return out.getvalue()
+
+
+def pipeline_markdown(rows: list[dict]) -> str:
+    """Staging against cp -r, conversion writers against each other."""
+    out = io.StringIO()
+    staging = [r for r in rows if r["section"] == "staging"]
+    conversion = [r for r in rows if r["section"] == "conversion"]
+    if staging:
+        out.write("\n## Staging (verified) against cp -r\n\n")
+        out.write("| profile | dataset | bytes | hpcio stage MB/s | cp -r MB/s | stage / cp |\n|---|---|---|---|---|---|\n")
+        for r in staging:
+            out.write(f"| {r['profile']} | {r['dataset']} | {r['bytes']:,} | {r['stage_bytes_per_s'] / 1e6:,.0f} | "
+                      f"{r['cp_bytes_per_s'] / 1e6:,.0f} | {r['ratio']:.2f} |\n")
+    if conversion:
+        out.write("\n## Conversion (Parquet to shards, whole process)\n\n")
+        out.write("| profile | writer | ranks | samples/s | samples/s per rank | 1→2 rank scaling |\n"
+                  "|---|---|---|---|---|---|\n")
+        for r in conversion:
+            if r.get("error"):
+                out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {r['error']} | | |\n")
+                continue
+            out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {_fmt(r['samples_per_s'])} | "
+                      f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('scaling_1_to_2'))} |\n")
+    return out.getvalue()
+
+
+def loader_plot(rows: list[dict], out_dir: str) -> list[str]:
+    """Accelerator utilisation against num_workers, one line per (tier, dataset, batch)."""
+    ok = [r for r in rows if not r.get("error")]
+    if not ok:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    for profile in sorted({r["profile"] for r in ok}):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        lines: dict = {}
+        for r in ok:
+            if r["profile"] != profile:
+                continue
+            key = (r["tier"], r["dataset"], r["batch_size"])
+            best = lines.setdefault(key, {})
+            best[r["workers"]] = max(best.get(r["workers"], 0.0), r["au"])
+        for (tier, name, bs), pts in sorted(lines.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", label=f"{tier} {name} b{bs}")
+        ax.set_xlabel("DataLoader num_workers (best prefetch_factor)")
+        ax.set_ylabel("accelerator utilisation")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{profile}: DataLoader, compute emulated by sleeping")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"dataloader_{profile}.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_reports(records: list[dict], limits: dict, facts: dict, out_dir: str,
+                  dataloader: list[dict] | None = None, pipeline: list[dict] | None = None) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     summary = summarize(records, limits)
+    dataloader, pipeline = dataloader or [], pipeline or []
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"facts": facts, "records": records, **summary}, f, indent=1)
+        json.dump({"facts": facts, "records": records, **summary, "dataloader": dataloader,
+                   "pipeline": pipeline}, f, indent=1)
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
         keys = sorted({k for r in records for k in r})
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(records)
+    for name, rows in (("dataloader.csv", dataloader), ("pipeline.csv", pipeline)):
+        if rows:
+            with open(os.path.join(out_dir, name), "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+                w.writeheader()
+                w.writerows(rows)
     md = markdown(records, summary, facts)
+    if dataloader:
+        md += loader_markdown(dataloader)
+    if pipeline:
+        md += pipeline_markdown(pipeline)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(md)
-    pngs = plots(records, out_dir)
+    pngs = plots(records, out_dir) + loader_plot(dataloader, out_dir)
     return {"markdown": md, "plots": pngs, **summary}

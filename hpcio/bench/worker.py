@@ -36,13 +36,20 @@ BATCH = 1024
 
 
 def touch(sample, fields):
-    """Access every field in ``fields`` (all when None) the way a training loop would."""
+    """Access every field in ``fields`` (all when None) the way a training loop would.
+
+    Nested mappings are touched through their values too: lazy readers hand them back
+    as mapping proxies (not ``dict``), and reading only their length would skip the
+    decoding that eager readers pay for.
+    """
     total = 0
     keys = sample.keys() if fields is None else fields
     for k in keys:
         v = sample[k]
-        if isinstance(v, (bytes, bytearray, memoryview, str, list, dict)):
+        if isinstance(v, (bytes, bytearray, memoryview, str, list, tuple)):
             total += len(v)
+        elif hasattr(v, "keys"):
+            total += touch(v, None) + 1
         else:
             total += 1
     return total

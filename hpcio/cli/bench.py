@@ -25,6 +25,34 @@ def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per measurement; the median is kept (default: %(default)s)")
     parser.add_argument("--only", action="append", help="run only systems whose label contains this word (repeatable)")
     parser.add_argument("--no-interop", action="store_true", help="skip the peers that need the Python 3.12 interop environment")
+    loader = parser.add_argument_group(
+        "DataLoader loop", "the calculation-free I/O test: a PyTorch DataLoader over each format and storage "
+        "tier (HPCIO_TIERS=name=path,..., default a temp dir and /dev/shm), compute emulated by sleeping; "
+        "reports samples/s and accelerator utilisation (compute time / wall time)")
+    loader.add_argument("--dataloader", action="store_true", help="run the DataLoader sweep")
+    loader.add_argument("--loader-workers", type=int, action="append", help="num_workers values (default: 0 1 2)")
+    loader.add_argument("--loader-batch", type=int, action="append", help="batch sizes (default: 32 256)")
+    loader.add_argument("--loader-prefetch", type=int, action="append", help="prefetch_factor values (default: 2 8)")
+    loader.add_argument("--loader-compute", type=float, default=50e-6,
+                        help="emulated compute seconds per sample, slept once per batch (default: %(default)s)")
+    loader.add_argument("--loader-format", action="append",
+                        help="datasets to load (default: mds, mds-sample-zstd, jinx, jinx-zst-bin, parquet)")
+    parser.add_argument("--staging", action="store_true",
+                        help="measure staging with verification (hpcio.stage) against cp -r on the same files")
+    parser.add_argument("--conversion", action="store_true",
+                        help="measure writing the same samples with hpcio, streaming's MDSWriter and webdataset's ShardWriter")
+
+
+def _loader_options(args) -> dict:
+    from ..bench.loader import LOADER_FORMATS
+
+    return {
+        "workers": tuple(args.loader_workers or (0, 1, 2)),
+        "batch_sizes": tuple(args.loader_batch or (32, 256)),
+        "prefetch_factors": tuple(args.loader_prefetch or (2, 8)),
+        "compute_per_sample": args.loader_compute,
+        "formats": tuple(args.loader_format or LOADER_FORMATS),
+    }
 
 
 def run(args) -> int:
@@ -39,6 +67,9 @@ def run(args) -> int:
         repeats=args.repeats,
         include_interop=not args.no_interop,
         only=args.only,
+        dataloader=_loader_options(args) if args.dataloader else None,
+        staging=args.staging,
+        conversion=args.conversion,
     )
     print(result["markdown"].split("## Physical limits")[0])
     print(f"reports written to {args.out}/ (results.md, results.csv, results.json, " 

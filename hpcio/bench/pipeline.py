@@ -1,0 +1,130 @@
+"""Staging and conversion figures, each against the standard tool on the same bytes.
+
+Staging: ``hpcio.stage`` (copy plus checksum verification) against ``cp -r`` of the same
+dataset directory, warm page cache, fresh destination each run.
+
+Conversion: the bench's Parquet file written as MDS by ``hpcio convert`` on 1 and 2 MPI
+ranks, by streaming's ``MDSWriter`` and by webdataset's ``ShardWriter`` (each reading the
+same Parquet with pyarrow).  Every writer runs as a whole process and is timed from
+launch to exit, imports included, since that is what a conversion job costs; samples/s
+per rank divides by the number of ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+__all__ = ["staging_figures", "conversion_figures"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_PEER_WRITERS = {
+    "streaming MDSWriter": """
+import sys, pyarrow.parquet as pq
+from streaming import MDSWriter
+rows = pq.read_table(sys.argv[1]).to_pylist()
+cols = {k: ("int" if isinstance(v, int) else "str" if isinstance(v, str) else "bytes" if isinstance(v, bytes) else "json")
+        for k, v in rows[0].items()}
+with MDSWriter(out=sys.argv[2], columns=cols, size_limit=1 << 26) as w:
+    for r in rows:
+        w.write(r)
+""",
+    "webdataset ShardWriter": """
+import sys, os, json, pyarrow.parquet as pq
+import webdataset as wds
+rows = pq.read_table(sys.argv[1]).to_pylist()
+os.makedirs(sys.argv[2])
+with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 26, verbose=0) as w:
+    for i, r in enumerate(rows):
+        s = {"__key__": f"{i:09d}"}
+        for k, v in r.items():
+            s[k + (".bin" if isinstance(v, bytes) else ".txt" if isinstance(v, str) else ".json")] = (
+                v if isinstance(v, (bytes, str)) else json.dumps(v))
+        w.write(s)
+""",
+}
+
+
+def _median_wall(make_cmd, repeats: int, env=None) -> float:
+    times = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
+            dst = os.path.join(tmp, "out")
+            cmd = make_cmd(dst)
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            times.append(time.perf_counter() - t)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}")
+    return float(np.median(times))
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(r, n)) for r, _d, names in os.walk(path) for n in names)
+
+
+def staging_figures(datasets, profile: str, repeats: int = 3, log=print) -> list[dict]:
+    """Bytes/s of ``hpcio stage`` (verified) and ``cp -r`` copying each dataset directory."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    out = []
+    for d in datasets:
+        if d.name not in ("mds", "jinx-zst-bin") or not os.path.isdir(d.path):
+            continue
+        size = _tree_bytes(d.path)
+        cp = _median_wall(lambda dst: ["cp", "-r", d.path, dst], repeats)
+        st = _median_wall(lambda dst: [sys.executable, "-m", "hpcio.cli.main", "stage", d.path, dst], repeats, env)
+        rec = {"section": "staging", "profile": profile, "dataset": d.name, "bytes": size,
+               "cp_bytes_per_s": size / cp, "stage_bytes_per_s": size / st, "ratio": cp / st,
+               "cp_s": cp, "stage_s": st}
+        log(f"  staging {profile} {d.name}: hpcio stage {size / st / 1e6:,.0f} MB/s, cp -r "
+            f"{size / cp / 1e6:,.0f} MB/s, ratio {cp / st:.2f}")
+        out.append(rec)
+    return out
+
+
+def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, log=print) -> list[dict]:
+    """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
+    with the peers' writers."""
+    parquet = next((d for d in datasets or [] if d.name == "parquet"), None)
+    if parquet is None:
+        return []
+    src = os.path.join(parquet.path, "data.parquet")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+               PYTHONWARNINGS="ignore")
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    runs = []
+    for ranks in (1, 2):
+        def cmd(dst, ranks=ranks):
+            convert = ["-m", "hpcio.cli.main", "convert", src, dst, "--to", "mds", "--num-shards", "4"]
+            if ranks == 1:
+                return [sys.executable, *convert]
+            return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
+
+        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd))
+    for label, script in _PEER_WRITERS.items():
+        runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst]))
+    out = []
+    for label, ranks, cmd in runs:
+        try:
+            wall = _median_wall(cmd, repeats, env)
+        except (RuntimeError, OSError) as exc:
+            log(f"  conversion {label}: {exc}")
+            out.append({"section": "conversion", "profile": profile, "writer": label, "ranks": ranks,
+                        "error": str(exc)})
+            continue
+        rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": n,
+               "wall_s": wall, "samples_per_s": n / wall, "samples_per_s_per_rank": n / wall / ranks}
+        log(f"  conversion {profile} {label}: {n / wall:,.0f} samples/s ({n / wall / ranks:,.0f} per rank)")
+        out.append(rec)
+    one = next((r for r in out if r["writer"].startswith("hpcio convert (1") and "wall_s" in r), None)
+    two = next((r for r in out if r["writer"].startswith("hpcio convert (2") and "wall_s" in r), None)
+    if one and two:
+        two["scaling_1_to_2"] = one["wall_s"] / two["wall_s"]
+    return out

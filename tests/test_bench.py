@@ -1,0 +1,107 @@
+"""``hpcio bench`` and the asv suite, run for real on tiny data.
+
+The smoke test (default suite) runs the hpcio readers only and cross-checks them: every
+reader touches the same fields of the same samples, so the touch checksum of one
+(profile, operation) must agree between formats.  The ``bench``-marked tests run the
+asv suite and the DataLoader sweep; they take longer and need ``asv`` (the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.update(extra)
+    return env
+
+
+def _bench(tmp_path, *args, timeout=300):
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "hpcio.cli.main", "bench", "--out", str(out), "--data", str(tmp_path / "data"),
+           "--text-samples", "300", "--vlm-samples", "30", "--repeats", "1", "--no-interop", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_bench_smoke_hpcio_readers_agree(tmp_path):
+    out, result = _bench(tmp_path, "--only", "hpcio", "--op", "iterate")
+    for name in ("results.md", "results.csv", "results.json"):
+        assert (out / name).stat().st_size > 0
+    records = result["records"]
+    assert {r["profile"] for r in records} == {"text", "vlm"}
+    assert all(not r["peer"] for r in records)
+    assert not [r for r in records if r.get("error")]
+    # every hpcio configuration: mds, mds-sample-zstd, jinx (lazy, eager), jinx-zst-bin
+    # (lazy, eager), webdataset, parquet
+    assert len(records) == 2 * 8, sorted(r["system"] for r in records)
+    expected = {"text": 300, "vlm": 30}
+    for profile in ("text", "vlm"):
+        rows = [r for r in records if r["profile"] == profile and r["op"] == "iterate"]
+        for r in rows:
+            assert r["samples"] == expected[profile], r
+            assert r["checksum"] > 0, r
+        checksums = {r["system"]: r["checksum"] for r in rows}
+        assert len(set(checksums.values())) == 1, checksums
+    md = (out / "results.md").read_text()
+    assert "## Every measurement" in md and "hpcio jinx-zst-bin lazy" in md
+
+
+@pytest.mark.bench
+def test_bench_peers_agree_with_hpcio(tmp_path):
+    """The peers installed beside hpcio touch the same bytes as hpcio does."""
+    _out, result = _bench(tmp_path, "--op", "iterate", "--op", "shuffle", "--op", "sort", "--profile", "text")
+    by_op = {}
+    for r in result["records"]:
+        assert not r.get("error"), r
+        by_op.setdefault(r["op"], {})[r["system"]] = r["checksum"]
+    systems = set(by_op["iterate"])
+    assert {"streaming mds", "webdataset", "pyarrow parquet"} <= systems
+    for op, sums in by_op.items():
+        assert len(set(sums.values())) == 1, (op, sums)
+
+
+@pytest.mark.bench
+def test_bench_dataloader_sweep(tmp_path):
+    out, result = _bench(tmp_path, "--only", "hpcio", "--op", "iterate", "--profile", "vlm", "--dataloader",
+                         "--loader-workers", "0", "--loader-workers", "1", "--loader-batch", "8",
+                         "--loader-compute", "0.001")
+    rows = result["dataloader"]
+    assert rows and not [r for r in rows if r.get("error")]
+    for r in rows:
+        assert r["samples"] == 30 and 0 < r["au"] <= 1.0, r
+    assert {r["workers"] for r in rows} == {0, 1}
+    assert "## DataLoader" in (out / "results.md").read_text()
+
+
+@pytest.mark.bench
+def test_asv_quick_run_has_no_failures(tmp_path):
+    asv = shutil.which("asv", path=os.path.dirname(sys.executable)) or shutil.which("asv")
+    if asv is None:
+        pytest.skip("asv is not installed (pip install 'hpcio[bench]')")
+    # asv drops PYTHONPATH from the benchmark processes; ASV_PYTHONPATH is its replacement
+    env = _env(HPCIO_ASV_SCALE="0.05", HPCIO_TIERS=f"disk={tmp_path / 'tier'}", HOME=str(tmp_path),
+               ASV_PYTHONPATH=str(ROOT))
+    conf = ROOT / "asv_bench" / "asv.conf.json"
+    machine = subprocess.run([asv, "machine", "--yes", "--config", str(conf)], capture_output=True, text=True,
+                             env=env, cwd=ROOT / "asv_bench", timeout=120)
+    assert machine.returncode == 0, machine.stderr
+    proc = subprocess.run(
+        [asv, "run", "--python=same", "--quick", "--show-stderr", "--config", str(conf)],
+        capture_output=True, text=True, env=env, cwd=ROOT / "asv_bench", timeout=1800,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "failed" not in log.lower(), log[-4000:]
+    assert "time_read" in log and "track_page_cache_read_MBps" in log
