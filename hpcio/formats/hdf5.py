@@ -186,18 +186,25 @@ class Writer(_Writer):
         self.pending.discard()
 
     def index_part(self) -> dict:
-        """The file written under the sharded-writing hook: its name and sample count."""
-        return {"file": self.file_names[0], "samples": self.count}
+        """The file written under the sharded-writing hook: name, sample count, fields."""
+        return {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
 
 
 def merge_index(directory, parts, **options) -> None:
-    """The sharded-writing hook's last step: every HDF5 file carries its own layout, so
-    there is no dataset index to write; this checks that every file a part names exists."""
+    """The sharded-writing hook's last step.  Every HDF5 file carries its own layout, so
+    there is no dataset index to write; this checks that every file a part names exists
+    and that the files holding samples agree on their fields (the reader requires it)."""
     directory = os.fspath(directory)
+    fields = None
     for part in parts:
         path = os.path.join(directory, part["file"])
         if not os.path.isfile(path):
             raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
+        if not part["samples"]:
+            continue
+        if fields is not None and part["fields"] != fields:
+            raise SchemaError(_layout.field_conflict(part["fields"], fields), path=path)
+        fields = part["fields"] if fields is None else fields
 
 
 class _File:

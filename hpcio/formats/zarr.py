@@ -117,8 +117,7 @@ def merge_index(directory, parts, **options) -> dict:
         if _read_attrs(where) is None:
             raise ShardNotFoundError("Zarr part named by an index part is missing", path=where)
         if fields is not None and part["fields"] != fields:
-            raise SchemaError(f"part fields {sorted(part['fields'])} differ from {sorted(fields)}; "
-                              "name the field kinds with the writer option schema=", path=where)
+            raise SchemaError(_layout.field_conflict(part["fields"], fields), path=where)
         fields = part["fields"] if fields is None else fields
         kept.append({"name": part["name"], "num_samples": part["num_samples"]})
     layout = {"version": _layout.LAYOUT_VERSION, "fields": fields or {},
