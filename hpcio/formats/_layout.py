@@ -134,6 +134,21 @@ class ColumnBuffer:
         return out
 
 
+def field_conflict(fields: dict, expected: dict) -> str:
+    """Why the fields of one shard (``fields``) do not match the dataset's (``expected``)."""
+    if fields.keys() != expected.keys():
+        return f"fields {sorted(fields)} differ from the dataset's {sorted(expected)}"
+    name = next(n for n in expected if fields[n] != expected[n])
+
+    def storage(spec):
+        if spec["storage"] == "fixed" and spec["kind"] == "ndarray":
+            return f"ndarray {spec['dtype']} {tuple(spec['shape'])}"
+        return spec["kind"]
+
+    return (f"field {name!r} is {storage(fields[name])} here but {storage(expected[name])} in "
+            f"the shards before; name its kind with the writer option schema=")
+
+
 def fixed_value(spec: dict, value):
     """A stored fixed value in the type it was written with."""
     if spec["kind"] == "int":

@@ -35,7 +35,7 @@ from .base import Reader as _Reader
 from .base import PendingFiles
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index"]
 
 NAME = "hdf5"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -113,15 +113,23 @@ class Writer(_Writer):
         ``{field: kind or spec}`` overriding what the first sample implies.
     driver, comm
         ``driver="mpio"`` (with an mpi4py ``comm``) needs an MPI build of h5py.
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.base`): every sample goes into the
+        single file ``shard-<shard_id>.h5`` (no roll-over); :meth:`index_part` then
+        describes it for :func:`merge_index`.
     """
 
     def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, chunk_samples: int = 1024,
                  chunk_bytes: int = 1 << 20, compression: str | None = "blosc", clevel: int = 5,
                  pattern: str = SHARD_PATTERN, start_shard: int = 0,
-                 schema: Mapping | None = None, driver: str | None = None, comm=None, **options):
+                 schema: Mapping | None = None, driver: str | None = None, comm=None,
+                 shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
             raise TypeError(f"unknown HDF5 writer options: {', '.join(options)}")
+        if shard_id is not None:
+            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
+        self.file_names: list[str] = []
         self.h5py = _h5py()
         if driver == "mpio" and not self.h5py.get_config().mpi:
             raise CapabilityError("driver='mpio' needs h5py built with MPI (h5py.get_config().mpi "
@@ -145,6 +153,7 @@ class Writer(_Writer):
     def _write_file(self):
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
+        self.file_names.append(os.path.basename(final))
         n = self.buffer.count
         fields = self.buffer.fields or {}
         columns = self.buffer.take() if self.buffer.fields is not None else {}
@@ -175,6 +184,27 @@ class Writer(_Writer):
 
     def abort(self) -> None:
         self.pending.discard()
+
+    def index_part(self) -> dict:
+        """The file written under the sharded-writing hook: name, sample count, fields."""
+        return {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
+
+
+def merge_index(directory, parts, **options) -> None:
+    """The sharded-writing hook's last step.  Every HDF5 file carries its own layout, so
+    there is no dataset index to write; this checks that every file a part names exists
+    and that the files holding samples agree on their fields (the reader requires it)."""
+    directory = os.fspath(directory)
+    fields = None
+    for part in parts:
+        path = os.path.join(directory, part["file"])
+        if not os.path.isfile(path):
+            raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
+        if not part["samples"]:
+            continue
+        if fields is not None and part["fields"] != fields:
+            raise SchemaError(_layout.field_conflict(part["fields"], fields), path=path)
+        fields = part["fields"] if fields is None else fields
 
 
 class _File:

@@ -43,7 +43,7 @@ from .base import Writer as _Writer
 from .base import project
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "iter_tar", "split_name",
-           "member_suffix", "decode_member", "list_shards"]
+           "member_suffix", "decode_member", "list_shards", "merge_index"]
 
 NAME = "webdataset"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -420,17 +420,26 @@ class Writer(_Writer):
         writers never collide.
     start_shard
         Number of the first shard.
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.base`): every sample goes into the
+        single shard ``shard-<shard_id>.tar`` (no roll-over); :meth:`index_part` then
+        describes it for :func:`merge_index`.
 
     A sample's key is its ``__key__`` field when present, else its position
-    (``%09d``).  Keys must be unique, non-empty and free of dots (a dot would split the
+    (``%09d``; under the hook ``<shard_id>-<position>``, so keys stay unique over the
+    dataset).  Keys must be unique, non-empty and free of dots (a dot would split the
     key for every reader); fields are written sorted by name.
     """
 
     def __init__(self, path, max_count: int = 10_000, max_size: int = 1 << 30,
-                 pattern: str = SHARD_PATTERN, start_shard: int = 0, **options):
+                 pattern: str = SHARD_PATTERN, start_shard: int = 0,
+                 shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
             raise TypeError(f"unknown WebDataset writer options: {', '.join(options)}")
+        self.shard_id = shard_id
+        if shard_id is not None:
+            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
         self.max_count = max_count
         self.max_size = max_size
         self.pattern = pattern
@@ -440,10 +449,12 @@ class Writer(_Writer):
         self.shard_count = 0
         self.shard_size = 0
         self.last_key = None
+        self.shard_names: list[str] = []
 
     def _open_shard(self):
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
+        self.shard_names.append(os.path.basename(final))
         self.file = open(self.pending.add(final), "wb")
         self.shard_count = 0
         self.shard_size = 0
@@ -469,7 +480,9 @@ class Writer(_Writer):
     def write(self, sample: Mapping) -> None:
         index = self.count
         key = sample.get("__key__")
-        key = f"{index:09d}" if key is None else str(key)
+        if key is None:
+            key = f"{index:09d}" if self.shard_id is None else f"{self.shard_id:06d}-{index:09d}"
+        key = str(key)
         base = key.rsplit("/", 1)[-1]
         if not base or "." in base:
             raise UnsupportedValueError(
@@ -509,3 +522,23 @@ class Writer(_Writer):
             self.file.close()
             self.file = None
         self.pending.discard()
+
+    def index_part(self) -> dict | None:
+        """The shard written under the sharded-writing hook (file name and sample count);
+        None when no sample was written (the shard has no file)."""
+        if not self.shard_names:
+            return None
+        return {"file": self.shard_names[0], "samples": self.count}
+
+
+def merge_index(directory, parts, **options) -> None:
+    """The sharded-writing hook's last step: WebDataset has no dataset index (readers
+    list the ``.tar`` files), so this only checks that every shard a part names exists.
+    Shards that received no sample (None) have no file."""
+    directory = os.fspath(directory)
+    for part in parts:
+        if part is None:
+            continue
+        path = os.path.join(directory, part["file"])
+        if not os.path.isfile(path):
+            raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)

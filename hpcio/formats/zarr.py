@@ -12,7 +12,9 @@ Layout (``docs/formats/zarr.md``)::
 
 Each writer (MPI rank) writes its own part, so it owns every shard it touches and never
 read-modify-writes another rank's object; :func:`finalize` (rank 0, after all parts are
-closed) publishes the root.  Shards are written even when they equal the fill value, and
+closed) publishes the root.  Under the converter's sharded-writing hook each converter
+shard ``k`` is part ``k`` and :func:`merge_index` publishes the root from the parts'
+descriptions.  Shards are written even when they equal the fill value, and
 the reader checks that every shard it reads exists: a missing shard is an error, not a
 run of zeros.
 """
@@ -37,7 +39,7 @@ from . import _layout
 from .base import Reader as _Reader
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index"]
 
 NAME = "zarr"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -97,6 +99,47 @@ def finalize(path) -> dict:
     return layout
 
 
+def merge_index(directory, parts, **options) -> dict:
+    """Publish the root group of a store written under the sharded-writing hook.
+
+    ``parts`` are the :meth:`Writer.index_part` descriptions in shard order.  Parts that
+    received no sample are left out of the layout (they hold no arrays); the others must
+    exist and agree on their fields.  The root ``zarr.json`` is rendered by zarr into a
+    scratch directory and renamed into place, so it appears whole.  Returns the layout.
+    """
+    directory = os.fspath(directory)
+    zarr = _zarr()
+    kept, fields = [], None
+    for part in parts:
+        if not part["num_samples"]:
+            continue
+        where = os.path.join(directory, part["name"])
+        if _read_attrs(where) is None:
+            raise ShardNotFoundError("Zarr part named by an index part is missing", path=where)
+        if fields is not None and part["fields"] != fields:
+            raise SchemaError(_layout.field_conflict(part["fields"], fields), path=where)
+        fields = part["fields"] if fields is None else fields
+        kept.append({"name": part["name"], "num_samples": part["num_samples"]})
+    layout = {"version": _layout.LAYOUT_VERSION, "fields": fields or {},
+              "num_samples": sum(p["num_samples"] for p in kept), "parts": kept}
+    scratch = os.path.join(directory, f".root.tmp.{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        zarr.open_group(scratch, mode="w").attrs["hpcio"] = layout
+        rendered = os.path.join(scratch, "zarr.json")
+        with open(rendered, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(rendered, os.path.join(directory, "zarr.json"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return layout
+
+
 class Writer(_Writer):
     """Writes one part of a Zarr v3 store.
 
@@ -118,15 +161,24 @@ class Writer(_Writer):
     schema
         ``{field: kind or spec}`` overriding what the first sample implies, e.g.
         ``{"emb": "npy"}`` for arrays of varying shape.
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.base`): write part ``shard_id``
+        only, without the root group; :meth:`index_part` then describes it for
+        :func:`merge_index`.
     """
 
     def __init__(self, path, part: int | None = None, chunk_samples: int = 1024,
                  shard_samples: int = 65536, chunk_bytes: int = 1 << 20,
                  shard_bytes: int = 64 << 20, compression: str | None = "zstd",
-                 clevel: int = 5, schema: Mapping | None = None, **options):
+                 clevel: int = 5, schema: Mapping | None = None,
+                 shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
             raise TypeError(f"unknown Zarr writer options: {', '.join(options)}")
+        # under the hook the part is all this writer makes: the root belongs to merge_index
+        self.hooked = shard_id is not None
+        if self.hooked:
+            part = shard_id
         if shard_samples % chunk_samples or shard_bytes % chunk_bytes:
             raise ValueError("shard sizes must be multiples of the chunk sizes")
         self.zarr = _zarr()
@@ -156,7 +208,9 @@ class Writer(_Writer):
 
     def _create(self):
         zarr = self.zarr
-        if self.single and self.created_dir:
+        if self.hooked:
+            os.makedirs(self.path, exist_ok=True)
+        elif self.single and self.created_dir:
             zarr.open_group(self.path, mode="w")
         elif not os.path.exists(os.path.join(self.path, "zarr.json")):
             os.makedirs(self.path, exist_ok=True)
@@ -234,6 +288,10 @@ class Writer(_Writer):
                                      "num_samples": self.rows, "fields": self.buffer.fields}
         if self.single:
             finalize(self.path)
+
+    def index_part(self) -> dict:
+        """The part written under the sharded-writing hook: name, sample count, fields."""
+        return {"name": self.part_name, "num_samples": self.rows, "fields": self.buffer.fields}
 
     def abort(self) -> None:
         shutil.rmtree(self.part_path, ignore_errors=True)

@@ -225,6 +225,6 @@ def test_split_and_join_commands(sources, tmp_path):
 
 
 def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, tmp_path):
-    with pytest.raises(hpcio.CapabilityError, match=r"^format 'webdataset' does not implement the sharded-writing hook"):
-        hpcio.convert(sources, tmp_path / "w", to="webdataset", progress=False)
+    with pytest.raises(hpcio.CapabilityError, match=r"^format 'parquet' does not implement the sharded-writing hook"):
+        hpcio.convert(sources, tmp_path / "w", to="parquet", progress=False)
     assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))

@@ -1,5 +1,6 @@
-"""End to end with the shipped formats: JSONL sources into MDS and JINX, at 1, 2 and 4
-MPI ranks; the outputs are read back by hpcio and by the reference libraries."""
+"""End to end with the shipped formats: JSONL sources into MDS, JINX, WebDataset, Zarr
+and HDF5, at 1, 2 and 4 MPI ranks; the outputs are read back by hpcio and by the
+reference libraries."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from convert_helpers import run_command, tree_bytes
 
 import hpcio
+from hpcio.errors import SchemaError
 
 INTEROP = os.environ.get("HPCIO_INTEROP_PYTHON", "/root/.cache/hpcio/interop-py312/bin/python")
 N = 400
@@ -41,7 +43,12 @@ def jsonl_sources(tmp_path_factory):
 FORMATS = {
     "mds": ["--compression", "sample::zstd"],
     "jinx": ["--compression", "zst"],
+    "webdataset": [],
+    "zarr": ["--compression", "lz4"],
+    "hdf5": ["--compression", "blosc"],
 }
+# 4 ranks only where the format's writer has more than one kind of shard file to get right
+RANK_CASES = [(to, ranks) for to in sorted(FORMATS) for ranks in ((2, 4) if to in ("mds", "jinx") else (2,))]
 LAYOUT = ["--ngpus", "2", "--nworkers", "2", "--shard-size", "20000"]
 
 
@@ -75,8 +82,7 @@ def test_every_document_arrives_once_with_its_content(converted, to):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("to", sorted(FORMATS))
+@pytest.mark.parametrize(("to", "ranks"), RANK_CASES)
 def test_ranks_write_the_same_bytes(converted, jsonl_sources, tmp_path, to, ranks):
     out, _ = converted(to)
     proc = run_command("convert", [*jsonl_sources, tmp_path / "many", "--to", to, *FORMATS[to], *LAYOUT,
@@ -134,3 +140,91 @@ def test_bad_base64_in_a_jinx_source_is_skipped_and_reported(tmp_path):
     assert rec == {"source": str(src), "file": str(shard), "sample": 4, "offset": line4, "stage": "read",
                    "shard": rec["shard"], "error_type": "DecodeError",
                    "error": "value 'blob.raw': invalid base85 character 'v' (at character 0 of 17)"}
+
+
+def _expected_rows():
+    return [[i, _doc(i)["text"], _doc(i)["meta"]] for i in range(N)]
+
+
+def _run_reader(code: str, out, tmp_path) -> list:
+    """Run ``code`` (printing JSON rows on its last line) on ``out`` in a fresh interpreter,
+    so only the reference library reads the files."""
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_webdataset_output_reads_in_webdataset(converted, tmp_path):
+    out, summary = converted("webdataset")
+    code = (
+        "import sys, json, glob, webdataset as wds\n"
+        "urls = sorted(glob.glob(sys.argv[1] + '/shard-*.tar'))\n"
+        # "id" and "text" are extensions webdataset decodes (int, str), so they are the suffixes
+        "ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode()\n"
+        "rows = [[s['id'], s['text'], s['meta.json'], s['__key__']] for s in ds]\n"
+        "print(json.dumps(rows))\n"
+    )
+    rows = _run_reader(code, out, tmp_path)
+    assert sorted(r[:3] for r in rows) == _expected_rows()
+    keys = [r[3] for r in rows]
+    assert len(set(keys)) == N and keys[0] == "000000-000000000"
+    assert sorted(os.listdir(out)) == [f"shard-{k:06d}.tar" for k in range(summary["num_shards"])]
+
+
+def test_zarr_output_reads_in_zarr(converted, tmp_path):
+    out, summary = converted("zarr")
+    code = (
+        "import sys, json, zarr\n"
+        "root = zarr.open_group(sys.argv[1], mode='r')\n"
+        "rows = []\n"
+        "for part in root.attrs['hpcio']['parts']:\n"
+        "    g = root[part['name']]\n"
+        "    ids = g['id'][:]\n"
+        "    cols = {f: (g[f]['offsets'][:], g[f]['data'][:].tobytes()) for f in ('text', 'meta')}\n"
+        "    for j in range(len(ids)):\n"
+        "        val = {f: o_d[1][int(o_d[0][j]):int(o_d[0][j + 1])].decode() for f, o_d in cols.items()}\n"
+        "        rows.append([int(ids[j]), val['text'], json.loads(val['meta'])])\n"
+        "print(json.dumps(rows))\n"
+    )
+    assert sorted(_run_reader(code, out, tmp_path)) == _expected_rows()
+    layout = json.loads((out / "zarr.json").read_text())["attributes"]["hpcio"]
+    assert [p["name"] for p in layout["parts"]] == [f"part-{k:05d}" for k in range(summary["num_shards"])]
+    assert layout["num_samples"] == N
+
+
+def test_hdf5_output_reads_in_h5py(converted, tmp_path):
+    out, summary = converted("hdf5")
+    code = (
+        "import sys, json, glob, h5py, hdf5plugin\n"
+        "rows = []\n"
+        "for path in sorted(glob.glob(sys.argv[1] + '/shard-*.h5')):\n"
+        "    with h5py.File(path, 'r') as f:\n"
+        "        ids = f['id'][:]\n"
+        "        cols = {k: (f[k]['offsets'][:], f[k]['data'][:].tobytes()) for k in ('text', 'meta')}\n"
+        "        for j in range(len(ids)):\n"
+        "            val = {k: o_d[1][int(o_d[0][j]):int(o_d[0][j + 1])].decode() for k, o_d in cols.items()}\n"
+        "            rows.append([int(ids[j]), val['text'], json.loads(val['meta'])])\n"
+        "print(json.dumps(rows))\n"
+    )
+    assert sorted(_run_reader(code, out, tmp_path)) == _expected_rows()
+    assert sorted(os.listdir(out)) == [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
+
+
+@pytest.mark.parametrize(("to", "where"), [("zarr", "part-00001"), ("hdf5", "shard-000001.h5")])
+def test_shards_whose_fields_disagree_publish_nothing(tmp_path, to, where):
+    src = tmp_path / "src"
+    src.mkdir()
+    # shard 0 gets the first file (int ids), shard 1 the second (str ids)
+    for f, make_id in enumerate((int, str)):
+        with open(src / f"part{f}.jsonl", "w") as fh:
+            for i in range(10):
+                fh.write(json.dumps({"id": make_id(i), "text": "x" * i}) + "\n")
+    dst = tmp_path / "out"
+    with pytest.raises(SchemaError, match=r"field 'id' is str here but int in the shards before; "
+                                          r"name its kind with the writer option schema="):
+        hpcio.convert(sorted(map(str, src.iterdir())), dst, to=to, num_shards=2, order="source",
+                      progress=False)
+    assert not dst.exists()
+    staged = tmp_path / ".out.hpcio-partial"
+    assert (staged / where).exists() and not (staged / "zarr.json").exists()
