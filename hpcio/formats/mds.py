@@ -29,7 +29,7 @@ scalars as streaming does; image columns give their bytes unless ``decode_images
 from __future__ import annotations
 
 import bisect
-import hashlib
+import functools
 import json
 import os
 import struct
@@ -41,7 +41,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
-import xxhash
 
 from .. import codecs as _codec_table
 from ..errors import (
@@ -156,7 +155,14 @@ def parse_compression(spec: str | None) -> Compression | None:
 
 
 # --- hashes -----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _hash_functions() -> dict:
+    """Hash constructors by algorithm name (imported on first use: opening a dataset
+    without hash validation needs none)."""
+    import hashlib
+
+    import xxhash
+
     funcs = {
         algo: getattr(hashlib, algo)
         for algo in hashlib.algorithms_available
@@ -167,13 +173,12 @@ def _hash_functions() -> dict:
     return funcs
 
 
-_HASHES = _hash_functions()
 # Preferred order when the reader picks one hash to validate with: fastest first.
 _FAST_HASHES = ("xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32", "md5", "sha1")
 
 
 def _digest(algo: str, data) -> str:
-    return _HASHES[algo](data).hexdigest()
+    return _hash_functions()[algo](data).hexdigest()
 
 
 def _parse_size(value) -> int | None:
@@ -242,6 +247,15 @@ class _ShardInfo:
         return self.zip_basename is not None
 
 
+def _loads(raw):
+    """JSON from bytes: orjson, or Python's json for what orjson refuses (NaN, huge
+    integers) and for its exact error messages."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(raw))
+
+
 _CONFIG_KEYS = ("column_encodings", "column_names", "column_sizes")
 
 
@@ -253,7 +267,7 @@ def _load_index(directory: str) -> list[_ShardInfo]:
     except FileNotFoundError:
         raise ShardNotFoundError("no index.json: not an MDS dataset", path=index_path) from None
     try:
-        obj = json.loads(raw)
+        obj = _loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         pos = getattr(exc, "pos", getattr(exc, "start", None))
         detail = getattr(exc, "msg", None) or str(exc)
@@ -579,7 +593,7 @@ def _check_header(info: _ShardInfo, path: str, size: int, read, base: int) -> in
     _index.offset_ranges(table, 4, n, size, None, path=path, table_offset=4, sample_base=base)
     config_raw = read(table_end, data_start - table_end)
     try:
-        config = json.loads(bytes(config_raw))
+        config = _loads(config_raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptShardError(
             f"the shard's embedded config is not valid JSON: {exc}", path=path, offset=table_end
@@ -767,6 +781,8 @@ class Reader(base.Reader):
     def _cached_raw(self, info: _ShardInfo, path: str) -> str:
         """The decompressed shard in ``cache_dir`` (written once, atomically)."""
         st = os.stat(path)
+        import hashlib
+
         key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         target = os.path.join(self.cache_dir, f"{key}.{info.raw_basename}")
         if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
@@ -1066,7 +1082,7 @@ class Writer(base.Writer):
         if self.hashes != sorted(set(self.hashes)):
             raise ValueError(f"hashes must be unique and sorted, got {self.hashes}")
         for algo in self.hashes:
-            if algo not in _HASHES:
+            if algo not in _hash_functions():
                 raise ValueError(f"unknown hash {algo!r}; use a hashlib or xxhash algorithm name")
         self.size_limit = _parse_size(size_limit)
         if self.size_limit is not None and not 0 <= self.size_limit < 1 << 32:
@@ -1293,7 +1309,7 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
     checked = 0
     stored = info.zip_hashes if info.whole_shard else info.raw_hashes
     for algo, want in sorted(stored.items()):
-        if algo not in _HASHES:
+        if algo not in _hash_functions():
             raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
         got = _digest(algo, data)
         if got != want:
