@@ -10,9 +10,6 @@ install.  Every ``decompress`` takes a ``limit`` so a hostile value cannot exhau
 
 from __future__ import annotations
 
-import bz2
-import lzma
-import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -109,15 +106,35 @@ def _gzip_compress(data, level):
     return gzip.compress(bytes(data), compresslevel=level, mtime=0)
 
 
+# zlib, bz2 and lzma are imported where used: most datasets need none of them, and
+# opening one should not pay for loading them.
 def _gzip_decompress(data, limit):
+    import zlib
+
     return _bounded(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), data, limit, "gzip")
 
 
+def _bz2_compress(data, level):
+    import bz2
+
+    return bz2.compress(bytes(data), level)
+
+
 def _bz2_decompress(data, limit):
+    import bz2
+
     return _bounded(bz2.BZ2Decompressor(), data, limit, "bz2")
 
 
+def _xz_compress(data, level):
+    import lzma
+
+    return lzma.compress(bytes(data), preset=level)
+
+
 def _xz_decompress(data, limit):
+    import lzma
+
     return _bounded(lzma.LZMADecompressor(), data, limit, "xz")
 
 
@@ -194,8 +211,8 @@ _CODECS = {
         Codec("zstd", 3, _zstd_compress, _zstd_decompress),
         Codec("blosc2", 5, _blosc2_compress, _blosc2_decompress),
         Codec("gzip", 9, _gzip_compress, _gzip_decompress),
-        Codec("bz2", 9, lambda d, lv: bz2.compress(bytes(d), lv), _bz2_decompress),
-        Codec("xz", None, lambda d, lv: lzma.compress(bytes(d), preset=lv), _xz_decompress),
+        Codec("bz2", 9, _bz2_compress, _bz2_decompress),
+        Codec("xz", None, _xz_compress, _xz_decompress),
         Codec("brotli", 11, _brotli_compress, _brotli_decompress),
         Codec("snappy-raw", None, _snappy_raw_compress, _snappy_raw_decompress),
         Codec("snappy-framed", None, _snappy_framed_compress, _snappy_framed_decompress),

@@ -26,11 +26,11 @@ def _preload_blosc2():
 
 
 try:
-    from . import _codecs, _index, _io, _jinx, _tar  # noqa: F401
+    from . import _codecs, _index, _io, _jinx, _records, _tar  # noqa: F401
 except ImportError:
     _preload_blosc2()
     try:
-        from . import _codecs, _index, _io, _jinx, _tar  # noqa: F401
+        from . import _codecs, _index, _io, _jinx, _records, _tar  # noqa: F401
     except ImportError as exc:  # pragma: no cover - exercised only by broken installs
         raise ImportError(
             "hpcio's compiled kernels (hpcio._core) failed to import: the installation is "

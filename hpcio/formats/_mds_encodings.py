@@ -25,7 +25,6 @@ import json
 import pickle
 import struct
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
 from io import BytesIO
 
 import numpy as np
@@ -189,6 +188,8 @@ class ColumnCodec:
         return str(value).encode("utf-8")
 
     def _enc_str_decimal(self, value):
+        from decimal import Decimal
+
         self._want(value, Decimal, "decimal.Decimal")
         return str(value).encode("utf-8")
 
@@ -335,6 +336,8 @@ class ColumnCodec:
         if kind == "str_float":
             return float(str(data, "utf-8"))
         if kind == "str_decimal":
+            from decimal import Decimal, InvalidOperation
+
             try:
                 return Decimal(str(data, "utf-8"))
             except InvalidOperation:

@@ -29,7 +29,7 @@ scalars as streaming does; image columns give their bytes unless ``decode_images
 from __future__ import annotations
 
 import bisect
-import hashlib
+import functools
 import json
 import os
 import struct
@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import xxhash
+import orjson
 
 from .. import codecs as _codec_table
 from ..errors import (
@@ -79,6 +79,9 @@ DEFAULT_SIZE_LIMIT = 1 << 26
 # Mean record size above which the sequential path maps the shard instead of reading it
 # through the pread buffer (which costs a second copy of every value).
 _LARGE_RECORD = 16 << 10
+# Samples decoded per step of the sequential path: small enough that a batch's record
+# bytes and new value objects stay in cache while the caller consumes them.
+_SCAN_BATCH = 256
 _U32 = struct.Struct("<I")
 _PAIR = struct.Struct("<2I")
 
@@ -153,7 +156,14 @@ def parse_compression(spec: str | None) -> Compression | None:
 
 
 # --- hashes -----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _hash_functions() -> dict:
+    """Hash constructors by algorithm name (imported on first use: opening a dataset
+    without hash validation needs none)."""
+    import hashlib
+
+    import xxhash
+
     funcs = {
         algo: getattr(hashlib, algo)
         for algo in hashlib.algorithms_available
@@ -164,13 +174,12 @@ def _hash_functions() -> dict:
     return funcs
 
 
-_HASHES = _hash_functions()
 # Preferred order when the reader picks one hash to validate with: fastest first.
 _FAST_HASHES = ("xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32", "md5", "sha1")
 
 
 def _digest(algo: str, data) -> str:
-    return _HASHES[algo](data).hexdigest()
+    return _hash_functions()[algo](data).hexdigest()
 
 
 def _parse_size(value) -> int | None:
@@ -239,6 +248,15 @@ class _ShardInfo:
         return self.zip_basename is not None
 
 
+def _loads(raw):
+    """JSON from bytes: orjson, or Python's json for what orjson refuses (NaN, huge
+    integers) and for its exact error messages."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(raw))
+
+
 _CONFIG_KEYS = ("column_encodings", "column_names", "column_sizes")
 
 
@@ -250,7 +268,7 @@ def _load_index(directory: str) -> list[_ShardInfo]:
     except FileNotFoundError:
         raise ShardNotFoundError("no index.json: not an MDS dataset", path=index_path) from None
     try:
-        obj = json.loads(raw)
+        obj = _loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         pos = getattr(exc, "pos", getattr(exc, "start", None))
         detail = getattr(exc, "msg", None) or str(exc)
@@ -344,6 +362,56 @@ class _Layout:
         self.position = {n: j for j, n in enumerate(self.names)}
         self._head_fmt = struct.Struct(f"<{self.nvar}I")
         self._fixed_row = np.array([0 if s is None else s for s in sizes], np.int64)
+        self._names_t = tuple(self.names)
+        self._sizes_t = tuple(-1 if s is None else s for s in sizes)
+
+    def _direct_kinds(self, cols: list[int], decode_images: bool, zero_copy: bool) -> tuple | None:
+        """Kind codes for :func:`hpcio._core._records.mds_samples`, or None when a
+        selected column needs the general decoder."""
+        from .._core import _records
+
+        if len(self.names) > _records.MAX_COLUMNS:
+            return None
+        kinds = []
+        for codec in self.codecs:
+            kind = codec.kind
+            if kind == "str":
+                kinds.append(_records.KIND_STR)
+            elif kind == "int":
+                kinds.append(_records.KIND_INT)
+            elif kind == "json":
+                kinds.append(_records.KIND_JSON)
+            elif not zero_copy and (kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil"))):
+                kinds.append(_records.KIND_BYTES)
+            else:
+                kinds.append(-1)
+        if any(kinds[c] < 0 for c in cols):
+            return None
+        return tuple(kinds)
+
+    def samples(self, buf, starts: np.ndarray, ends: np.ndarray, cols: list[int],
+                decode_images: bool, locate, zero_copy: bool = False) -> list[dict]:
+        """The records ``buf[starts[j]:ends[j]]`` as dicts of columns ``cols``.
+
+        Built directly from the record bytes when every selected column has a fixed
+        construction; otherwise, and to report any malformed record or bad value exactly,
+        through :meth:`columns`.
+        """
+        kinds = self._direct_kinds(cols, decode_images, zero_copy)
+        if kinds is not None and len(starts):
+            from .._core import _records
+
+            out, _bad = _records.mds_samples(
+                buf, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
+                self._names_t, self._sizes_t, kinds, tuple(cols), orjson.loads,
+            )
+            if out is not None:
+                return out
+        values = self.columns(buf, starts, ends, cols, decode_images, locate, zero_copy)
+        if not cols:
+            return [{} for _ in range(len(starts))]
+        names = [self.names[c] for c in cols]
+        return [dict(zip(names, row)) for row in zip(*values)]
 
     def select(self, fields: Sequence[str] | None, path=None) -> list[int]:
         if fields is None:
@@ -526,7 +594,7 @@ def _check_header(info: _ShardInfo, path: str, size: int, read, base: int) -> in
     _index.offset_ranges(table, 4, n, size, None, path=path, table_offset=4, sample_base=base)
     config_raw = read(table_end, data_start - table_end)
     try:
-        config = json.loads(bytes(config_raw))
+        config = _loads(config_raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptShardError(
             f"the shard's embedded config is not valid JSON: {exc}", path=path, offset=table_end
@@ -714,6 +782,8 @@ class Reader(base.Reader):
     def _cached_raw(self, info: _ShardInfo, path: str) -> str:
         """The decompressed shard in ``cache_dir`` (written once, atomically)."""
         st = os.stat(path)
+        import hashlib
+
         key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
         target = os.path.join(self.cache_dir, f"{key}.{info.raw_basename}")
         if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
@@ -741,18 +811,16 @@ class Reader(base.Reader):
 
     def read_many(self, indices, fields: Sequence[str] | None = None) -> list:
         cols = self._layout.select(fields, self.path) if self._layout else []
-        names = [self._layout.names[c] for c in cols] if self._layout else []
-        values = self._read_columns(indices, cols)
-        if values is None:
-            return []
-        return [dict(zip(names, row)) for row in zip(*values)] if cols else [{} for _ in range(len(indices))]
+        samples = self._read_columns(indices, cols, as_samples=True)
+        return [] if samples is None else samples
 
     def read_field(self, indices, field: str) -> list:
         values = self._read_columns(indices, self._layout.select([field], self.path) if self._layout else [])
         return [] if values is None else values[0]
 
-    def _read_columns(self, indices, cols: list[int]) -> list[list] | None:
-        """Column value lists for samples ``indices`` (non-negative, in range), in order.
+    def _read_columns(self, indices, cols: list[int], as_samples: bool = False) -> list | None:
+        """Column value lists for samples ``indices`` (non-negative, in range), in order;
+        with ``as_samples``, the list of sample dicts instead.
 
         Records are grouped by shard (one offset lookup and one batch decompression per
         shard).  Uncompressed and decompressed-in-memory shards are sliced in place (one
@@ -788,17 +856,23 @@ class Reader(base.Reader):
             bounds = [0, *cuts.tolist(), m]
             groups = [(int(shard_of[a]), local[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
         if len(groups) > 8 and m < 8 * len(groups):
-            values = self._columns_gathered(groups, cols)
+            values = self._columns_gathered(groups, cols, as_samples)
         else:
-            per_group = [self._columns_of(k, lidx, cols) for k, lidx in groups]
-            values = per_group[0] if len(per_group) == 1 else [
-                list(chain.from_iterable(g[c] for g in per_group)) for c in range(len(cols))
-            ]
+            per_group = [self._columns_of(k, lidx, cols, as_samples) for k, lidx in groups]
+            if len(per_group) == 1:
+                values = per_group[0]
+            elif as_samples:
+                values = list(chain.from_iterable(per_group))
+            else:
+                values = [list(chain.from_iterable(g[c] for g in per_group)) for c in range(len(cols))]
         if order is not None:
             inverse = np.empty(m, np.int64)
             inverse[order] = np.arange(m)
             inv = inverse.tolist()
-            values = [[col[j] for j in inv] for col in values]
+            if as_samples:
+                values = [values[j] for j in inv]
+            else:
+                values = [[col[j] for j in inv] for col in values]
         return values
 
     def _ranges(self, k: int, lidx: np.ndarray):
@@ -811,8 +885,9 @@ class Reader(base.Reader):
         )
         return sh, lidx, starts, ends
 
-    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int]) -> list[list]:
-        """Columns of shard ``k``'s records ``lidx``, sliced in place where possible."""
+    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int], as_samples: bool = False) -> list:
+        """Columns (or, with ``as_samples``, sample dicts) of shard ``k``'s records
+        ``lidx``, sliced in place where possible."""
         sh, lidx, starts, ends = self._ranges(k, lidx)
 
         def locate(j):
@@ -825,9 +900,10 @@ class Reader(base.Reader):
             buf, pos = self._records(sh, starts, ends, lidx)
             pos = pos.astype(np.int64, copy=False)
             lo, hi = pos[:-1], pos[1:]
-        return self._layout.columns(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
+        decode = self._layout.samples if as_samples else self._layout.columns
+        return decode(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
 
-    def _columns_gathered(self, groups, cols: list[int]) -> list[list]:
+    def _columns_gathered(self, groups, cols: list[int], as_samples: bool = False) -> list:
         """Columns of records spread thinly over many shards: gather, then slice once."""
         parts = []
         for k, lidx in groups:
@@ -847,7 +923,8 @@ class Reader(base.Reader):
             r = j - int(firsts[g])
             return sh.path, int(file_starts[r]) if sh.in_file else None, sh.base + int(lidx[r])
 
-        return self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
+        decode = self._layout.samples if as_samples else self._layout.columns
+        return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
 
     def _records(self, sh: _OpenShard, starts, ends, lidx):
         """The (decompressed) records ``[starts[j], ends[j])`` of ``sh`` back to back."""
@@ -883,21 +960,17 @@ class Reader(base.Reader):
         if start >= stop:
             return
         cols = self._layout.select(fields, self.path)
-        names = [self._layout.names[c] for c in cols]
         k = bisect.bisect_right(self._cum_list, start) - 1
         while k < len(self.shards) and self._cum_list[k] < stop:
             lo = max(start, self._cum_list[k]) - self._cum_list[k]
             hi = min(stop, self._cum_list[k + 1]) - self._cum_list[k]
             if hi > lo:
-                for count, values in self._scan_shard(k, lo, hi, cols):
-                    if cols:
-                        yield from [dict(zip(names, row)) for row in zip(*values)]
-                    else:
-                        yield from [{} for _ in range(count)]
+                for samples in self._scan_shard(k, lo, hi, cols):
+                    yield from samples
             k += 1
 
-    def _scan_shard(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[list[list]]:
-        """Column values of shard ``k``'s samples ``lo..hi``, a buffer-full at a time."""
+    def _scan_shard(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[list[dict]]:
+        """Shard ``k``'s samples ``lo..hi`` as dicts, a buffer-full at a time."""
         from .._core import _index, _io
 
         info = self.shards[k]
@@ -907,10 +980,10 @@ class Reader(base.Reader):
             # In memory or mapped already (zero-copy values must not view a reused read
             # buffer; large values are copied once from the map instead of twice through
             # the read buffer): slice batches straight out of the shard.
-            step = 4096 if not large else 16
+            step = _SCAN_BATCH if not large else 16
             for a in range(lo, hi, step):
                 b = min(a + step, hi)
-                yield b - a, self._columns_of(k, np.arange(a, b, dtype=np.int64), cols)
+                yield self._columns_of(k, np.arange(a, b, dtype=np.int64), cols, as_samples=True)
             return
         path = self._file(info)
         if self.validate_hashes:
@@ -936,11 +1009,17 @@ class Reader(base.Reader):
                     buf = view
                 pos = np.asarray(pos, dtype=np.int64)
 
-                def locate(r, where=where):
-                    offset, sample = where(r)
-                    return path, offset, sample
+                # Decoded a slice at a time: the values of a small batch are created and
+                # consumed while the record bytes are still in cache.
+                for a in range(0, count, _SCAN_BATCH):
+                    b = min(a + _SCAN_BATCH, count)
 
-                yield count, self._layout.columns(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+                    def locate(r, where=where, a=a):
+                        offset, sample = where(a + r)
+                        return path, offset, sample
+
+                    yield self._layout.samples(buf, pos[a:b], pos[a + 1 : b + 1], cols,
+                                               self.decode_images, locate)
                 j += count
 
     def close(self) -> None:
@@ -1013,7 +1092,7 @@ class Writer(base.Writer):
         if self.hashes != sorted(set(self.hashes)):
             raise ValueError(f"hashes must be unique and sorted, got {self.hashes}")
         for algo in self.hashes:
-            if algo not in _HASHES:
+            if algo not in _hash_functions():
                 raise ValueError(f"unknown hash {algo!r}; use a hashlib or xxhash algorithm name")
         self.size_limit = _parse_size(size_limit)
         if self.size_limit is not None and not 0 <= self.size_limit < 1 << 32:
@@ -1262,7 +1341,7 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
     checked = 0
     stored = info.zip_hashes if info.whole_shard else info.raw_hashes
     for algo, want in sorted(stored.items()):
-        if algo not in _HASHES:
+        if algo not in _hash_functions():
             raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
         got = _digest(algo, data)
         if got != want:

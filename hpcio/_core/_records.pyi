@@ -1,0 +1,17 @@
+"""Sample dicts built straight from MDS records (compiled)."""
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+KIND_STR: int
+KIND_BYTES: int
+KIND_INT: int
+KIND_JSON: int
+MAX_COLUMNS: int
+
+def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
+                sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable
+                ) -> tuple[list[dict] | None, int]:
+    """Dicts of columns ``cols`` of the records ``buf[starts[j]:ends[j]]``; ``(samples, -1)``,
+    or ``(None, j)`` when record j is malformed or a value cannot be built."""
