@@ -22,7 +22,8 @@ test: setup
 
 test-interop: setup
 	tools/interop-env.sh
-	HPCIO_INTEROP_PYTHON=$(HPCIO_INTEROP_ENV)/bin/python $(PY) -m pytest -m interop
+	HPCIO_REQUIRE_INTEROP=1 HPCIO_INTEROP_PYTHON=$(HPCIO_INTEROP_ENV)/bin/python \
+		$(PY) -m pytest -m interop
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site

@@ -3,7 +3,9 @@
 ``interop_python``
     The Python 3.12 interpreter of the reference libraries' environment (mldataforge,
     mosaicml-streaming), from ``$HPCIO_INTEROP_PYTHON``; tests that use it skip with the
-    reason when it is missing (``make test-interop`` creates it).
+    reason when it is missing (``make test-interop`` creates it), or fail with that
+    reason when ``HPCIO_REQUIRE_INTEROP=1`` (set by ``make test-interop``, so CI cannot
+    pass an interop run that compared nothing).
 ``demo_samples``
     ``demo_samples(profile, n, seed=0)``: deterministic demo samples, cached per session.
 ``run_hpcio``
@@ -41,13 +43,19 @@ def child_env(**extra: str) -> dict:
     return env
 
 
+def _interop_missing(reason: str):
+    if os.environ.get("HPCIO_REQUIRE_INTEROP") == "1":
+        pytest.fail(f"HPCIO_REQUIRE_INTEROP=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def interop_python() -> str:
     if os.path.exists(INTEROP_UNAVAILABLE):
         with open(INTEROP_UNAVAILABLE) as f:
-            pytest.skip(f"interop environment unavailable: {f.read().strip()}")
+            _interop_missing(f"interop environment unavailable: {f.read().strip()}")
     if not os.access(INTEROP_PYTHON, os.X_OK):
-        pytest.skip(
+        _interop_missing(
             f"interop interpreter {INTEROP_PYTHON} is missing; create it with "
             "tools/interop-env.sh (make test-interop) or set HPCIO_INTEROP_PYTHON"
         )
@@ -59,7 +67,7 @@ def interop_python() -> str:
     )
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.skip(f"interop interpreter {INTEROP_PYTHON} cannot import mldataforge: {last}")
+        _interop_missing(f"interop interpreter {INTEROP_PYTHON} cannot import mldataforge: {last}")
     return INTEROP_PYTHON
 
 

@@ -24,7 +24,6 @@ pytestmark = pytest.mark.interop
 HERE = Path(__file__).resolve().parent
 SAMPLES_PY = HERE.parent / "fixtures" / "jinx" / "samples.py"
 TOOL = HERE / "jinx_mdf_tool.py"
-INTEROP = os.environ.get("HPCIO_INTEROP_PYTHON", "/root/.cache/hpcio/interop-py312/bin/python")
 
 _spec = importlib.util.spec_from_file_location("jinx_samples", SAMPLES_PY)
 S = importlib.util.module_from_spec(_spec)
@@ -58,9 +57,9 @@ def _target(name: str) -> str:
     return "ds" if "shard_size" in CONFIGS[name] else "ds.jinx"
 
 
-def run_mdf(jobs: list[dict]) -> list[dict]:
+def run_mdf(interop: str, jobs: list[dict]) -> list[dict]:
     proc = subprocess.run(
-        [INTEROP, str(TOOL)],
+        [interop, str(TOOL)],
         input=json.dumps({"samples_py": str(SAMPLES_PY), "jobs": jobs}),
         capture_output=True, text=True, timeout=900,
     )
@@ -69,13 +68,7 @@ def run_mdf(jobs: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def exchange(tmp_path_factory):
-    if not os.path.exists(INTEROP):
-        pytest.skip(f"mldataforge interpreter {INTEROP} is missing (create it with tools/interop-env.sh "
-                    "or set HPCIO_INTEROP_PYTHON)")
-    probe = subprocess.run([INTEROP, "-c", "import mldataforge.jinx"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"mldataforge is not importable by {INTEROP}: {probe.stderr.strip()[-300:]}")
+def exchange(tmp_path_factory, interop_python):
     base = tmp_path_factory.mktemp("jinx_interop")
     jobs, keys = [], []
 
@@ -119,7 +112,7 @@ def exchange(tmp_path_factory):
     joined = base / "joined.jinx"
     jinx.join([src, src], joined, encoding="a85")
     add(("read_joined",), {"op": "read", "path": str(joined), "lazy": True})
-    results = run_mdf(jobs)
+    results = run_mdf(interop_python, jobs)
     return base, dict(zip(keys, results))
 
 

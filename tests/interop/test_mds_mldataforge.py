@@ -20,12 +20,9 @@ from mds_helpers import FIXTURES, load_generators  # noqa: E402
 
 import hpcio  # noqa: E402
 
-INTEROP_PYTHON = os.environ.get("HPCIO_INTEROP_PYTHON", "/root/.cache/hpcio/interop-py312/bin/python")
 pytestmark = [
     pytest.mark.interop,
     pytest.mark.filterwarnings("ignore:compression='sample::"),
-    pytest.mark.skipif(not os.path.exists(INTEROP_PYTHON),
-                       reason=f"mldataforge interpreter {INTEROP_PYTHON} is missing (tools/interop-env.sh builds it)"),
 ]
 gen = load_generators()
 N = 40
@@ -66,8 +63,8 @@ print(json.dumps(out))
 """
 
 
-def run(code, *args):
-    proc = subprocess.run([INTEROP_PYTHON, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=600)
+def run(interop_python, code, *args):
+    proc = subprocess.run([interop_python, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -85,9 +82,9 @@ def records(path):
     return out
 
 
-def test_mldataforge_written_read_by_hpcio(tmp_path):
+def test_mldataforge_written_read_by_hpcio(tmp_path, interop_python):
     theirs = tmp_path / "theirs"
-    run(WRITE, theirs, FIXTURES, N)
+    run(interop_python, WRITE, theirs, FIXTURES, N)
     samples = [gen.mldataforge_sample(i) for i in range(N)]
     ds = hpcio.open(theirs)
     assert len(ds.reader.shards) >= 3
@@ -109,14 +106,14 @@ def test_mldataforge_written_read_by_hpcio(tmp_path):
     assert [s["raw_data"]["bytes"] for s in a["shards"]] == [s["raw_data"]["bytes"] for s in b["shards"]]
 
 
-def test_hpcio_written_read_by_mldataforge(tmp_path):
+def test_hpcio_written_read_by_mldataforge(tmp_path, interop_python):
     samples = [gen.mldataforge_sample(i) for i in range(N)]
     path = tmp_path / "ours"
     with hpcio.open_writer(path, format="mds", compression="sample::zstd", size_limit=2000) as w:
         for s in samples:
             w.write(s)
     assert len(hpcio.open(path).reader.shards) >= 3
-    out = json.loads(run(READ, path))
+    out = json.loads(run(interop_python, READ, path))
     for reader in ("ram", "bulk"):
         got = out[reader]
         assert len(got) == N, reader
