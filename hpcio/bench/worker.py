@@ -171,6 +171,11 @@ def run(spec):
         elif system == "hpcio" and fields is not None:
             for s in ds.select(fields):
                 checksum += touch(s, None)
+        elif system == "webdataset" and fields is not None:
+            # webdataset names a sample's entries by member suffix ("meta.json")
+            wanted = set(fields)
+            for s in ds:
+                checksum += touch(s, [k for k in s if k.split(".", 1)[0] in wanted])
         else:
             for s in ds:
                 checksum += touch(s, fields)
