@@ -26,11 +26,16 @@ def _env(**extra):
     return env
 
 
-def _bench(tmp_path, *args, timeout=300):
+def _bench(tmp_path, *args, timeout=300, interop_python=None):
     out = tmp_path / "report"
     cmd = [sys.executable, "-m", "hpcio.cli.main", "bench", "--out", str(out), "--data", str(tmp_path / "data"),
-           "--text-samples", "300", "--vlm-samples", "30", "--repeats", "1", "--no-interop", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout, cwd=tmp_path)
+           "--text-samples", "300", "--vlm-samples", "30", "--repeats", "1", *args]
+    if interop_python is None:
+        cmd.append("--no-interop")
+        env = _env()
+    else:
+        env = _env(HPCIO_INTEROP_PYTHON=interop_python)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out, json.loads((out / "results.json").read_text())
 
@@ -83,6 +88,25 @@ def test_bench_dataloader_sweep(tmp_path):
         assert r["samples"] == 30 and 0 < r["au"] <= 1.0, r
     assert {r["workers"] for r in rows} == {0, 1}
     assert "## DataLoader" in (out / "results.md").read_text()
+
+
+@pytest.mark.bench
+@pytest.mark.interop
+def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
+    out, result = _bench(tmp_path, "--only", "hpcio mds", "--op", "iterate", "--profile", "text",
+                         "--staging", "--conversion", interop_python=interop_python, timeout=900)
+    rows = result["pipeline"]
+    assert not [r for r in rows if r.get("error")], rows
+    staging = [r for r in rows if r["section"] == "staging"]
+    assert {r["dataset"] for r in staging} == {"mds"}  # the one dataset kept as a directory
+    assert all(r["stage_bytes_per_s"] > 0 and r["cp_bytes_per_s"] > 0 for r in staging)
+    writers = {r["writer"]: r for r in rows if r["section"] == "conversion"}
+    assert set(writers) == {"hpcio convert (1 rank)", "hpcio convert (2 ranks)", "mdf convert",
+                            "streaming MDSWriter", "webdataset ShardWriter"}
+    assert writers["hpcio convert (2 ranks)"]["scaling_1_to_2"] > 0
+    assert writers["mdf convert"]["hpcio_ratio"] > 0
+    md = (out / "results.md").read_text()
+    assert "| text | mdf convert | 1 |" in md
 
 
 @pytest.mark.bench

@@ -143,6 +143,8 @@ def run_bench(
                 pipeline_records += staging_figures(datasets, profile, log=log)
             if conversion:
                 log(f"conversion writers ({profile})")
-                pipeline_records += conversion_figures(profile, sizes[profile], datasets=datasets, log=log)
+                pipeline_records += conversion_figures(
+                    profile, sizes[profile], datasets=datasets, log=log,
+                    interop_python=interop_python() if include_interop else None)
     return write_reports(records, limits, machine_facts(), out_dir,
                          dataloader=loader_records, pipeline=pipeline_records)

@@ -4,8 +4,9 @@ Staging: ``hpcio.stage`` (copy plus checksum verification) against ``cp -r`` of 
 dataset directory, warm page cache, fresh destination each run.
 
 Conversion: the bench's Parquet file written as MDS by ``hpcio convert`` on 1 and 2 MPI
-ranks, by streaming's ``MDSWriter`` and by webdataset's ``ShardWriter`` (each reading the
-same Parquet with pyarrow).  Every writer runs as a whole process and is timed from
+ranks, by ``mdf convert parquet mds`` (mldataforge, from the interop environment, with a
+fresh Hugging Face datasets cache each run), and by streaming's ``MDSWriter`` and
+webdataset's ``ShardWriter`` (each reading the same Parquet with pyarrow).  Every writer runs as a whole process and is timed from
 launch to exit, imports included, since that is what a conversion job costs; samples/s
 per rank divides by the number of ranks.
 """
@@ -75,7 +76,7 @@ def staging_figures(datasets, profile: str, repeats: int = 3, log=print) -> list
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     out = []
     for d in datasets:
-        if d.name not in ("mds", "jinx-zst-bin") or not os.path.isdir(d.path):
+        if d.name != "mds" or not os.path.isdir(d.path):
             continue
         size = _tree_bytes(d.path)
         cp = _median_wall(lambda dst: ["cp", "-r", d.path, dst], repeats)
@@ -89,9 +90,10 @@ def staging_figures(datasets, profile: str, repeats: int = 3, log=print) -> list
     return out
 
 
-def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, log=print) -> list[dict]:
+def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, log=print,
+                       interop_python: str | None = None) -> list[dict]:
     """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
-    with the peers' writers."""
+    with the peers' writers (``mdf convert`` when ``interop_python`` is given)."""
     parquet = next((d for d in datasets or [] if d.name == "parquet"), None)
     if parquet is None:
         return []
@@ -108,6 +110,12 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, lo
             return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
 
         runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd))
+    if interop_python:
+        mdf = os.path.join(os.path.dirname(interop_python), "mdf")
+        # HF datasets caches the Parquet it loads; a cache inside the run's temporary
+        # directory makes every run convert from scratch.
+        runs.append(("mdf convert", 1, lambda dst: ["env", f"HF_DATASETS_CACHE={dst}.hf-cache", mdf, "convert",
+                                                    "parquet", "mds", dst, src, "--yes"]))
     for label, script in _PEER_WRITERS.items():
         runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst]))
     out = []
@@ -127,4 +135,8 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, lo
     two = next((r for r in out if r["writer"].startswith("hpcio convert (2") and "wall_s" in r), None)
     if one and two:
         two["scaling_1_to_2"] = one["wall_s"] / two["wall_s"]
+    if one:
+        for r in out:
+            if "wall_s" in r and not r["writer"].startswith("hpcio"):
+                r["hpcio_ratio"] = r["wall_s"] / one["wall_s"]
     return out

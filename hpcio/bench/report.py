@@ -179,14 +179,15 @@ def pipeline_markdown(rows: list[dict]) -> str:
                       f"{r['cp_bytes_per_s'] / 1e6:,.0f} | {r['ratio']:.2f} |\n")
     if conversion:
         out.write("\n## Conversion (Parquet to shards, whole process)\n\n")
-        out.write("| profile | writer | ranks | samples/s | samples/s per rank | 1→2 rank scaling |\n"
-                  "|---|---|---|---|---|---|\n")
+        out.write("| profile | writer | ranks | samples/s | samples/s per rank | 1→2 rank scaling "
+                  "| hpcio (1 rank) / writer |\n|---|---|---|---|---|---|---|\n")
         for r in conversion:
             if r.get("error"):
-                out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {r['error']} | | |\n")
+                out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {r['error']} | | | |\n")
                 continue
             out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {_fmt(r['samples_per_s'])} | "
-                      f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('scaling_1_to_2'))} |\n")
+                      f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('scaling_1_to_2'))} | "
+                      f"{_fmt(r.get('hpcio_ratio'))} |\n")
     return out.getvalue()
 
 
