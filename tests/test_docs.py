@@ -36,6 +36,7 @@ def _modules_with_doctests() -> list[str]:
 @pytest.mark.parametrize("module_name", _modules_with_doctests())
 def test_doctests(module_name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # and their mkdtemp() too
     module = importlib.import_module(module_name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=True)
     assert result.attempted > 0
