@@ -75,9 +75,13 @@ build_key() {
 }
 KEY=$(build_key)
 installed_here() {
-    # The venv's hpcio is this tree's, and its compiled core imports.
-    "$PY" -c 'import os, sys, hpcio, hpcio._core
-sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(hpcio.__file__))) != os.getcwd())' \
+    # The venv's hpcio is this tree's, and its compiled core imports.  Asked from outside
+    # the tree: from its root, `import hpcio` finds the sources whether installed or not.
+    local py here
+    py=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+    here=$(pwd)
+    (cd / && HPCIO_TREE="$here" "$py" -c 'import os, sys, hpcio, hpcio._core
+sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(hpcio.__file__))) != os.environ["HPCIO_TREE"])') \
         >/dev/null 2>&1
 }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] && installed_here; then
