@@ -99,11 +99,14 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     assert not [r for r in rows if r.get("error")], rows
     staging = [r for r in rows if r["section"] == "staging"]
     assert {r["dataset"] for r in staging} == {"mds"}  # the one dataset kept as a directory
-    assert all(r["stage_bytes_per_s"] > 0 and r["cp_bytes_per_s"] > 0 for r in staging)
+    assert all(r["stage_bytes_per_s"] > 0 and r["cp_bytes_per_s"] > 0 and r["cp_sync_bytes_per_s"] > 0
+               and r["stage_process_s"] > r["stage_s"] for r in staging)
     writers = {r["writer"]: r for r in rows if r["section"] == "conversion"}
     assert set(writers) == {"hpcio convert (1 rank)", "hpcio convert (2 ranks)", "mdf convert",
                             "streaming MDSWriter", "webdataset ShardWriter"}
-    assert writers["hpcio convert (2 ranks)"]["scaling_1_to_2"] > 0
+    two = writers["hpcio convert (2 ranks)"]
+    assert two["scaling_1_to_2"] > 0 and two["job_scaling_1_to_2"] > 0
+    assert two["wall_s"] > two["job_s"] > 0
     assert writers["mdf convert"]["hpcio_ratio"] > 0
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 1 |" in md

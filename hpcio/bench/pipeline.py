@@ -1,20 +1,26 @@
 """Staging and conversion figures, each against the standard tool on the same bytes.
 
-Staging: ``hpcio.stage`` (copy plus checksum verification) against ``cp -r`` of the same
-dataset directory, warm page cache, fresh destination each run.
+Staging: ``hpcio.stage`` (copy plus checksum verification, files fsynced) against
+``cp -r`` of the same dataset directory, and against ``cp -r`` followed by ``sync``, which
+is what the same durability costs ``cp``; warm page cache, fresh destination each run.
+The stage is timed inside its process (imports reported apart) and as a whole process.
 
 Conversion: the bench's Parquet file written as MDS by ``hpcio convert`` on 1 and 2 MPI
 ranks, by ``mdf convert parquet mds`` (mldataforge, from the interop environment, with a
 fresh Hugging Face datasets cache each run), and by streaming's ``MDSWriter`` and
-webdataset's ``ShardWriter`` (each reading the same Parquet with pyarrow).  Every writer runs as a whole process and is timed from
-launch to exit, imports included, since that is what a conversion job costs; samples/s
-per rank divides by the number of ranks.
+webdataset's ``ShardWriter`` (each reading the same Parquet with pyarrow).  Every writer
+runs as a whole process and is timed from launch to exit, imports included, since that is
+what a conversion job costs; samples/s per rank divides by the number of ranks.  For
+hpcio the job's own time (``convert --json``: planning, writing and publishing, without
+interpreter start, imports and MPI start-up) is reported too, since at bench sizes the
+start-up of a second rank is a large part of the whole-process time.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import json
 import subprocess
 import sys
 import tempfile
@@ -53,8 +59,10 @@ with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 2
 }
 
 
-def _median_wall(make_cmd, repeats: int, env=None) -> float:
-    times = []
+def _median_wall(make_cmd, repeats: int, env=None, inner=None) -> tuple[float, float | None]:
+    """Median wall seconds of the command, and the median of ``inner(stdout)`` (the
+    seconds a process reports for its own work) when ``inner`` is given."""
+    times, inner_times = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
             dst = os.path.join(tmp, "out")
@@ -64,7 +72,24 @@ def _median_wall(make_cmd, repeats: int, env=None) -> float:
             times.append(time.perf_counter() - t)
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}")
-    return float(np.median(times))
+            if inner is not None:
+                inner_times.append(inner(proc.stdout))
+    return float(np.median(times)), (float(np.median(inner_times)) if inner_times else None)
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+_STAGE_SCRIPT = """
+import json, sys, time
+t0 = time.perf_counter()
+import hpcio
+t1 = time.perf_counter()
+hpcio.stage(sys.argv[1], sys.argv[2], progress=False)
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "stage_s": t2 - t1}))
+"""
 
 
 def _tree_bytes(path: str) -> int:
@@ -72,20 +97,25 @@ def _tree_bytes(path: str) -> int:
 
 
 def staging_figures(datasets, profile: str, repeats: int = 3, log=print) -> list[dict]:
-    """Bytes/s of ``hpcio stage`` (verified) and ``cp -r`` copying each dataset directory."""
+    """Bytes/s of ``hpcio.stage`` (verified, fsynced) against ``cp -r`` and ``cp -r; sync``
+    copying each dataset directory."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     out = []
     for d in datasets:
         if d.name != "mds" or not os.path.isdir(d.path):
             continue
         size = _tree_bytes(d.path)
-        cp = _median_wall(lambda dst: ["cp", "-r", d.path, dst], repeats)
-        st = _median_wall(lambda dst: [sys.executable, "-m", "hpcio.cli.main", "stage", d.path, dst], repeats, env)
+        cp, _ = _median_wall(lambda dst: ["cp", "-r", d.path, dst], repeats)
+        cp_sync, _ = _median_wall(lambda dst: ["sh", "-c", 'cp -r "$0" "$1" && sync', d.path, dst], repeats)
+        wall, st = _median_wall(lambda dst: [sys.executable, "-c", _STAGE_SCRIPT, d.path, dst], repeats, env,
+                                inner=lambda stdout: _last_json(stdout)["stage_s"])
         rec = {"section": "staging", "profile": profile, "dataset": d.name, "bytes": size,
-               "cp_bytes_per_s": size / cp, "stage_bytes_per_s": size / st, "ratio": cp / st,
-               "cp_s": cp, "stage_s": st}
-        log(f"  staging {profile} {d.name}: hpcio stage {size / st / 1e6:,.0f} MB/s, cp -r "
-            f"{size / cp / 1e6:,.0f} MB/s, ratio {cp / st:.2f}")
+               "cp_s": cp, "cp_sync_s": cp_sync, "stage_s": st, "stage_process_s": wall,
+               "cp_bytes_per_s": size / cp, "cp_sync_bytes_per_s": size / cp_sync,
+               "stage_bytes_per_s": size / st, "ratio": cp / st, "ratio_sync": cp_sync / st}
+        log(f"  staging {profile} {d.name}: hpcio.stage {size / st / 1e6:,.0f} MB/s "
+            f"(whole process {size / wall / 1e6:,.0f}), cp -r {size / cp / 1e6:,.0f} MB/s, "
+            f"cp -r + sync {size / cp_sync / 1e6:,.0f} MB/s")
         out.append(rec)
     return out
 
@@ -104,24 +134,25 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, lo
     runs = []
     for ranks in (1, 2):
         def cmd(dst, ranks=ranks):
-            convert = ["-m", "hpcio.cli.main", "convert", src, dst, "--to", "mds", "--num-shards", "4"]
+            convert = ["-m", "hpcio.cli.main", "convert", src, dst, "--to", "mds", "--num-shards", "4", "--json"]
             if ranks == 1:
                 return [sys.executable, *convert]
             return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
 
-        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd))
+        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd,
+                     lambda stdout: _last_json(stdout)["seconds"]))
     if interop_python:
         mdf = os.path.join(os.path.dirname(interop_python), "mdf")
         # HF datasets caches the Parquet it loads; a cache inside the run's temporary
         # directory makes every run convert from scratch.
         runs.append(("mdf convert", 1, lambda dst: ["env", f"HF_DATASETS_CACHE={dst}.hf-cache", mdf, "convert",
-                                                    "parquet", "mds", dst, src, "--yes"]))
+                                                    "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
-        runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst]))
+        runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
     out = []
-    for label, ranks, cmd in runs:
+    for label, ranks, cmd, inner in runs:
         try:
-            wall = _median_wall(cmd, repeats, env)
+            wall, job = _median_wall(cmd, repeats, env, inner)
         except (RuntimeError, OSError) as exc:
             log(f"  conversion {label}: {exc}")
             out.append({"section": "conversion", "profile": profile, "writer": label, "ranks": ranks,
@@ -129,12 +160,17 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = 3, lo
             continue
         rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": n,
                "wall_s": wall, "samples_per_s": n / wall, "samples_per_s_per_rank": n / wall / ranks}
-        log(f"  conversion {profile} {label}: {n / wall:,.0f} samples/s ({n / wall / ranks:,.0f} per rank)")
+        if job is not None:
+            rec.update(job_s=job, job_samples_per_s=n / job)
+        log(f"  conversion {profile} {label}: {n / wall:,.0f} samples/s ({n / wall / ranks:,.0f} per rank)"
+            + (f", job alone {n / job:,.0f} samples/s" if job else ""))
         out.append(rec)
     one = next((r for r in out if r["writer"].startswith("hpcio convert (1") and "wall_s" in r), None)
     two = next((r for r in out if r["writer"].startswith("hpcio convert (2") and "wall_s" in r), None)
     if one and two:
         two["scaling_1_to_2"] = one["wall_s"] / two["wall_s"]
+        if one.get("job_s") and two.get("job_s"):
+            two["job_scaling_1_to_2"] = one["job_s"] / two["job_s"]
     if one:
         for r in out:
             if "wall_s" in r and not r["writer"].startswith("hpcio"):
