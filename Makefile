@@ -1,5 +1,7 @@
 # make demo   generate demo data, write it as shards, read it back (samples/s table)
 # make test   the test suite (without the interop, slow and benchmark tests)
+# make test-interop  the interop tests, in the cached Python 3.12 reference environment
+# make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
@@ -8,7 +10,7 @@ HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
 export HPCIO_INTEROP_ENV
 PYTEST_DEFAULT_MARKS := not interop and not slow and not bench
 
-.PHONY: setup demo test test-interop docs clean
+.PHONY: setup demo test test-interop test-bench docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -24,6 +26,10 @@ test-interop: setup
 	tools/interop-env.sh
 	HPCIO_REQUIRE_INTEROP=1 HPCIO_INTEROP_PYTHON=$(HPCIO_INTEROP_ENV)/bin/python \
 		$(PY) -m pytest -m interop
+
+test-bench:
+	VENV=$(VENV) HPCIO_EXTRAS=bench tools/setup.sh
+	HPCIO_REQUIRE_BENCH=1 $(PY) -m pytest -m "bench and not interop"
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site

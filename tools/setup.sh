@@ -4,7 +4,8 @@
 # test extra.  Idempotent: a second run only checks, unless the build inputs changed.
 #
 # Environment: PYTHON (interpreter for a new venv, default python3), VENV (default
-# .venv), HPCIO_DEBUG / HPCIO_SANITIZE (build switches; part of the rebuild key).
+# .venv), HPCIO_DEBUG / HPCIO_SANITIZE (build switches; part of the rebuild key),
+# HPCIO_EXTRAS (further extras whose requirements to install, e.g. bench).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -106,4 +107,17 @@ PYEOF
     }
     echo "$KEY" > "$STAMP"
     say "done"
+fi
+
+# --- 5. requirements of further extras on request (HPCIO_EXTRAS=bench), no rebuild -------
+if [ -n "${HPCIO_EXTRAS:-}" ]; then
+    "$PY" - "$HPCIO_EXTRAS" <<'PYEOF' > "$VENV/.hpcio-extra-requires"
+import sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    extras = tomllib.load(f)["project"]["optional-dependencies"]
+for name in sys.argv[1].split(","):
+    print("\n".join(extras[name.strip()]))
+PYEOF
+    say "installing the requirements of the extras: $HPCIO_EXTRAS"
+    "$PY" -m pip install -q -r "$VENV/.hpcio-extra-requires"
 fi

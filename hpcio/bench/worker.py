@@ -102,7 +102,10 @@ def load_hf():
 def load_webdataset():
     import webdataset as wds
 
-    return lambda path, options: wds.WebDataset(_files(path, ".tar"), shardshuffle=False, empty_check=False)
+    # decode() turns the .json/.txt/.cls members into the Python values the other readers
+    # return (images stay bytes, as everywhere in the bench)
+    return lambda path, options: wds.WebDataset(_files(path, ".tar"), shardshuffle=False,
+                                                empty_check=False).decode()
 
 
 class ArrowTable:
@@ -171,11 +174,13 @@ def run(spec):
         elif system == "hpcio" and fields is not None:
             for s in ds.select(fields):
                 checksum += touch(s, None)
-        elif system == "webdataset" and fields is not None:
-            # webdataset names a sample's entries by member suffix ("meta.json")
-            wanted = set(fields)
+        elif system == "webdataset":
+            # A webdataset sample names its entries by member suffix ("meta.json") and adds
+            # its own "__key__", "__url__"...; touch the dataset's fields only.
+            wanted = None if fields is None else set(fields)
             for s in ds:
-                checksum += touch(s, [k for k in s if k.split(".", 1)[0] in wanted])
+                checksum += touch(s, [k for k in s if not k.startswith("__")
+                                      and (wanted is None or k.split(".", 1)[0] in wanted)])
         else:
             for s in ds:
                 checksum += touch(s, fields)
