@@ -96,8 +96,9 @@ class Dataset(Sequence):
         if self.indices is None:
             yield from self.reader.iter_range(0, len(self.reader), self.fields)
             return
-        for lo in range(0, len(self.indices), DEFAULT_BATCH):
-            yield from self.reader.read_many(self.indices[lo : lo + DEFAULT_BATCH], self.fields)
+        step = self.reader.batch_size
+        for lo in range(0, len(self.indices), step):
+            yield from self.reader.read_many(self.indices[lo : lo + step], self.fields)
 
     # --- views -----------------------------------------------------------------------
     def _view(self, positions: np.ndarray) -> "Dataset":

@@ -42,7 +42,7 @@ from .distributed.split import (
     split_indices,
 )
 from .errors import HpcioError
-from .formats.base import DEFAULT_BATCH, Reader
+from .formats.base import Reader
 
 __all__ = [
     "Pipeline",
@@ -382,6 +382,12 @@ class _ConcatReader(Reader):
                 out[k] = sample
         return out
 
+    def sample_bytes(self):
+        hints = [r.sample_bytes() for r in self.readers]
+        if not len(self) or any(h is None for h in hints):
+            return None
+        return sum(len(r) * h for r, h in zip(self.readers, hints)) / len(self)
+
     def shard_sizes(self):
         sizes = [r.shard_sizes() for r in self.readers]
         if any(s is None for s in sizes):
@@ -548,8 +554,9 @@ class Pipeline:
         )
         if self.circular_shift:
             indices = rotate(indices, ctx.consumer, ctx.consumers)
-        for lo in range(0, len(indices), DEFAULT_BATCH):
-            yield from source.get_batch(indices[lo : lo + DEFAULT_BATCH])
+        step = source.reader.batch_size
+        for lo in range(0, len(indices), step):
+            yield from source.get_batch(indices[lo : lo + step])
 
 
 def _part_name(part: int, parts: int) -> str:
@@ -594,8 +601,9 @@ def _write_part(cache, root, path, source, upstream, ctx, part, parts) -> None:
     lo, hi = part * n // parts, (part + 1) * n // parts
 
     def read():
-        for a in range(lo, hi, DEFAULT_BATCH):
-            yield from source.get_batch(np.arange(a, min(a + DEFAULT_BATCH, hi)))
+        step = source.reader.batch_size
+        for a in range(lo, hi, step):
+            yield from source.get_batch(np.arange(a, min(a + step, hi)))
 
     stream: Iterable = read()
     upstream_ctx = ctx.replace(epoch=0)  # the cache is computed once for all epochs

@@ -30,6 +30,7 @@ converter balances shards by bytes; without it, sizes are estimated from the fil
 from __future__ import annotations
 
 import abc
+import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -42,6 +43,12 @@ __all__ = ["Reader", "Writer", "project"]
 # Batch size used by the default sequential paths: large enough to amortise Python
 # overhead, small enough to keep a batch of big samples in cache-sized memory.
 DEFAULT_BATCH = 256
+# Read batches are bounded in bytes too.  The values of a batch are allocated at once; for
+# large samples (images) that is fresh memory the allocator hands back to the system after
+# each batch, so every batch pays a page fault per 4 KiB.  Batches of about 1 MiB reuse the
+# same memory (measured: 256 samples of 58 KB read in shuffled order 20 % slower than 16).
+BATCH_BYTES = 1 << 20
+MIN_BATCH = 8
 
 
 def project(sample: Mapping, fields: Sequence[str] | None) -> Mapping:
@@ -88,6 +95,19 @@ class Reader(abc.ABC):
         """The value of one field for many samples (sort keys); formats with lazy or
         columnar access override this to avoid decoding other fields."""
         return [s[field] for s in self.read_many(indices, [field])]
+
+    def sample_bytes(self) -> float | None:
+        """Average stored bytes per sample when the format knows it without reading the
+        samples (it sizes the read batches), else None."""
+        return None
+
+    @functools.cached_property
+    def batch_size(self) -> int:
+        """Samples per vectorised read: DEFAULT_BATCH, fewer for large samples."""
+        avg = self.sample_bytes()
+        if not avg:
+            return DEFAULT_BATCH
+        return int(min(DEFAULT_BATCH, max(MIN_BATCH, BATCH_BYTES // avg)))
 
     def shard_sizes(self) -> list[int] | None:
         """Samples per shard in index order (for shard-aware shuffling), or None when

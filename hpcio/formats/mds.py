@@ -704,6 +704,9 @@ class Reader(base.Reader):
     def __len__(self) -> int:
         return self._total
 
+    def sample_bytes(self) -> float | None:
+        return sum(s.raw_bytes for s in self.shards) / self._total if self._total else None
+
     # --- opening shards -----------------------------------------------------------------
     def _file(self, info: _ShardInfo) -> str:
         path = os.path.join(self.directory, info.file_basename)

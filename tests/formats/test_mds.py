@@ -611,3 +611,25 @@ def test_zero_copy_values_outlive_the_reader(tmp_path, compression):
     assert all(isinstance(g["b"], memoryview) for g in got)
     reader.close()  # evicts every map while the views are alive
     assert [bytes(g["b"]) for g in got] == [b["b"] for b in blobs[::-1] + blobs]
+
+
+def test_read_batches_are_bounded_in_bytes(tmp_path):
+    from hpcio.formats.base import BATCH_BYTES, DEFAULT_BATCH, MIN_BATCH
+
+    rng = np.random.default_rng(0)
+    big = [{"id": i, "blob": rng.bytes(100_000)} for i in range(40)]
+    with hpcio.open_writer(tmp_path / "big", format="mds") as w:
+        for s in big:
+            w.write(s)
+    with hpcio.open_writer(tmp_path / "small", format="mds") as w:
+        for i in range(40):
+            w.write({"id": i, "blob": b"x"})
+    ds = hpcio.open(tmp_path / "big")
+    stored = sum(os.path.getsize(tmp_path / "big" / f) for f in os.listdir(tmp_path / "big") if f.endswith(".mds"))
+    assert ds.reader.sample_bytes() == stored / 40
+    assert ds.reader.batch_size == max(MIN_BATCH, BATCH_BYTES // (stored / 40)) == 10
+    assert hpcio.open(tmp_path / "small").reader.batch_size == DEFAULT_BATCH
+    # a shuffled view read in byte-bounded batches gives the samples of ds[i], in order
+    view = ds.shuffle(seed=3)
+    order = np.random.default_rng(3).permutation(40)
+    assert list(view) == [big[i] for i in order]
