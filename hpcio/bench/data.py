@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from .. import demo
+from .limits import dataset_files
 
 __all__ = ["BenchDataset", "prepare", "META_FIELDS", "flatten"]
 
@@ -37,11 +38,7 @@ class BenchDataset:
 
     @property
     def bytes(self) -> int:
-        if os.path.isfile(self.path):
-            return os.path.getsize(self.path)
-        return sum(
-            os.path.getsize(os.path.join(r, n)) for r, _d, names in os.walk(self.path) for n in names
-        )
+        return sum(os.path.getsize(f) for f in dataset_files(self.path))
 
 
 # name -> (hpcio format, writer options).  MDS columns are given so every reader sees the

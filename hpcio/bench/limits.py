@@ -25,9 +25,11 @@ def median_time(fn, repeats: int = 5) -> float:
     return float(np.median(times))
 
 
-def _files(path: str) -> list[str]:
+def dataset_files(path: str) -> list[str]:
+    """The files of a dataset: a directory's tree, or a single file and its ``.binx``
+    sidecar (where a JINX file keeps its binary values)."""
     if os.path.isfile(path):
-        return [path]
+        return [path] + ([path + ".binx"] if os.path.isfile(path + ".binx") else [])
     return sorted(
         os.path.join(root, n) for root, _d, names in os.walk(path) for n in names
     )
@@ -39,7 +41,7 @@ def page_cache_read_bandwidth(path: str, repeats: int = 3) -> dict:
     Reads with ``readinto`` into one reused 8 MiB buffer: the ceiling for any reader
     that must bring the bytes into user space.
     """
-    files = _files(path)
+    files = dataset_files(path)
     total = sum(os.path.getsize(f) for f in files)
     buf = bytearray(8 << 20)
     view = memoryview(buf)
