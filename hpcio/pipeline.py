@@ -382,8 +382,8 @@ class _ConcatReader(Reader):
                 out[k] = sample
         return out
 
-    def sample_bytes(self):
-        hints = [r.sample_bytes() for r in self.readers]
+    def mean_sample_bytes(self):
+        hints = [r.mean_sample_bytes() for r in self.readers]
         if not len(self) or any(h is None for h in hints):
             return None
         return sum(len(r) * h for r, h in zip(self.readers, hints)) / len(self)

@@ -29,7 +29,10 @@ def dataset_files(path: str) -> list[str]:
     """The files of a dataset: a directory's tree, or a single file and its ``.binx``
     sidecar (where a JINX file keeps its binary values)."""
     if os.path.isfile(path):
-        return [path] + ([path + ".binx"] if os.path.isfile(path + ".binx") else [])
+        from ..formats.jinx import sidecar_path
+
+        sidecar = sidecar_path(path)
+        return [path] + ([sidecar] if os.path.isfile(sidecar) else [])
     return sorted(
         os.path.join(root, n) for root, _d, names in os.walk(path) for n in names
     )

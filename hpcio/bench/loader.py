@@ -17,6 +17,8 @@ import shutil
 import tempfile
 import time
 
+from ..formats.jinx import sidecar_path
+
 __all__ = ["tier_roots", "run_dataloader_sweep", "LOADER_FORMATS"]
 
 # hpcio configurations with random access (webdataset is stream-only)
@@ -119,8 +121,8 @@ def run_dataloader_sweep(
                     shutil.copytree(d.path, path)
                 else:  # a single-file JINX dataset travels with its binary sidecar
                     shutil.copy(d.path, path)
-                    if os.path.exists(d.path + ".binx"):
-                        shutil.copy(d.path + ".binx", path + ".binx")
+                    if os.path.exists(sidecar_path(d.path)):
+                        shutil.copy(sidecar_path(d.path), sidecar_path(path))
                 options = {"lazy": True} if d.name.startswith("jinx") else {}
                 for w in workers:
                     for bs in batch_sizes:

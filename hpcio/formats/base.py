@@ -25,6 +25,8 @@ A sharded format supports it with two small additions; the converter does the re
 Optional reader hook used for planning: ``Reader.sample_nbytes()`` returns an int64 array
 with the stored size of every sample (from the index, without reading the data), so the
 converter balances shards by bytes; without it, sizes are estimated from the file sizes.
+``Reader.mean_sample_bytes()`` (defined here, None by default) is the cheaper average that
+sizes the read batches of views and pipelines (``Reader.batch_size``).
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Reader(abc.ABC):
         columnar access override this to avoid decoding other fields."""
         return [s[field] for s in self.read_many(indices, [field])]
 
-    def sample_bytes(self) -> float | None:
+    def mean_sample_bytes(self) -> float | None:
         """Average stored bytes per sample when the format knows it without reading the
         samples (it sizes the read batches), else None."""
         return None
@@ -104,7 +106,7 @@ class Reader(abc.ABC):
     @functools.cached_property
     def batch_size(self) -> int:
         """Samples per vectorised read: DEFAULT_BATCH, fewer for large samples."""
-        avg = self.sample_bytes()
+        avg = self.mean_sample_bytes()
         if not avg:
             return DEFAULT_BATCH
         return int(min(DEFAULT_BATCH, max(MIN_BATCH, BATCH_BYTES // avg)))

@@ -623,6 +623,12 @@ class Reader(base.Reader):
     def __len__(self) -> int:
         return self._n
 
+    def mean_sample_bytes(self) -> float | None:
+        if not self._n:
+            return None
+        sidecars = sum(os.path.getsize(s.binx_path) for s in self.shards if os.path.isfile(s.binx_path))
+        return (sum(s.size for s in self.shards) + sidecars) / self._n
+
     def _locate(self, i: int):
         k = bisect.bisect_right(self._starts, i) - 1
         return self.shards[k], i - self._starts[k]

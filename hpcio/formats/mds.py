@@ -704,7 +704,7 @@ class Reader(base.Reader):
     def __len__(self) -> int:
         return self._total
 
-    def sample_bytes(self) -> float | None:
+    def mean_sample_bytes(self) -> float | None:
         return sum(s.raw_bytes for s in self.shards) / self._total if self._total else None
 
     # --- opening shards -----------------------------------------------------------------

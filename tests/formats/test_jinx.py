@@ -495,3 +495,18 @@ def test_read_field_batches_sidecar_zstd(tmp_path):
     binx.write_bytes(binx.read_bytes()[:-100])
     with pytest.raises(TruncatedShardError, match=r"value 'text\.str\.zst\.bin': sidecar bytes"):
         hpcio.open(path).reader.read_field(np.arange(10), "text")
+
+
+def test_read_batches_count_the_sidecar(tmp_path):
+    path = tmp_path / "d.jinx"
+    blobs = [np.random.default_rng(i).bytes(200_000) for i in range(20)]
+    with hpcio.open_writer(path, format="jinx", binary_threshold=64) as w:
+        for i, b in enumerate(blobs):
+            w.write({"id": i, "blob": b})
+    ds = hpcio.open(path)
+    sidecar = tmp_path / "d.binx"
+    assert sidecar.stat().st_size > 20 * 200_000
+    total = path.stat().st_size + sidecar.stat().st_size
+    assert ds.reader.mean_sample_bytes() == total / 20
+    assert ds.reader.batch_size == 8  # about 1 MiB of 200 KB samples, at least MIN_BATCH
+    assert [s["blob"] for s in ds.shuffle(seed=1)] == [blobs[i] for i in np.random.default_rng(1).permutation(20)]

@@ -626,7 +626,7 @@ def test_read_batches_are_bounded_in_bytes(tmp_path):
             w.write({"id": i, "blob": b"x"})
     ds = hpcio.open(tmp_path / "big")
     stored = sum(os.path.getsize(tmp_path / "big" / f) for f in os.listdir(tmp_path / "big") if f.endswith(".mds"))
-    assert ds.reader.sample_bytes() == stored / 40
+    assert ds.reader.mean_sample_bytes() == stored / 40
     assert ds.reader.batch_size == max(MIN_BATCH, BATCH_BYTES // (stored / 40)) == 10
     assert hpcio.open(tmp_path / "small").reader.batch_size == DEFAULT_BATCH
     # a shuffled view read in byte-bounded batches gives the samples of ds[i], in order
