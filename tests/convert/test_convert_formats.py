@@ -91,6 +91,36 @@ def test_ranks_write_the_same_bytes(converted, jsonl_sources, tmp_path, to, rank
     assert tree_bytes(tmp_path / "many") == tree_bytes(out)
 
 
+@pytest.mark.parametrize("to", sorted(FORMATS))
+def test_resume_completes_an_interrupted_conversion_byte_for_byte(converted, jsonl_sources, tmp_path, to,
+                                                                  monkeypatch):
+    import hpcio.convert.driver as driver
+    from hpcio.convert.resume import staging_path
+
+    ref, _ = converted(to)
+    out = tmp_path / "out"
+    options = dict(to=to, compression=FORMATS[to][1] if FORMATS[to] else None, ngpus=2, nworkers=2,
+                   shard_size=20000, progress=False)
+    # a run killed after writing every shard, before publishing the dataset
+    real = driver._publish
+    monkeypatch.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        hpcio.convert(jsonl_sources, out, **options)
+    monkeypatch.setattr(driver, "_publish", real)
+    staging = staging_path(out)
+    parts_dir = os.path.join(staging, ".hpcio", "parts")
+    parts = sorted(os.listdir(parts_dir))
+    assert not os.path.exists(out) and len(parts) >= 4
+    os.remove(os.path.join(parts_dir, parts[0]))  # a shard whose record never landed
+    with open(os.path.join(parts_dir, parts[1])) as f:
+        damaged = sorted(json.load(f)["files"])[0]
+    with open(os.path.join(staging, damaged), "r+b") as f:  # a shard damaged on disk
+        f.truncate(max(0, os.path.getsize(os.path.join(staging, damaged)) // 2))
+    summary = hpcio.convert(jsonl_sources, out, resume=True, **options)
+    assert summary["shards_written"] == 2 and summary["shards_kept"] == len(parts) - 2
+    assert tree_bytes(out) == tree_bytes(ref)
+
+
 def test_mds_output_reads_in_streaming(converted, tmp_path):
     out, _ = converted("mds")
     code = (
