@@ -92,6 +92,7 @@ def test_ranks_write_the_same_bytes(converted, jsonl_sources, tmp_path, to, rank
 
 
 @pytest.mark.parametrize("to", sorted(FORMATS))
+@pytest.mark.filterwarnings("ignore:compression=.sample..zstd. compresses each sample:UserWarning")
 def test_resume_completes_an_interrupted_conversion_byte_for_byte(converted, jsonl_sources, tmp_path, to,
                                                                   monkeypatch):
     import hpcio.convert.driver as driver
