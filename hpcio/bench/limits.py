@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from ..formats.jinx import sidecar_path
+
 __all__ = ["page_cache_read_bandwidth", "zstd_decode_bandwidth", "dict_floor", "median_time"]
 
 
@@ -29,8 +31,6 @@ def dataset_files(path: str) -> list[str]:
     """The files of a dataset: a directory's tree, or a single file and its ``.binx``
     sidecar (where a JINX file keeps its binary values)."""
     if os.path.isfile(path):
-        from ..formats.jinx import sidecar_path
-
         sidecar = sidecar_path(path)
         return [path] + ([sidecar] if os.path.isfile(sidecar) else [])
     return sorted(

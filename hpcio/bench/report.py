@@ -173,7 +173,7 @@ def pipeline_markdown(rows: list[dict]) -> str:
     conversion = [r for r in rows if r["section"] == "conversion"]
     if staging:
         out.write("\n## Staging (verified, fsynced) against cp -r\n\n")
-        out.write("`hpcio.stage` timed inside its process (imports apart); `cp -r + sync` gives `cp` the same "
+        out.write("`hpcio.stage` timed inside its process (imports excluded); `cp -r + sync` gives `cp` the same "
                   "durability.\n\n")
         out.write("| profile | dataset | bytes | hpcio stage MB/s | whole process MB/s | cp -r MB/s | cp -r + sync MB/s "
                   "| stage / cp | stage / (cp + sync) |\n|---|---|---|---|---|---|---|---|---|\n")
