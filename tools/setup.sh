@@ -82,6 +82,7 @@ installed_here() {
     py=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
     here=$(pwd)
     (cd / && HPCIO_TREE="$here" "$py" -c 'import os, sys, hpcio, hpcio._core
+hpcio._core.load_all()
 sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(hpcio.__file__))) != os.environ["HPCIO_TREE"])') \
         >/dev/null 2>&1
 }
@@ -102,7 +103,7 @@ PYEOF
     "$PY" -m pip install -q --no-build-isolation -e '.[test]'
     installed_here || {
         echo "setup: hpcio installed, but its compiled core does not import:" >&2
-        "$PY" -c 'import hpcio._core' >&2 || true
+        "$PY" -c 'import hpcio._core; hpcio._core.load_all()' >&2 || true
         exit 1
     }
     echo "$KEY" > "$STAMP"

@@ -60,6 +60,10 @@ def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> l
             out.append(System(f"hpcio {d.name} eager", "hpcio", d.name, {"lazy": False}, ops=hp_ops, peer=False))
         elif d.name in ("mds", "mds-sample-zstd", "parquet"):
             out.append(System(f"hpcio {d.name}", "hpcio", d.name, {}, ops=hp_ops, peer=False))
+            if d.name.startswith("mds"):
+                # binary values as read-only views of the mapped (or decompressed) shard
+                out.append(System(f"hpcio {d.name} zero-copy", "hpcio", d.name, {"zero_copy": True},
+                                  ops=hp_ops, peer=False))
         elif d.name == "webdataset":
             out.append(System("hpcio webdataset", "hpcio", d.name, {}, ops=("iterate", "iterate-meta"), peer=False))
     if "mds" in names:
