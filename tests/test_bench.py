@@ -100,7 +100,8 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     staging = [r for r in rows if r["section"] == "staging"]
     assert {r["dataset"] for r in staging} == {"mds"}  # the one dataset kept as a directory
     assert all(r["stage_bytes_per_s"] > 0 and r["cp_bytes_per_s"] > 0 and r["cp_sync_bytes_per_s"] > 0
-               and r["stage_process_s"] > r["stage_s"] for r in staging)
+               and r["stage_fsync_bytes_per_s"] > 0 and r["stage_process_s"] > r["stage_s"]
+               and r["stage_fsync_process_s"] > r["stage_fsync_s"] for r in staging)
     writers = {r["writer"]: r for r in rows if r["section"] == "conversion"}
     assert set(writers) == {"hpcio convert (1 rank)", "hpcio convert (2 ranks)", "mdf convert",
                             "streaming MDSWriter", "webdataset ShardWriter"}

@@ -28,6 +28,13 @@ def add_arguments(parser) -> None:
                         help="never import mpi4py; under srun the first task (per node if node-local) copies")
     parser.add_argument("--method", choices=("auto", "copy_file_range", "readwrite"), default="auto",
                         help="copy primitive (default auto: copy_file_range, falling back to read/write)")
+    durability = parser.add_mutually_exclusive_group()
+    durability.add_argument("--fsync", dest="fsync", action="store_true", default=None,
+                            help="fsync every copy, directory and the manifest before publishing "
+                                 "(default: only for a shared destination)")
+    durability.add_argument("--no-fsync", dest="fsync", action="store_false",
+                            help="never fsync (default for a node-local destination, which does not "
+                                 "outlive the job; a resumed run re-verifies what it keeps)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -36,7 +43,7 @@ def run(args) -> int:
         result = stage(
             args.src, args.dst, threads=args.threads, dry_run=args.dry_run,
             chunk_bytes=parse_size(args.chunk_size), node_local=args.node_local,
-            use_mpi=not args.no_mpi, method=args.method, progress=not args.quiet,
+            use_mpi=not args.no_mpi, method=args.method, progress=not args.quiet, fsync=args.fsync,
         )
     except HpcioError as exc:
         print(f"hpcio stage: error: {exc}", file=sys.stderr)

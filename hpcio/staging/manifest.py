@@ -150,8 +150,12 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix: str) -> str:
-    """Write the manifest atomically (temp name, fsync, rename, fsync dir); return its path."""
+def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix: str,
+                   durable: bool = True) -> str:
+    """Write the manifest atomically (temp name, fsync, rename, fsync dir); return its path.
+
+    With ``durable=False`` nothing is fsynced: the rename alone makes it visible whole.
+    """
     manifest.created = manifest.created or datetime.datetime.now(datetime.timezone.utc).isoformat()
     manifest.host = manifest.host or socket.gethostname()
     final = os.path.join(directory, MANIFEST_NAME)
@@ -160,9 +164,11 @@ def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix:
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.rename(tmp, final)
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
     return final
 
 
@@ -200,8 +206,9 @@ def read_manifest(directory: str | os.PathLike) -> Manifest | None:
 class Journal:
     """Append-only record of files finished during one run (one file per rank)."""
 
-    def __init__(self, directory: str | os.PathLike, rank: int):
+    def __init__(self, directory: str | os.PathLike, rank: int, durable: bool = True):
         self.path = os.path.join(directory, f".hpcio-journal.{rank}.jsonl")
+        self.durable = durable
         self._fd = None
 
     def append(self, record: FileRecord) -> None:
@@ -210,7 +217,8 @@ class Journal:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.write(self._fd, json.dumps(record.to_json(), sort_keys=True).encode() + b"\n")
-        os.fsync(self._fd)
+        if self.durable:
+            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:

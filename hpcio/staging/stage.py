@@ -5,7 +5,10 @@ The guarantees are those of mpiFileUtils' ``dcp``/``dsync`` plus what they lack:
 * **plan first**: bytes *and* inodes are summed and compared with ``statvfs`` and the
   tier's known quota before anything is written;
 * **atomic visibility**: every file is written as ``name.tmp.<jobid>``, ``fsync``\\ ed and
-  renamed; directories are ``fsync``\\ ed and the manifest is published last;
+  renamed; directories are ``fsync``\\ ed and the manifest is published last.  On a
+  node-local destination nothing is fsynced by default: its contents do not outlive the
+  node's jobs, and a resumed run re-verifies every file it keeps, so a crash cannot leave
+  a torn file trusted (``fsync=True`` asks for durability anyway);
 * **verification** against checksums recorded by the dataset itself (MDS ``index.json``
   ``hashes``, xxh64 / xxh3_64) or by the source's own staging manifest, computed on the
   fly while copying instead of a second full compare;
@@ -181,6 +184,7 @@ class StageResult:
     manifest: str | None = None
     dry_run: bool = False
     copier: bool = True
+    durable: bool = True  # copies, directories and manifest were fsynced
 
     def summary(self) -> str:
         if self.dry_run:
@@ -191,8 +195,8 @@ class StageResult:
         return (
             f"staged {self.plan.src} -> {self.plan.dst}: copied {len(self.copied)} files "
             f"({format_bytes(self.bytes_copied)}, {format_bytes(rate)}/s), kept {len(self.kept)} verified, "
-            f"re-copied {len(self.recopied)} that failed verification, in {self.seconds:.2f} s; "
-            f"manifest {self.manifest}"
+            f"re-copied {len(self.recopied)} that failed verification, in {self.seconds:.2f} s"
+            f"{'' if self.durable else ' (not fsynced: node-local destination)'}; manifest {self.manifest}"
         )
 
 
@@ -454,8 +458,9 @@ class _Engine:
     """Copies and verifies items with a thread pool inside one process."""
 
     def __init__(self, plan: StagePlan, threads: int, method: str, tmp_suffix: str, journal: Journal | None,
-                 progress: _Progress | None):
+                 progress: _Progress | None, durable: bool = True):
         self.plan = plan
+        self.durable = durable
         self.src_root = plan.src if os.path.isdir(plan.src) else os.path.dirname(plan.src)
         self.files = plan.by_rel()
         self.threads = max(1, threads)
@@ -576,12 +581,15 @@ class _Engine:
     def _copy_range_kernel(self, src_fd, dst_fd, offset, length, h) -> bool:
         """Copy inside the kernel, hashing the source pages through a read-only map.
 
+        Beyond one block, the pages are hashed by a second thread while this one copies
+        (both release the GIL), so a file costs the longer of the two, not their sum.
         Returns False (nothing copied) when this filesystem pair refuses copy_file_range.
         """
         mapped = mmap.mmap(src_fd, length, prot=mmap.PROT_READ, offset=offset)
         try:
             mapped.madvise(mmap.MADV_SEQUENTIAL)
             view = memoryview(mapped)
+            hasher = None
             try:
                 pos = 0
                 while pos < length:
@@ -595,10 +603,15 @@ class _Engine:
                         raise
                     if n == 0:
                         raise StagingError("source file shrank during the copy", offset=offset + pos)
-                    h.update(view[pos:pos + n])
+                    if hasher is None and n < length:
+                        hasher = _BlockHasher(h, view, length)
+                    elif hasher is None:
+                        h.update(view[:n])
                     pos += n
                     self._tick(n)
             finally:
+                if hasher is not None:
+                    hasher.join(abandon=pos < length)
                 view.release()
         finally:
             mapped.close()
@@ -616,7 +629,8 @@ class _Engine:
                 try:
                     self._copy_range(src_fd, dst_fd, 0, sf.size, h)
                     os.fchmod(dst_fd, sf.mode)
-                    os.fsync(dst_fd)
+                    if self.durable:
+                        os.fsync(dst_fd)
                 finally:
                     os.close(dst_fd)
             except BaseException:
@@ -636,7 +650,8 @@ class _Engine:
                 dst_fd = os.open(tmp, os.O_WRONLY)
                 try:
                     self._copy_range(src_fd, dst_fd, item.offset, item.length, h)
-                    os.fsync(dst_fd)
+                    if self.durable:
+                        os.fsync(dst_fd)
                 finally:
                     os.close(dst_fd)
             finally:
@@ -667,6 +682,34 @@ class _Engine:
             with self._journal_lock:
                 self.journal.append(record)
         return record
+
+
+class _BlockHasher:
+    """Feeds ``view[:length]`` to ``h`` block by block in a thread of its own."""
+
+    def __init__(self, h, view: memoryview, length: int):
+        self.h, self.view, self.length = h, view, length
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="hpcio-stage-hash", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for pos in range(0, self.length, BLOCK_BYTES):
+                if self.stop.is_set():
+                    return
+                self.h.update(self.view[pos:pos + BLOCK_BYTES])
+        except BaseException as exc:  # noqa: BLE001 - re-raised by join()
+            self.error = exc
+
+    def join(self, abandon: bool = False) -> None:
+        """Wait for the digest (or, with ``abandon``, for the thread to stop reading)."""
+        if abandon:
+            self.stop.set()
+        self.thread.join()
+        if self.error is not None and not abandon:
+            raise self.error
 
 
 class _io_errors:
@@ -756,7 +799,7 @@ def _on_root(comm, fn, *args, **kwargs):
 
 
 def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chunk_bytes: int,
-         show_progress: bool, tmp_suffix: str | None) -> StageResult:
+         show_progress: bool, tmp_suffix: str | None, fsync: bool | None) -> StageResult:
     """The staging run shared by one process (``SelfComm``) and by MPI ranks."""
     t0 = time.perf_counter()
     plan = _on_root(comm, plan_stage, *plan_args["pos"], **plan_args["kw"])
@@ -766,7 +809,10 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
     if dry_run:
         return result
     tmp_suffix = comm.bcast(tmp_suffix or _job_suffix() if comm.rank == 0 else None, root=0)
-    engine = _Engine(plan, threads, method, tmp_suffix, None, None)
+    durable = not plan.node_local if fsync is None else bool(fsync)
+    result.durable = durable
+    sync_dir = fsync_dir if durable else (lambda _path: None)
+    engine = _Engine(plan, threads, method, tmp_suffix, None, None, durable)
 
     # 1. verify what an earlier run left, spread across ranks; re-copy what fails.
     check_items = [_Item(rel, 0, plan.by_rel()[rel].size, None) for rel in plan.to_check]
@@ -785,7 +831,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
         # The verified files go into the journal before the old manifest is withdrawn,
         # so an interruption from here on still resumes without re-reading them.
         os.makedirs(plan.dst, exist_ok=True)
-        journal = Journal(plan.dst, 0)
+        journal = Journal(plan.dst, 0, durable)
         for rel in kept:
             journal.append(_kept_record(plan, rel))
         journal.close()
@@ -804,7 +850,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
         # Re-staging must not hand a purge policy the times of the first copy.
         for rel in kept:
             os.utime(engine.dst_path(rel))
-        fsync_dir(plan.dst)
+        sync_dir(plan.dst)
 
     _on_root(comm, _wrap_io(prepare, plan.dst))
     comm.Barrier()
@@ -814,7 +860,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
     mine = _assign(items, comm.size, comm.rank)
     progress = _Progress(sum(it.length for it in mine), show_progress and comm.rank == 0, "stage")
     engine.progress = progress
-    engine.journal = Journal(plan.dst, comm.rank)
+    engine.journal = Journal(plan.dst, comm.rank, durable)
     try:
         outputs = _collective(
             comm, engine.map, lambda it: engine.copy_whole(it) if it.chunk is None else engine.copy_chunk(it), mine
@@ -830,7 +876,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
             chunks.setdefault(o[0], {})[o[1]] = o[2]
 
     def publish():
-        engine.journal = Journal(plan.dst, 0)
+        engine.journal = Journal(plan.dst, 0, durable)
         try:
             for rel, cb in chunked.items():
                 digests = [chunks[rel][k] for k in range(len(chunks[rel]))]
@@ -841,9 +887,9 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
             records[rel] = _kept_record(plan, rel)
         # Renames and new directories become durable before the manifest says "complete".
         for d in [os.path.join(plan.dst, d) for d in reversed(plan.dirs)] + [plan.dst]:
-            fsync_dir(d)
+            sync_dir(d)
         manifest = Manifest(source=plan.src, files=list(records.values()), job_id=os.environ.get("SLURM_JOB_ID"))
-        path = write_manifest(plan.dst, manifest, tmp_suffix)
+        path = write_manifest(plan.dst, manifest, tmp_suffix, durable)
         for journal in _journal_paths(plan.dst):
             _unlink_quiet(journal)
         return path
@@ -890,6 +936,7 @@ def stage(
     method: str = "auto",
     progress: bool = True,
     tmp_suffix: str | None = None,
+    fsync: bool | None = None,
 ) -> StageResult:
     """Copy the dataset at ``src`` into directory ``dst``, verified and resumable.
 
@@ -928,6 +975,11 @@ def stage(
         Show a progress bar (terminal) or a line every 10 s (logs).
     tmp_suffix : str, optional
         Suffix of temporary names (default ``$SLURM_JOB_ID``, else host and pid).
+    fsync : bool, optional
+        Make the copies, directories and manifest durable before publishing.  Default:
+        for a shared destination only.  A node-local one (job scratch, NVMe, ``/dev/shm``,
+        ``$TMPDIR``) does not outlive the node's jobs, and a resumed run re-verifies every
+        file it keeps, so its copies are published without waiting for the disk.
 
     Returns
     -------
@@ -949,7 +1001,7 @@ def stage(
         raise HpcioError(f"threads must be at least 1, got {threads}")
     plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat)
     run_kw = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
-                  show_progress=progress, tmp_suffix=tmp_suffix)
+                  show_progress=progress, tmp_suffix=tmp_suffix, fsync=fsync)
     if comm is None:
         comm = _mpi.get_comm(use_mpi)
 

@@ -291,6 +291,29 @@ def test_default_threads_follow_slurm_not_cpu_count():
     assert default_threads({}) == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.parametrize("node_local, fsync, durable", [
+    (False, None, True), (True, None, False), (True, True, True), (False, False, False)])
+def test_fsync_policy_follows_the_destination(dataset, fast_tier, monkeypatch, node_local, fsync, durable):
+    """A shared destination is made durable before publishing; a node-local one, which
+    does not outlive the job, is not unless asked.  Counted at the fsync system call."""
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
+                                                 real_fsync(fd))[1])
+    src, files = dataset
+    dst = fast_tier / "ds"
+    result = stage(src, dst, threads=1, node_local=node_local, fsync=fsync, tiers=NO_TIERS, progress=False)
+    assert tree_bytes(dst).keys() - {MANIFEST_NAME} == files.keys()
+    assert result.durable is durable
+    assert ("not fsynced" in result.summary()) is not durable
+    if durable:
+        copies = {p.split(".tmp.")[0] for p in synced if ".tmp." in p}
+        assert copies >= {str(dst / rel) for rel in files} | {str(dst / MANIFEST_NAME)}
+        assert str(dst) in synced  # the directory, after the renames
+    else:
+        assert synced == []
+
+
 def test_hpcio_stage_is_lazy_and_public(dataset, fast_tier):
     code = "import sys, hpcio; print('hpcio.staging' in sys.modules, 'mpi4py' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
