@@ -581,17 +581,18 @@ class _Engine:
     def _copy_range_kernel(self, src_fd, dst_fd, offset, length, h) -> bool:
         """Copy inside the kernel, hashing the source pages through a read-only map.
 
-        Beyond one block, the pages are hashed by a second thread while this one copies
-        (both release the GIL), so a file costs the longer of the two, not their sum.
-        Returns False (nothing copied) when this filesystem pair refuses copy_file_range.
+        Beyond 1 MiB, the pages are hashed by a second thread while this one copies (both
+        release the GIL), so a file costs the longer of the two, not their sum.
+        Returns False (nothing copied, ``h`` reset) when this filesystem pair refuses
+        copy_file_range.
         """
         mapped = mmap.mmap(src_fd, length, prot=mmap.PROT_READ, offset=offset)
         try:
             mapped.madvise(mmap.MADV_SEQUENTIAL)
             view = memoryview(mapped)
-            hasher = None
+            hasher = _BlockHasher(h, view, length) if length > 1 << 20 else None
+            pos = 0
             try:
-                pos = 0
                 while pos < length:
                     try:
                         n = os.copy_file_range(src_fd, dst_fd, min(BLOCK_BYTES, length - pos),
@@ -599,14 +600,16 @@ class _Engine:
                     except OSError as exc:
                         if pos == 0 and exc.errno in _CFR_UNSUPPORTED:
                             self._cfr_ok = False
+                            if hasher is not None:
+                                hasher.join(abandon=True)
+                                hasher = None
+                                h.reset()
                             return False
                         raise
                     if n == 0:
                         raise StagingError("source file shrank during the copy", offset=offset + pos)
-                    if hasher is None and n < length:
-                        hasher = _BlockHasher(h, view, length)
-                    elif hasher is None:
-                        h.update(view[:n])
+                    if hasher is None:
+                        h.update(view[pos:pos + n])
                     pos += n
                     self._tick(n)
             finally:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -312,6 +314,35 @@ def test_fsync_policy_follows_the_destination(dataset, fast_tier, monkeypatch, n
         assert str(dst) in synced  # the directory, after the renames
     else:
         assert synced == []
+
+
+def test_auto_falls_back_where_the_kernel_refuses_copy_file_range(tmp_path):
+    """tmpfs to another filesystem type: copy_file_range fails with EXDEV at the first
+    call; the copy goes on with read/write and the digests are of the whole files (the
+    hashing started alongside the refused copy is thrown away)."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm tmpfs on this machine")
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    files = {"a.bin": rng.bytes(5 * MiB + 17), "b.bin": rng.bytes(2 * MiB)}
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        src = os.path.join(shm, "ds")
+        write_tree(src, files)
+        probe = tmp_path / "probe"
+        with open(os.path.join(src, "a.bin"), "rb") as fin, open(probe, "wb") as fout:
+            try:
+                os.copy_file_range(fin.fileno(), fout.fileno(), 4096)
+                pytest.skip("this kernel copies between tmpfs and the temporary directory's filesystem")
+            except OSError as exc:
+                assert exc.errno == errno.EXDEV
+        dst = tmp_path / "dst"
+        result = stage(src, dst, method="auto", threads=1, tiers=NO_TIERS, progress=False)
+    staged = tree_bytes(dst)
+    manifest = json.loads(staged.pop(MANIFEST_NAME))
+    assert staged == files and result.copied == sorted(files)
+    assert {r["path"]: (r["algo"], r["digest"]) for r in manifest["files"]} == {
+        rel: ("xxh3_64", xxh3(data)) for rel, data in files.items()}
 
 
 def test_hpcio_stage_is_lazy_and_public(dataset, fast_tier):
