@@ -69,3 +69,10 @@ def tree_bytes(path) -> dict:
             with open(full, "rb") as f:
                 out[os.path.relpath(full, path)] = f.read()
     return out
+
+
+def record_arrow_threads(sample: dict) -> dict:
+    """A ``--map`` that stores the size of pyarrow's thread pool in the rank writing it."""
+    import pyarrow
+
+    return {**sample, "arrow_threads": pyarrow.cpu_count()}

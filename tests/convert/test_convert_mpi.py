@@ -48,6 +48,25 @@ def test_output_is_byte_identical_to_one_rank(reference, tmp_path, ranks):
     assert len(finals) == 1 and finals[0].startswith("[hpcio convert] 360/360 samples (100.0%)")
 
 
+def test_ranks_on_one_node_share_its_cpus_for_parquet_decoding(tmp_path):
+    """Two ranks on one node decode Parquet with half the CPUs each, not all of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": list(range(64)), "text": [f"t{i}" for i in range(64)]}), src)
+    cpus = len(os.sched_getaffinity(0))
+    seen = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"out{ranks}"
+        proc = run_command("convert", [src, out, "--to", "mds", "--num-shards", "2",
+                                       "--map", "convert_helpers:record_arrow_threads"], ranks=ranks)
+        assert proc.returncode == 0, proc.stderr
+        seen[ranks] = {s["arrow_threads"] for s in hpcio.open(out)}
+    (alone,) = seen[1]  # pyarrow's own default: the CPUs, or OMP_NUM_THREADS when set
+    assert seen[2] == {min(alone, max(1, cpus // 2))}
+
+
 def _corrupt_line(path, line):
     with open(path, "rb") as f:
         lines = f.read().splitlines(keepends=True)
