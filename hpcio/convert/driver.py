@@ -353,33 +353,38 @@ def convert(
     return comm.bcast(summary)
 
 
-def cpu_share(cpus: int, local_ranks: int) -> int:
-    """Threads for one of ``local_ranks`` processes sharing ``cpus`` CPUs (at least 1).
+def cpu_share(task_cpus: int, shared_cpus: int, sharing: int) -> int:
+    """Threads for one of ``sharing`` processes that may all run on the same
+    ``shared_cpus`` CPUs, at most ``task_cpus`` (what the task was given), at least 1.
 
-    >>> cpu_share(2, 2), cpu_share(64, 8), cpu_share(4, 8)
-    (1, 8, 1)
+    >>> cpu_share(2, 2, 2), cpu_share(8, 64, 8), cpu_share(4, 4, 1), cpu_share(4, 4, 8)
+    (1, 8, 4, 1)
     """
-    return max(1, cpus // max(1, local_ranks))
+    return max(1, min(task_cpus, shared_cpus // max(1, sharing)))
 
 
 def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
-    """Cap pyarrow's thread pool (Parquet decoding) to this rank's share of the CPUs when
-    several ranks run on one node; returns the function that restores it.
+    """Cap pyarrow's thread pool (Parquet decoding) to this rank's share of its CPUs when
+    other ranks on the node may run on the same CPUs; returns the function that restores it.
 
-    Every rank would otherwise decode with as many threads as the node has CPUs: two
+    Every rank would otherwise decode with as many threads as it has CPUs: two unbound
     ranks on two cores measured 0.55–0.61 s for the vlm bench conversion against
-    0.35–0.38 s with one thread each.  Collective (every rank calls it).
+    0.35–0.38 s with one thread each.  Ranks a launcher binds to CPUs of their own share
+    nothing and keep theirs.  Collective (every rank calls it).
     """
     import socket
 
-    hosts = comm.allgather(socket.gethostname()) if comm.size > 1 else []
-    local = hosts.count(socket.gethostname()) if hosts else 1
-    if local <= 1 or not decodes_parquet:
+    from ..distributed.context import cpus_per_task
+
+    if comm.size == 1 or not decodes_parquet:
         return lambda: None
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    me = (socket.gethostname(), cpus)
+    sharing = comm.allgather(me).count(me)
     import pyarrow as pa
 
     before = pa.cpu_count()
-    share = cpu_share(len(os.sched_getaffinity(0)), local)
+    share = cpu_share(cpus_per_task(), len(cpus), sharing)
     if share >= before:
         return lambda: None
     pa.set_cpu_count(share)
