@@ -64,6 +64,32 @@ hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *
                           const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
                           uint64_t *out_offsets, hpcio_error *err);
 
+/* ---- MDS record columns (columns.c) ---------------------------------------------------
+ * An MDS record holds one little-endian u32 size per variable-size column (in column
+ * order), then every column's bytes in column order.  fixed[c] is column c's size, or -1
+ * when it is variable (ncols <= HPCIO_MDS_MAX_COLUMNS).  For the m records
+ * rec[j][0..len[j]) and the nsel selected columns sel[s]:
+ * hpcio_mds_column_offsets writes offsets[s*(m+1) + j], the position of record j's value
+ * of column sel[s] in that column's output (offsets[s*(m+1)] = 0, offsets[s*(m+1)+m] the
+ * column's total); a record whose sizes do not add up to its length is HPCIO_E_CORRUPT
+ * with err->item = j.  hpcio_mds_column_copy then copies the values of column sel[s]
+ * back to back into out[s], which holds at least offsets[s*(m+1)+m] bytes. */
+#define HPCIO_MDS_MAX_COLUMNS 64
+hpcio_status hpcio_mds_column_offsets(const uint8_t *const *rec, const uint64_t *len,
+                                      size_t m, const int64_t *fixed, size_t ncols,
+                                      const int32_t *sel, size_t nsel, uint64_t *offsets,
+                                      hpcio_error *err);
+hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *len, size_t m,
+                                   const int64_t *fixed, size_t ncols, const int32_t *sel,
+                                   size_t nsel, const uint64_t *offsets, uint8_t *const *out,
+                                   hpcio_error *err);
+
+/* Characters of the UTF-8 values data[offsets[j]..offsets[j+1]) for j < m (bytes that
+ * do not continue a multi-byte sequence), as Python's len(str) counts them for valid
+ * UTF-8.  A range outside data is HPCIO_E_ARG with err->item = j. */
+hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
+                                size_t m, int64_t *out, hpcio_error *err);
+
 /* ---- buffered file reads (fileio.c) --------------------------------------------------
  * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF
  * early is HPCIO_E_TRUNCATED with err->offset = the file offset where data ended. */

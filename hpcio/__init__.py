@@ -10,6 +10,7 @@ split across ranks and dataloader workers.
 """
 
 from ._version import __version__
+from .columns import VarColumn
 from .dataset import Dataset, open, open_writer
 from .errors import (
     CapabilityError,
@@ -34,6 +35,7 @@ from .registry import Capabilities, available_formats, get_format, register_form
 __all__ = [
     "__version__",
     "Dataset",
+    "VarColumn",
     "open",
     "open_writer",
     "convert",

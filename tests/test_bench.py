@@ -63,10 +63,25 @@ def test_bench_smoke_hpcio_readers_agree(tmp_path):
     assert "## Every measurement" in md and "hpcio jinx-zst-bin lazy" in md
 
 
+def test_bench_batch_apis_touch_what_shuffle_touches(tmp_path):
+    """get_batch (dicts) and get_columns (arrays) read the shuffled samples: the touch of
+    every column adds up to the per-sample touch of the same samples."""
+    _out, result = _bench(tmp_path, "--only", "hpcio mds", "--op", "shuffle", "--op", "batch",
+                          "--op", "columns")
+    records = result["records"]
+    assert not [r for r in records if r.get("error")]
+    for profile in ("text", "vlm"):
+        rows = [r for r in records if r["profile"] == profile]
+        assert {r["op"] for r in rows} == {"shuffle", "batch", "columns"}
+        checksums = {(r["system"], r["op"]): r["checksum"] for r in rows}
+        assert len(set(checksums.values())) == 1, checksums
+
+
 @pytest.mark.bench
 def test_bench_peers_agree_with_hpcio(tmp_path):
     """The peers installed beside hpcio touch the same bytes as hpcio does."""
-    _out, result = _bench(tmp_path, "--op", "iterate", "--op", "iterate-meta", "--op", "shuffle", "--op", "sort")
+    _out, result = _bench(tmp_path, "--op", "iterate", "--op", "iterate-meta", "--op", "shuffle", "--op", "sort",
+                          "--op", "columns")
     by_op = {}
     for r in result["records"]:
         assert not r.get("error"), r
@@ -75,6 +90,12 @@ def test_bench_peers_agree_with_hpcio(tmp_path):
         assert {"streaming mds", "webdataset", "pyarrow parquet"} <= set(by_op[profile, "iterate"])
     for key, sums in by_op.items():
         assert len(set(sums.values())) == 1, (key, sums)
+    # no peer has a batch API: the columnar batch is compared with the best per-sample shuffle
+    summary = {(s["profile"], s["op"]): s for s in result["summary"]}
+    for profile in ("text", "vlm"):
+        shuffle, columns = summary[profile, "shuffle"], summary[profile, "columns"]
+        assert columns["best_peer"] == f"{shuffle['best_peer']} (per-sample shuffle)"
+        assert columns["best_peer_samples_per_s"] == shuffle["best_peer_samples_per_s"]
 
 
 @pytest.mark.bench

@@ -10,7 +10,7 @@ META = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
 
 
 class Read:
-    params = (list(tiers()), ["text", "vlm"], list(CONFIGS), ["iterate", "iterate-meta", "shuffle", "sort", "batch"])
+    params = (list(tiers()), ["text", "vlm"], list(CONFIGS), ["iterate", "iterate-meta", "shuffle", "sort", "batch", "columns"])
     param_names = ["tier", "profile", "config", "op"]
     timeout = 600
 
@@ -37,11 +37,15 @@ class Read:
         elif op == "sort":
             for s in ds.sort(len, field="messages" if profile == "vlm" else "text"):
                 total += touch(s)
-        else:
+        elif op == "batch":
             perm = np.random.default_rng(42).permutation(len(ds))
             for lo in range(0, len(ds), BATCH):
                 for s in ds.get_batch(perm[lo : lo + BATCH]):
                     total += touch(s)
+        else:
+            perm = np.random.default_rng(42).permutation(len(ds))
+            for lo in range(0, len(ds), BATCH):
+                total += touch(ds.get_columns(perm[lo : lo + BATCH]))
         return total
 
     def time_read(self, tier, profile, config, op):

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Declarations of the C kernel contract (csrc/hpcio.h), shared by every _core module."""
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef extern from "hpcio.h" nogil:
@@ -35,6 +35,18 @@ cdef extern from "hpcio.h" nogil:
     hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *starts,
                               const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
                               uint64_t *out_offsets, hpcio_error *err)
+
+    enum: HPCIO_MDS_MAX_COLUMNS
+    hpcio_status hpcio_mds_column_offsets(const uint8_t *const *rec, const uint64_t *len,
+                                          size_t m, const int64_t *fixed, size_t ncols,
+                                          const int32_t *sel, size_t nsel, uint64_t *offsets,
+                                          hpcio_error *err)
+    hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *len, size_t m,
+                                       const int64_t *fixed, size_t ncols, const int32_t *sel,
+                                       size_t nsel, const uint64_t *offsets, uint8_t *const *out,
+                                       hpcio_error *err)
+    hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
+                                    size_t m, int64_t *out, hpcio_error *err)
 
     hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
                                   hpcio_error *err)

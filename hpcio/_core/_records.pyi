@@ -1,4 +1,4 @@
-"""Sample dicts built straight from MDS records (compiled)."""
+"""Sample dicts and columns built straight from MDS records (compiled)."""
 from collections.abc import Callable
 
 import numpy as np
@@ -15,3 +15,13 @@ def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: 
                 ) -> tuple[list[dict] | None, int]:
     """Dicts of columns ``cols`` of the records ``buf[starts[j]:ends[j]]``; ``(samples, -1)``,
     or ``(None, j)`` when record j is malformed or a value cannot be built."""
+
+def mds_columns(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64],
+                ends: NDArray[np.int64], sizes: tuple, cols: tuple
+                ) -> tuple[list[tuple[NDArray[np.uint8], NDArray[np.int64]]] | None, int]:
+    """Columns ``cols`` of the records ``bufs[buf_of[j]][starts[j]:ends[j]]`` as
+    ``(data, offsets)`` pairs; ``(columns, -1)``, or ``(None, j)`` when record j is
+    malformed."""
+
+def utf8_lengths(data, offsets: NDArray[np.uint64]) -> NDArray[np.int64]:
+    """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``."""

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""Sample dicts built straight from MDS records (compiled).
+"""Sample dicts and columns built straight from MDS records (compiled).
 
 Slicing records into columns with numpy and zipping the column lists into dicts costs
 several Python objects per value; here each record's column bounds are computed in C and
@@ -16,13 +16,20 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromLongLong
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from ._utils cimport byte_view, data_ptr
+import numpy as np
+
+from ._chpcio cimport (
+    HPCIO_MDS_MAX_COLUMNS, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_mds_column_copy,
+    hpcio_mds_column_offsets, hpcio_status, hpcio_utf8_lengths,
+)
+from ._utils cimport byte_view, check, data_ptr
 
 cdef enum:
-    _MAXCOL = 64
+    _MAXCOL = HPCIO_MDS_MAX_COLUMNS
 
 KIND_STR = 0
 KIND_BYTES = 1
@@ -117,3 +124,102 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
         Py_INCREF(d)
         PyList_SET_ITEM(out, j, d)
     return out, -1
+
+
+def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
+                const int64_t[::1] ends, tuple sizes, tuple cols):
+    """Columns ``cols`` of the records ``bufs[buf_of[j]][starts[j]:ends[j]]``, in order j.
+
+    ``sizes[c]`` is column c's fixed size or -1 (variable).  Each selected column comes
+    back as ``(data, offsets)``: a uint8 array holding its values back to back and m+1
+    int64 positions (value j is ``data[offsets[j]:offsets[j + 1]]``).  Both passes run
+    in C without the GIL.  Returns ``(columns, -1)``, or ``(None, j)`` when record j lies
+    outside its buffer or is malformed (the caller then decodes its general way, which
+    names the file, offset and sample).
+    """
+    cdef Py_ssize_t m = starts.shape[0], j, s
+    cdef Py_ssize_t ncols = len(sizes), nsel = len(cols), nbufs = len(bufs)
+    if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
+        raise ValueError(f"mds_columns: {ncols} columns (at most {_MAXCOL}), {m} starts, "
+                         f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
+    cdef int64_t fixed[_MAXCOL]
+    cdef int32_t sel[_MAXCOL]
+    for j in range(ncols):
+        fixed[j] = sizes[j]
+    for s in range(nsel):
+        sel[s] = cols[s]
+    cdef list views = [byte_view(buf) for buf in bufs]  # held while C reads the buffers
+    cdef const uint8_t[::1] v
+    cdef const uint8_t **base = <const uint8_t **>malloc((nbufs + 1) * sizeof(uint8_t *))
+    cdef int64_t *size = <int64_t *>malloc((nbufs + 1) * sizeof(int64_t))
+    cdef const uint8_t **rec = <const uint8_t **>malloc((m + 1) * sizeof(uint8_t *))
+    cdef uint64_t *length = <uint64_t *>malloc((m + 1) * sizeof(uint64_t))
+    cdef uint8_t **out = <uint8_t **>malloc((nsel + 1) * sizeof(uint8_t *))
+    cdef hpcio_error err
+    cdef hpcio_status st = HPCIO_OK
+    cdef int32_t which
+    cdef uint64_t[:, ::1] offsets
+    cdef uint8_t[::1] data_view
+    cdef list columns
+    try:
+        if base == NULL or size == NULL or rec == NULL or length == NULL or out == NULL:
+            raise MemoryError("mds_columns: no memory for the record table")
+        for j in range(nbufs):
+            v = views[j]
+            base[j] = data_ptr(v)
+            size[j] = v.shape[0]
+        for j in range(m):
+            which = buf_of[j]
+            if which < 0 or which >= nbufs or starts[j] < 0 or ends[j] < starts[j] or ends[j] > size[which]:
+                return None, j
+            rec[j] = base[which] + starts[j]
+            length[j] = <uint64_t>(ends[j] - starts[j])
+        offsets_array = np.empty((nsel, m + 1), np.uint64)
+        offsets = offsets_array
+        hpcio_error_clear(&err)
+        with nogil:
+            st = hpcio_mds_column_offsets(rec, length, m, fixed, ncols, sel, nsel,
+                                          &offsets[0, 0] if nsel else NULL, &err)
+        if st != HPCIO_OK:
+            if err.item >= 0:
+                return None, err.item
+            check(st, &err, None, -1, -1)
+        columns = []
+        for s in range(nsel):
+            data = np.empty(offsets[s, m], np.uint8)
+            data_view = data
+            out[s] = &data_view[0] if data_view.shape[0] else NULL
+            columns.append((data, offsets_array[s].view(np.int64)))
+        with nogil:
+            st = hpcio_mds_column_copy(rec, length, m, fixed, ncols, sel, nsel,
+                                       &offsets[0, 0] if nsel else NULL, out, &err)
+        if st != HPCIO_OK:
+            if err.item >= 0:
+                return None, err.item
+            check(st, &err, None, -1, -1)
+        return columns, -1
+    finally:
+        free(base)
+        free(size)
+        free(rec)
+        free(length)
+        free(out)
+
+
+def utf8_lengths(data, const uint64_t[::1] offsets):
+    """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``,
+    counted without decoding: an int64 array of ``len(offsets) - 1`` values."""
+    cdef const uint8_t[::1] view = byte_view(data)
+    cdef Py_ssize_t m = offsets.shape[0] - 1
+    if m < 0:
+        raise ValueError("utf8_lengths: offsets must hold at least one position")
+    out = np.empty(m, np.int64)
+    cdef int64_t[::1] counts = out
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_utf8_lengths(data_ptr(view), view.shape[0], &offsets[0], m,
+                                &counts[0] if m else NULL, &err)
+    check(st, &err, None, -1, -1)
+    return out

@@ -20,11 +20,14 @@ import numpy as np
 
 from .data import META_FIELDS, BenchDataset
 
-__all__ = ["System", "systems_for", "measure", "interop_python", "OPERATIONS"]
+__all__ = ["System", "systems_for", "measure", "interop_python", "OPERATIONS", "BATCH_OPS"]
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
-OPERATIONS = ("iterate", "iterate-meta", "shuffle", "sort", "batch")
-RANDOM_OPS = ("shuffle", "sort", "batch")
+OPERATIONS = ("iterate", "iterate-meta", "shuffle", "sort", "batch", "columns")
+RANDOM_OPS = ("shuffle", "sort", "batch", "columns")
+# hpcio's batch APIs have no counterpart in the peers: they are compared with the best
+# peer reading the same samples in the same order one by one
+BATCH_OPS = ("batch", "columns")
 DEFAULT_INTEROP = os.path.expanduser("~/.cache/hpcio/interop-py312/bin/python")
 
 
@@ -53,7 +56,7 @@ class System:
 def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
     names = {d.name for d in datasets}
     out: list[System] = []
-    hp_ops = ("iterate", "iterate-meta", "shuffle", "sort", "batch")
+    hp_ops = OPERATIONS
     for d in datasets:
         if d.name.startswith("jinx"):
             out.append(System(f"hpcio {d.name} lazy", "hpcio", d.name, {"lazy": True}, ops=hp_ops, peer=False))

@@ -15,6 +15,8 @@ shuffle       ``ds[i]`` in ``numpy.random.default_rng(42).permutation(n)`` order
 sort          stable sort by a key (text: ``len(text)``; vlm: number of messages), then
               read in that order touching every field
 batch         ``shuffle`` through the system's batch API (1024 samples per call)
+columns       ``shuffle`` through hpcio's columnar batch API (``get_columns``, 1024 samples
+              per call), every column touched to the same total as ``touch``
 """
 
 from __future__ import annotations
@@ -47,16 +49,41 @@ def touch(sample, fields):
     as mapping proxies (not ``dict``), and reading only their length would skip the
     decoding that eager readers pay for.
     """
-    total = 0
     keys = sample.keys() if fields is None else fields
-    for k in keys:
-        v = sample[k]
+    return touch_values([sample[k] for k in keys])
+
+
+def touch_values(values):
+    """touch()'s count for a sequence of values: a length for sized values, nested
+    mappings through their values (plus one), one for anything else."""
+    total = 0
+    for v in values:
         if isinstance(v, (bytes, bytearray, memoryview, str, list, tuple)):
             total += len(v)
         elif hasattr(v, "keys"):
             total += touch(v, None) + 1
         else:
             total += 1
+    return total
+
+
+def touch_columns(columns):
+    """touch() for a column batch (``{field: column}``): the same total, counted a column
+    at a time.  Text counts characters as ``len(str)`` does, JSON is decoded and its values
+    touched, numbers count one each."""
+    total = 0
+    for col in columns.values():
+        kind = getattr(col, "kind", None)
+        if kind == "str":
+            total += int(col.str_lengths().sum())
+        elif kind == "bytes":
+            total += int(col.byte_lengths().sum())
+        elif kind == "json":
+            total += touch_values(col.to_pylist())
+        elif isinstance(col, np.ndarray) and col.ndim == 1:
+            total += len(col)
+        else:
+            total += touch_values(col)
     return total
 
 
@@ -200,10 +227,14 @@ def run(spec):
             for lo in range(0, n, BATCH):
                 for s in ds.get_batch(order[lo : lo + BATCH]):
                     checksum += touch(s, None)
+        elif op == "columns":
+            order = view.indices
+            for lo in range(0, n, BATCH):
+                checksum += touch_columns(ds.get_columns(order[lo : lo + BATCH]))
         else:
             for s in view:
                 checksum += touch(s, None)
-    elif op in ("shuffle", "sort", "batch"):
+    elif op in ("shuffle", "sort"):
         if op == "sort":
             if system == "arrow":
                 import pyarrow.compute as pc

@@ -8,8 +8,9 @@ HELP = "compare hpcio with streaming, mldataforge, webdataset, pyarrow and HF da
 def add_arguments(parser):
     parser.description = (
         "Generate the demo profiles (or reuse them), write them in every format, measure "
-        "the machine's physical limits, then run iterate, iterate-meta, shuffle, sort and "
-        "batch for hpcio and each peer in fresh processes (median of --repeats runs). "
+        "the machine's physical limits, then run iterate, iterate-meta, shuffle and sort for "
+        "hpcio and each peer, and hpcio's batch APIs (batch: sample dicts, columns: one array "
+        "per field), in fresh processes (median of --repeats runs). "
         "Writes results.md/.csv/.json and PNG plots to --out. Peers that need Python 3.12 "
         "(mldataforge, HF datasets) run from the interop environment "
         "(tools/interop-env.sh; HPCIO_INTEROP_PYTHON)."
@@ -20,7 +21,7 @@ def add_arguments(parser):
                         help="profile(s) to run (default: both)")
     parser.add_argument("--text-samples", type=int, default=20000, help="samples in the text profile (default: %(default)s)")
     parser.add_argument("--vlm-samples", type=int, default=2000, help="samples in the vlm profile (default: %(default)s)")
-    parser.add_argument("--op", action="append", choices=["iterate", "iterate-meta", "shuffle", "sort", "batch"],
+    parser.add_argument("--op", action="append", choices=["iterate", "iterate-meta", "shuffle", "sort", "batch", "columns"],
                         help="operation(s) to run (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per measurement; the median is kept (default: %(default)s)")
     parser.add_argument("--only", action="append", help="run only systems whose label contains this word (repeatable)")

@@ -98,6 +98,20 @@ class Reader(abc.ABC):
         columnar access override this to avoid decoding other fields."""
         return [s[field] for s in self.read_many(indices, [field])]
 
+    def read_columns(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> dict:
+        """Samples at ``indices`` as one column per field (see :mod:`hpcio.columns`).
+
+        This default reads the samples and converts their values; formats with a compiled
+        columnar path override it.  ``fields`` None means the reader's fields, or those of
+        the samples read, in first-seen order.
+        """
+        from ..columns import columns_from_values
+
+        samples = self.read_many(indices, fields)
+        if fields is None:
+            fields = self.fields or list(dict.fromkeys(k for s in samples for k in s))
+        return columns_from_values(samples, fields)
+
     def mean_sample_bytes(self) -> float | None:
         """Average stored bytes per sample when the format knows it without reading the
         samples (it sizes the read batches), else None."""

@@ -53,9 +53,10 @@ from ..errors import (
     TruncatedShardError,
     UnsupportedValueError,
 )
+from ..columns import VarColumn
 from ..registry import Capabilities
 from . import base
-from ._mds_encodings import ColumnCodec, column_codec, encode_value, infer_encoding
+from ._mds_encodings import NUMERIC_DTYPES, ColumnCodec, column_codec, encode_value, infer_encoding
 
 __all__ = [
     "NAME",
@@ -388,6 +389,20 @@ class _Layout:
         if any(kinds[c] < 0 for c in cols):
             return None
         return tuple(kinds)
+
+    def column_kind(self, c: int, decode_images: bool):
+        """How :meth:`Reader.read_columns` returns column ``c``: a numpy dtype (fixed-size
+        numbers), ``"str"``, ``"bytes"`` or ``"json"`` (a VarColumn), or None (a list)."""
+        kind = self.codecs[c].kind
+        if kind == "int":
+            return np.dtype("<i8")
+        if kind in NUMERIC_DTYPES:
+            return np.dtype(kind).newbyteorder("<")
+        if kind in ("str", "bytes", "json"):
+            return kind
+        if not decode_images and kind in ("jpeg", "png", "pil"):
+            return "bytes"
+        return None
 
     def samples(self, buf, starts: np.ndarray, ends: np.ndarray, cols: list[int],
                 decode_images: bool, locate, zero_copy: bool = False) -> list[dict]:
@@ -821,6 +836,58 @@ class Reader(base.Reader):
         values = self._read_columns(indices, self._layout.select([field], self.path) if self._layout else [])
         return [] if values is None else values[0]
 
+    def read_columns(self, indices, fields: Sequence[str] | None = None) -> dict:
+        """Columns of samples ``indices`` (see :mod:`hpcio.columns`): numbers as numpy
+        arrays, ``str``/``bytes``/``json`` columns (and undecoded images) as VarColumns
+        sliced out of the records by one compiled call, other encodings as lists."""
+        from .._core import _records
+
+        cols = self._layout.select(fields, self.path) if self._layout else []
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        m = len(ids)
+        kinds = {c: self._layout.column_kind(c, self.decode_images) for c in cols}
+        direct = [c for c in cols if kinds[c] is not None]
+        out: dict = {}
+        if direct and m:
+            bufs, buf_of = [], np.empty(m, np.int32)
+            starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
+            groups, order = self._shard_groups(ids)
+            for g, (k, lidx, a, b) in enumerate(groups):
+                sh, lidx, lo, hi = self._ranges(k, lidx)
+                codec = sh.info.compression
+                if codec is None or not codec.per_sample:
+                    # a view of our own keeps the map alive if the shard is closed meanwhile
+                    buf = memoryview(sh.buf)
+                else:
+                    buf, pos = self._records(sh, lo, hi, lidx)
+                    lo, hi = pos[:-1], pos[1:]
+                where = slice(a, b) if order is None else order[a:b]
+                bufs.append(buf)
+                buf_of[where] = g
+                starts[where] = lo
+                ends[where] = hi
+            pairs, bad = _records.mds_columns(bufs, buf_of, starts, ends, self._layout._sizes_t, tuple(direct))
+            if pairs is None:
+                # the general path names the file, byte offset and sample of the bad record
+                self._read_columns(ids[bad : bad + 1], cols)
+                raise CorruptShardError("malformed record", path=self.path, sample=int(ids[bad]))
+            for c, (data, offsets) in zip(direct, pairs):
+                kind = kinds[c]
+                out[self._layout.names[c]] = (VarColumn(kind, data, offsets) if isinstance(kind, str)
+                                              else data.view(kind))
+        elif direct:
+            for c in direct:
+                kind = kinds[c]
+                out[self._layout.names[c]] = (
+                    VarColumn(kind, np.empty(0, np.uint8), np.zeros(1, np.int64))
+                    if isinstance(kind, str) else np.empty(0, kind))
+        general = [c for c in cols if kinds[c] is None]
+        if general:
+            values = self._read_columns(ids, general) if m else [[] for _ in general]
+            for c, v in zip(general, values):
+                out[self._layout.names[c]] = v
+        return {self._layout.names[c]: out[self._layout.names[c]] for c in cols}
+
     def _read_columns(self, indices, cols: list[int], as_samples: bool = False) -> list | None:
         """Column value lists for samples ``indices`` (non-negative, in range), in order;
         with ``as_samples``, the list of sample dicts instead.
@@ -830,38 +897,15 @@ class Reader(base.Reader):
         copy per value); when a batch touches many shards with few records each, the
         records are first gathered into one buffer so the slicing runs once.
         """
-        from .._core import _index
-
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         m = len(ids)
         if m == 0:
             return None
-        if len(self.shards) == 1:
-            shard_of = np.zeros(m, np.int64)
-            lo_id, hi_id = int(ids.min()), int(ids.max())
-            if lo_id < 0 or hi_id >= self._total:
-                raise IndexOutOfRangeError(
-                    f"index {lo_id if lo_id < 0 else hi_id} out of range for a dataset of "
-                    f"{self._total} samples", path=self.path,
-                )
-            local = ids
-        else:
-            shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
-            local = local.astype(np.int64, copy=False)
-        first = int(shard_of[0])
-        if (shard_of == first).all():
-            order = None
-            groups = [(first, local)]
-        else:
-            order = np.lexsort((local, shard_of))
-            shard_of, local = shard_of[order], local[order]
-            cuts = np.flatnonzero(np.diff(shard_of)) + 1
-            bounds = [0, *cuts.tolist(), m]
-            groups = [(int(shard_of[a]), local[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        groups, order = self._shard_groups(ids)
         if len(groups) > 8 and m < 8 * len(groups):
-            values = self._columns_gathered(groups, cols, as_samples)
+            values = self._columns_gathered([(k, lidx) for k, lidx, _a, _b in groups], cols, as_samples)
         else:
-            per_group = [self._columns_of(k, lidx, cols, as_samples) for k, lidx in groups]
+            per_group = [self._columns_of(k, lidx, cols, as_samples) for k, lidx, _a, _b in groups]
             if len(per_group) == 1:
                 values = per_group[0]
             elif as_samples:
@@ -877,6 +921,38 @@ class Reader(base.Reader):
             else:
                 values = [[col[j] for j in inv] for col in values]
         return values
+
+    def _shard_groups(self, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
+        """Samples ``ids`` (int64, non-empty) grouped by shard: ``(groups, order)``.
+
+        ``groups`` lists ``(shard, local indices, a, b)`` in shard order; the group holds
+        the requested samples ``order[a:b]`` (positions ``a..b`` when ``order`` is None,
+        which means the request lies in one shard and keeps its order).
+        """
+        from .._core import _index
+
+        m = len(ids)
+        if len(self.shards) == 1:
+            shard_of = np.zeros(m, np.int64)
+            lo_id, hi_id = int(ids.min()), int(ids.max())
+            if lo_id < 0 or hi_id >= self._total:
+                raise IndexOutOfRangeError(
+                    f"index {lo_id if lo_id < 0 else hi_id} out of range for a dataset of "
+                    f"{self._total} samples", path=self.path,
+                )
+            local = ids
+        else:
+            shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
+            local = local.astype(np.int64, copy=False)
+        first = int(shard_of[0])
+        if (shard_of == first).all():
+            return [(first, local, 0, m)], None
+        order = np.lexsort((local, shard_of))
+        shard_of, local = shard_of[order], local[order]
+        cuts = np.flatnonzero(np.diff(shard_of)) + 1
+        bounds = [0, *cuts.tolist(), m]
+        groups = [(int(shard_of[a]), local[a:b], a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        return groups, order
 
     def _ranges(self, k: int, lidx: np.ndarray):
         from .._core import _index

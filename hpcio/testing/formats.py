@@ -158,6 +158,19 @@ class FormatTests:
         for j, i in enumerate(idx):
             assert_sample_equal(batch[j], samples[i], f"batch[{j}] = sample {i}")
 
+    def test_columns_equal_samples(self, written, samples):
+        self.require("random_access")
+        ds = self.open(written)
+        idx = np.random.default_rng(1).integers(0, len(samples), size=40)
+        columns = ds.get_columns(idx)
+        assert set(columns) == set(samples[0])
+        for field, column in columns.items():
+            values = column.to_pylist() if hasattr(column, "to_pylist") else list(column)
+            assert len(values) == len(idx), field
+            for j, i in enumerate(idx):
+                assert normalize(values[j]) == normalize(samples[i][field]), (
+                    f"column {field!r}[{j}] = sample {i}: {values[j]!r} != {samples[i][field]!r}")
+
     def test_shuffle_order(self, written, samples):
         self.require("random_access")
         ds = self.open(written)

@@ -522,7 +522,7 @@ def test_corrupt_record_layout(small):
     open(shard, "wb").write(bytes(data))
     message = rf"^malformed record: the record is 14 bytes but its columns add up to 212 \(.*shard.00000.mds, byte offset {begin}, sample 2\)$"
     ds = hpcio.open(small)
-    for access in (lambda: ds[2], lambda: ds.get_batch([0, 2]), lambda: list(ds)):
+    for access in (lambda: ds[2], lambda: ds.get_batch([0, 2]), lambda: ds.get_columns([0, 2]), lambda: list(ds)):
         with pytest.raises(CorruptShardError, match=message):
             access()
 

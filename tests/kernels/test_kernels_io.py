@@ -230,3 +230,64 @@ def test_system_call_failure_is_an_os_error_with_errno(tmp_path):
     assert str(info.value) == f"read of 1 bytes failed: Is a directory ({directory}, byte offset 0)"
     assert isinstance(info.value, OSError) and info.value.errno == errno.EISDIR
     f.close()
+
+
+# --- MDS records into columns (_records.mds_columns, utf8_lengths) ----------------------
+def _record(values, sizes):
+    """An MDS record: u32 sizes of the variable columns, then every column's bytes."""
+    head = b"".join(len(v).to_bytes(4, "little") for v, s in zip(values, sizes) if s < 0)
+    return head + b"".join(values)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mds_columns_match_slicing(seed):
+    from hpcio._core import _records
+
+    rng = np.random.default_rng(seed)
+    sizes = (-1, 8, -1, 2)
+    records = [[rng.bytes(int(rng.integers(0, 40))), rng.bytes(8), rng.bytes(int(rng.integers(0, 5))),
+                rng.bytes(2)] for _ in range(60)]
+    bufs = [b"pad" + b"".join(_record(r, sizes) for r in records[:30]),
+            b"".join(_record(r, sizes) for r in records[30:])]
+    starts, ends, buf_of = [], [], []
+    for b, part in ((0, records[:30]), (1, records[30:])):
+        pos = 3 if b == 0 else 0
+        for r in part:
+            n = len(_record(r, sizes))
+            starts.append(pos)
+            ends.append(pos + n)
+            buf_of.append(b)
+            pos += n
+    order = rng.permutation(60)
+    cols = (3, 0, 1)
+    got, bad = _records.mds_columns(bufs, np.array(buf_of, np.int32)[order], np.array(starts)[order],
+                                    np.array(ends)[order], sizes, cols)
+    assert bad == -1
+    for (data, offsets), c in zip(got, cols):
+        assert offsets[0] == 0 and len(offsets) == 61
+        assert [data[a:b].tobytes() for a, b in zip(offsets[:-1], offsets[1:])] == [records[j][c] for j in order]
+
+
+def test_mds_columns_report_the_bad_record():
+    from hpcio._core import _records
+
+    good = _record([b"abc", b"12345678"], (-1, 8))
+    bad = good[:-1]  # one byte short: its sizes add up to more than its length
+    buf = good + bad
+    args = (np.zeros(2, np.int32), np.array([0, len(good)]), np.array([len(good), len(buf)]), (-1, 8), (0,))
+    assert _records.mds_columns([buf], *args) == (None, 1)
+    # a range outside its buffer, and a record too short for its size header
+    assert _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([99]), (-1, 8), (0,)) == (None, 0)
+    assert _records.mds_columns([b"ab"], np.zeros(1, np.int32), np.array([0]), np.array([2]), (-1, 8), (1,)) == (None, 0)
+    with pytest.raises(ValueError, match="column 5 of 2"):
+        _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([len(good)]), (-1, 8), (5,))
+
+
+def test_utf8_lengths_bounds():
+    from hpcio._core import _records
+
+    data = "aé✓😀".encode()
+    assert _records.utf8_lengths(data, np.array([0, 1, 3, 6, 10], np.uint64)).tolist() == [1, 1, 1, 1]
+    assert _records.utf8_lengths(data, np.array([0], np.uint64)).tolist() == []
+    with pytest.raises(ValueError, match=r"^value 0 spans bytes 0..11 of 10"):
+        _records.utf8_lengths(data, np.array([0, 11], np.uint64))

@@ -1,0 +1,132 @@
+/* MDS records sliced into columns: each selected column's values back to back.
+ *
+ * A record is one little-endian u32 size per variable-size column (in column order),
+ * then every column's bytes in column order.  The first pass computes where each value
+ * goes (and checks every record's sizes add up); the second copies.  Two passes over
+ * the small record headers cost less than growing output buffers.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* Bounds [lo[c], hi[c]) of every column of record r (length n) relative to its start;
+ * HPCIO_E_CORRUPT when the sizes in its header do not add up to n. */
+static hpcio_status column_bounds(const uint8_t *r, uint64_t n, const int64_t *fixed,
+                                  size_t ncols, size_t nvar, uint64_t *lo, uint64_t *hi,
+                                  size_t j, hpcio_error *err)
+{
+    const uint64_t head = 4 * (uint64_t)nvar;
+    uint64_t pos = head;
+    size_t var_i = 0;
+
+    if (HPCIO_UNLIKELY(n < head))
+        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, 0,
+                          "malformed record: a record of %llu bytes cannot hold the %zu "
+                          "column sizes", (unsigned long long)n, nvar);
+    for (size_t c = 0; c < ncols; c++) {
+        uint64_t size;
+
+        if (fixed[c] < 0)
+            size = hpcio_load_le32(r + 4 * var_i++);
+        else
+            size = (uint64_t)fixed[c];
+        lo[c] = pos;
+        pos += size;
+        hi[c] = pos;
+    }
+    if (HPCIO_UNLIKELY(pos != n))
+        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, 0,
+                          "malformed record: the record is %llu bytes but its columns add "
+                          "up to %llu", (unsigned long long)n, (unsigned long long)pos);
+    return HPCIO_OK;
+}
+
+/* Check the column table and the selection; *nvar = the number of variable columns. */
+static hpcio_status check_columns(const int64_t *fixed, size_t ncols, const int32_t *sel,
+                                  size_t nsel, size_t *nvar, hpcio_error *err)
+{
+    if (ncols > HPCIO_MDS_MAX_COLUMNS)
+        return hpcio_fail(err, HPCIO_E_ARG, -1, -1, "%zu columns, at most %d", ncols,
+                          HPCIO_MDS_MAX_COLUMNS);
+    for (size_t s = 0; s < nsel; s++)
+        if (sel[s] < 0 || (size_t)sel[s] >= ncols)
+            return hpcio_fail(err, HPCIO_E_ARG, -1, -1, "column %d of %zu", (int)sel[s],
+                              ncols);
+    *nvar = 0;
+    for (size_t c = 0; c < ncols; c++)
+        *nvar += fixed[c] < 0;
+    return HPCIO_OK;
+}
+
+hpcio_status hpcio_mds_column_offsets(const uint8_t *const *rec, const uint64_t *len,
+                                      size_t m, const int64_t *fixed, size_t ncols,
+                                      const int32_t *sel, size_t nsel, uint64_t *offsets,
+                                      hpcio_error *err)
+{
+    uint64_t lo[HPCIO_MDS_MAX_COLUMNS], hi[HPCIO_MDS_MAX_COLUMNS];
+    size_t nvar;
+    hpcio_status st = check_columns(fixed, ncols, sel, nsel, &nvar, err);
+
+    for (size_t s = 0; st == HPCIO_OK && s < nsel; s++)
+        offsets[s * (m + 1)] = 0;
+    for (size_t j = 0; st == HPCIO_OK && j < m; j++) {
+        st = column_bounds(rec[j], len[j], fixed, ncols, nvar, lo, hi, j, err);
+        for (size_t s = 0; st == HPCIO_OK && s < nsel; s++) {
+            uint64_t *o = offsets + s * (m + 1);
+
+            o[j + 1] = o[j] + (hi[sel[s]] - lo[sel[s]]);
+        }
+    }
+    return st;
+}
+
+hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *len, size_t m,
+                                   const int64_t *fixed, size_t ncols, const int32_t *sel,
+                                   size_t nsel, const uint64_t *offsets, uint8_t *const *out,
+                                   hpcio_error *err)
+{
+    uint64_t lo[HPCIO_MDS_MAX_COLUMNS], hi[HPCIO_MDS_MAX_COLUMNS];
+    size_t nvar;
+    hpcio_status st = check_columns(fixed, ncols, sel, nsel, &nvar, err);
+
+    for (size_t j = 0; st == HPCIO_OK && j < m; j++) {
+        st = column_bounds(rec[j], len[j], fixed, ncols, nvar, lo, hi, j, err);
+        for (size_t s = 0; st == HPCIO_OK && s < nsel; s++) {
+            const uint64_t *o = offsets + s * (m + 1);
+            const uint64_t size = hi[sel[s]] - lo[sel[s]];
+
+            /* offsets come from hpcio_mds_column_offsets over the same records: a record
+             * that changed in between (a file rewritten under a live map) must not write
+             * past the column's buffer */
+            if (HPCIO_UNLIKELY(o[j + 1] - o[j] != size))
+                return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)lo[sel[s]],
+                                  "record changed while it was read: column %d is %llu "
+                                  "bytes, %llu before", (int)sel[s],
+                                  (unsigned long long)size,
+                                  (unsigned long long)(o[j + 1] - o[j]));
+            if (size)
+                memcpy(out[s] + o[j], rec[j] + lo[sel[s]], size);
+        }
+    }
+    return st;
+}
+
+hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
+                                size_t m, int64_t *out, hpcio_error *err)
+{
+    for (size_t j = 0; j < m; j++) {
+        const uint64_t a = offsets[j], b = offsets[j + 1];
+        int64_t count = 0;
+
+        if (HPCIO_UNLIKELY(b < a || b > len))
+            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, (int64_t)a,
+                              "value %zu spans bytes %llu..%llu of %llu", j,
+                              (unsigned long long)a, (unsigned long long)b,
+                              (unsigned long long)len);
+        /* every byte that is not a continuation byte (10xxxxxx) starts a character */
+        for (uint64_t i = a; i < b; i++)
+            count += (data[i] & 0xC0) != 0x80;
+        out[j] = count;
+    }
+    return HPCIO_OK;
+}
