@@ -8,6 +8,7 @@ KIND_STR: int
 KIND_BYTES: int
 KIND_INT: int
 KIND_JSON: int
+KIND_VIEW: int
 MAX_COLUMNS: int
 
 def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,

@@ -35,6 +35,7 @@ KIND_STR = 0
 KIND_BYTES = 1
 KIND_INT = 2
 KIND_JSON = 3
+KIND_VIEW = 4
 MAX_COLUMNS = _MAXCOL
 
 
@@ -44,7 +45,8 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
 
     ``sizes[c]`` is column c's fixed size or -1 (variable: its u32 size is in the record
     header); ``kinds[c]`` is one of KIND_STR, KIND_BYTES, KIND_INT (8-byte little-endian
-    signed), KIND_JSON (``json_loads(bytes)``).  Returns ``(samples, bad)``: ``bad`` is
+    signed), KIND_JSON (``json_loads(bytes)``), KIND_VIEW (a read-only memoryview of
+    ``buf``, which it keeps alive).  Returns ``(samples, bad)``: ``bad`` is
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
@@ -70,7 +72,8 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
         if not 0 <= sel[c] < ncols:
             raise ValueError(f"mds_samples: column {sel[c]} of {ncols}")
     cdef list key_of = [names[c] for c in range(ncols)]
-    cdef const uint8_t[::1] view = byte_view(buf)
+    cdef object whole = byte_view(buf).toreadonly()  # sliced for KIND_VIEW values
+    cdef const uint8_t[::1] view = whole
     cdef const uint8_t *base = data_ptr(view)
     cdef int64_t size = view.shape[0]
     cdef int64_t a, b, pos, head = 4 * nvar, v
@@ -116,6 +119,8 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
                     value = PyLong_FromLongLong(v)
                 elif k == KIND_JSON:
                     value = json_loads(PyBytes_FromStringAndSize(p, hi[sel[c]] - lo[sel[c]]))
+                elif k == KIND_VIEW:
+                    value = whole[lo[sel[c]]:hi[sel[c]]]
                 else:
                     return None, j
             except Exception:

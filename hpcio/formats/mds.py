@@ -382,8 +382,8 @@ class _Layout:
                 kinds.append(_records.KIND_INT)
             elif kind == "json":
                 kinds.append(_records.KIND_JSON)
-            elif not zero_copy and (kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil"))):
-                kinds.append(_records.KIND_BYTES)
+            elif kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil")):
+                kinds.append(_records.KIND_VIEW if zero_copy else _records.KIND_BYTES)
             else:
                 kinds.append(-1)
         if any(kinds[c] < 0 for c in cols):
@@ -722,6 +722,17 @@ class Reader(base.Reader):
     def mean_sample_bytes(self) -> float | None:
         return sum(s.raw_bytes for s in self.shards) / self._total if self._total else None
 
+    @functools.cached_property
+    def _views_only(self) -> bool:
+        """Zero-copy reads whose large values view the mapped or in-memory shard: a batch
+        allocates no memory for them, so its size need not be bounded in bytes."""
+        return self.zero_copy and not any(s.compression is not None and s.compression.per_sample
+                                          for s in self.shards)
+
+    @functools.cached_property
+    def batch_size(self) -> int:
+        return base.DEFAULT_BATCH if self._views_only else super().batch_size
+
     # --- opening shards -----------------------------------------------------------------
     def _file(self, info: _ShardInfo) -> str:
         path = os.path.join(self.directory, info.file_basename)
@@ -1059,7 +1070,7 @@ class Reader(base.Reader):
             # In memory or mapped already (zero-copy values must not view a reused read
             # buffer; large values are copied once from the map instead of twice through
             # the read buffer): slice batches straight out of the shard.
-            step = _SCAN_BATCH if not large else 16
+            step = _SCAN_BATCH if not large or self._views_only else 16
             for a in range(lo, hi, step):
                 b = min(a + step, hi)
                 yield self._columns_of(k, np.arange(a, b, dtype=np.int64), cols, as_samples=True)

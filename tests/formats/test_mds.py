@@ -608,7 +608,7 @@ def test_zero_copy_values_outlive_the_reader(tmp_path, compression):
     path = write(tmp_path / "z", blobs, compression=compression, size_limit=300)
     reader = mds.Reader(path, zero_copy=True, max_open=2)
     got = reader.read_many(np.arange(49, -1, -1)) + list(reader.iter_range(0, 50))
-    assert all(isinstance(g["b"], memoryview) for g in got)
+    assert all(isinstance(g["b"], memoryview) and g["b"].readonly for g in got)
     reader.close()  # evicts every map while the views are alive
     assert [bytes(g["b"]) for g in got] == [b["b"] for b in blobs[::-1] + blobs]
 
@@ -629,6 +629,15 @@ def test_read_batches_are_bounded_in_bytes(tmp_path):
     assert ds.reader.mean_sample_bytes() == stored / 40
     assert ds.reader.batch_size == max(MIN_BATCH, BATCH_BYTES // (stored / 40)) == 10
     assert hpcio.open(tmp_path / "small").reader.batch_size == DEFAULT_BATCH
+    # zero-copy views of the mapped shard allocate nothing per value: full batches
+    assert hpcio.open(tmp_path / "big", zero_copy=True).reader.batch_size == DEFAULT_BATCH
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "compression='sample::zstd'")
+        with hpcio.open_writer(tmp_path / "bigz", format="mds", compression="sample::zstd") as w:
+            for s in big:
+                w.write(s)
+    # ...but a decompressed batch is fresh memory, bounded in bytes
+    assert hpcio.open(tmp_path / "bigz", zero_copy=True).reader.batch_size < DEFAULT_BATCH
     # a shuffled view read in byte-bounded batches gives the samples of ds[i], in order
     view = ds.shuffle(seed=3)
     order = np.random.default_rng(3).permutation(40)
