@@ -27,7 +27,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-mpi", action="store_true",
                         help="never import mpi4py; under srun the first task (per node if node-local) copies")
     parser.add_argument("--method", choices=("auto", "copy_file_range", "readwrite"), default="auto",
-                        help="copy primitive (default auto: copy_file_range, falling back to read/write)")
+                        help="copy primitive (default auto: read, hash and write through a 1 MiB buffer in one "
+                             "pass; copy_file_range: in-kernel copy with a hashing thread, for filesystems "
+                             "that copy server-side or reflink)")
     durability = parser.add_mutually_exclusive_group()
     durability.add_argument("--fsync", dest="fsync", action="store_true", default=None,
                             help="fsync every copy, directory and the manifest before publishing "

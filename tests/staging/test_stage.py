@@ -316,7 +316,7 @@ def test_fsync_policy_follows_the_destination(dataset, fast_tier, monkeypatch, n
         assert synced == []
 
 
-def test_auto_falls_back_where_the_kernel_refuses_copy_file_range(tmp_path):
+def test_copy_file_range_falls_back_where_the_kernel_refuses_it(tmp_path):
     """tmpfs to another filesystem type: copy_file_range fails with EXDEV at the first
     call; the copy goes on with read/write and the digests are of the whole files (the
     hashing started alongside the refused copy is thrown away)."""
@@ -337,12 +337,29 @@ def test_auto_falls_back_where_the_kernel_refuses_copy_file_range(tmp_path):
             except OSError as exc:
                 assert exc.errno == errno.EXDEV
         dst = tmp_path / "dst"
-        result = stage(src, dst, method="auto", threads=1, tiers=NO_TIERS, progress=False)
+        result = stage(src, dst, method="copy_file_range", threads=1, tiers=NO_TIERS, progress=False)
     staged = tree_bytes(dst)
     manifest = json.loads(staged.pop(MANIFEST_NAME))
     assert staged == files and result.copied == sorted(files)
     assert {r["path"]: (r["algo"], r["digest"]) for r in manifest["files"]} == {
         rel: ("xxh3_64", xxh3(data)) for rel, data in files.items()}
+
+
+@pytest.mark.parametrize("method", ["auto", "copy_file_range"])
+def test_which_copy_primitive_each_method_uses(dataset, fast_tier, method, monkeypatch):
+    """auto reads, hashes and writes in one pass; copy_file_range is used only when asked."""
+    calls = []
+    real = os.copy_file_range
+
+    def counting(*args, **kwargs):
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    src, _files = dataset
+    result = stage(src, fast_tier / "out", method=method, threads=1, tiers=NO_TIERS, progress=False)
+    assert result.copied and tree_bytes(fast_tier / "out").keys() >= set(result.copied)
+    assert (len(calls) > 0) == (method == "copy_file_range"), calls
 
 
 def test_hpcio_stage_is_lazy_and_public(dataset, fast_tier):
