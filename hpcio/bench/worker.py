@@ -33,6 +33,7 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     del sys.path[0]
 
 import numpy as np  # noqa: E402
+
 # Every system's shuffle order comes from numpy.random (the harness's for the peers,
 # ``Dataset.shuffle`` for hpcio).  numpy 2 imports it on first use, about 15 ms: imported
 # here it counts with the harness, once for every system, as it already does for peers
@@ -97,6 +98,7 @@ def sort_key(profile):
 def load_hpcio():
     import hpcio
     import hpcio._core
+
     # hpcio imports its format modules and compiled kernels on first use; here they are
     # imported with the library, as the peers' own imports load their readers, so that
     # import time is reported as import time and not inside the first open.

@@ -35,14 +35,15 @@ import os
 import struct
 import warnings
 from collections import OrderedDict
-from itertools import chain
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import orjson
 
 from .. import codecs as _codec_table
+from ..columns import VarColumn
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -53,7 +54,6 @@ from ..errors import (
     TruncatedShardError,
     UnsupportedValueError,
 )
-from ..columns import VarColumn
 from ..registry import Capabilities
 from . import base
 from ._mds_encodings import NUMERIC_DTYPES, ColumnCodec, column_codec, encode_value, infer_encoding

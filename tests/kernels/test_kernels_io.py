@@ -277,8 +277,9 @@ def test_mds_columns_report_the_bad_record():
     args = (np.zeros(2, np.int32), np.array([0, len(good)]), np.array([len(good), len(buf)]), (-1, 8), (0,))
     assert _records.mds_columns([buf], *args) == (None, 1)
     # a range outside its buffer, and a record too short for its size header
-    assert _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([99]), (-1, 8), (0,)) == (None, 0)
-    assert _records.mds_columns([b"ab"], np.zeros(1, np.int32), np.array([0]), np.array([2]), (-1, 8), (1,)) == (None, 0)
+    one = np.zeros(1, np.int32), np.array([0])
+    assert _records.mds_columns([good], *one, np.array([99]), (-1, 8), (0,)) == (None, 0)
+    assert _records.mds_columns([b"ab"], *one, np.array([2]), (-1, 8), (1,)) == (None, 0)
     with pytest.raises(ValueError, match="column 5 of 2"):
         _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([len(good)]), (-1, 8), (5,))
 
