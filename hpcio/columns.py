@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["VarColumn", "columns_from_values"]
+__all__ = ["VarColumn", "columns_from_values", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
 
@@ -91,13 +91,7 @@ class VarColumn(Sequence):
             return str(raw, "utf-8")
         if self.kind == "bytes":
             return raw.tobytes()
-        import orjson
-
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            # Python's json also reads NaN and Infinity.
-            return json.loads(str(raw, "utf-8"))
+        return loads_json(raw)
 
     def to_pylist(self) -> list:
         """Every value as a Python object (str, bytes or the decoded JSON)."""
@@ -151,6 +145,17 @@ class VarColumn(Sequence):
 
     def __repr__(self):
         return f"<hpcio.VarColumn {self.kind} n={len(self)} bytes={int(self.offsets[-1])}>"
+
+
+def loads_json(raw) -> object:
+    """The JSON document in ``raw`` (UTF-8 bytes-like): orjson, or Python's json for what
+    orjson refuses (NaN, Infinity)."""
+    import orjson
+
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(str(raw, "utf-8"))
 
 
 def columns_from_values(samples: Sequence, fields: Sequence[str]) -> dict:

@@ -30,6 +30,7 @@ from io import BytesIO
 import numpy as np
 import orjson
 
+from ..columns import loads_json
 from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
 
 __all__ = [
@@ -343,11 +344,7 @@ class ColumnCodec:
             except InvalidOperation:
                 raise ValueError(f"not a decimal: {data.tobytes()[:40]!r}") from None
         if kind == "json":
-            try:
-                return orjson.loads(data)
-            except orjson.JSONDecodeError:
-                # Python's json also reads NaN/Infinity and integers beyond 64 bits.
-                return json.loads(str(data, "utf-8"))
+            return loads_json(data)
         if kind == "pkl":
             return pickle.loads(data)
         if kind == "ndarray":

@@ -859,10 +859,10 @@ class Reader(base.Reader):
         kinds = {c: self._layout.column_kind(c, self.decode_images) for c in cols}
         direct = [c for c in cols if kinds[c] is not None]
         out: dict = {}
-        if direct and m:
+        if direct:
             bufs, buf_of = [], np.empty(m, np.int32)
             starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
-            groups, order = self._shard_groups(ids)
+            groups, order = self._shard_groups(ids) if m else ([], None)
             for g, (k, lidx, a, b) in enumerate(groups):
                 sh, lidx, lo, hi = self._ranges(k, lidx)
                 codec = sh.info.compression
@@ -886,12 +886,6 @@ class Reader(base.Reader):
                 kind = kinds[c]
                 out[self._layout.names[c]] = (VarColumn(kind, data, offsets) if isinstance(kind, str)
                                               else data.view(kind))
-        elif direct:
-            for c in direct:
-                kind = kinds[c]
-                out[self._layout.names[c]] = (
-                    VarColumn(kind, np.empty(0, np.uint8), np.zeros(1, np.int64))
-                    if isinstance(kind, str) else np.empty(0, kind))
         general = [c for c in cols if kinds[c] is None]
         if general:
             values = self._read_columns(ids, general) if m else [[] for _ in general]

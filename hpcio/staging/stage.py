@@ -543,22 +543,19 @@ class _Engine:
                 chunk_digests = []
                 for offset in range(0, max(size, 1), chunk_bytes):
                     h = xxhash.xxh3_64()
-                    self._hash_range(fd, offset, min(chunk_bytes, size - offset), h, view)
+                    _hash_range(fd, offset, min(chunk_bytes, size - offset), h, view,
+                                "file shrank while being verified", self._tick_zero)
                     chunk_digests.append(h.digest())
                 return Digest.from_tree(chunk_digests, chunk_bytes)
             h = new_hasher(algo)
-            self._hash_range(fd, 0, os.fstat(fd).st_size, h, view)
+            _hash_range(fd, 0, os.fstat(fd).st_size, h, view, "file shrank while being verified",
+                        self._tick_zero)
             return Digest(algo, h.hexdigest())
 
-    def _hash_range(self, fd, offset, length, h, view) -> None:
-        pos = 0
-        while pos < length:
-            n = os.preadv(fd, [view[: min(len(view), length - pos)]], offset + pos)
-            if n == 0:
-                raise StagingError("file shrank while being verified", offset=offset + pos)
-            h.update(view[:n])
-            pos += n
-            self._tick(0)
+    def _tick_zero(self) -> bool:
+        """The cancellation check between two reads of a verification (raises)."""
+        self._tick(0)
+        return False
 
     def check(self, item: _Item) -> tuple[str, bool]:
         """Verify a destination file already present; True when it can be kept."""
@@ -684,6 +681,23 @@ class _Engine:
         return record
 
 
+def _hash_range(fd: int, offset: int, length: int, h, view: memoryview, shrank: str, stop) -> None:
+    """Feed bytes ``offset .. offset + length`` of ``fd`` to ``h``, read through ``view``.
+
+    ``stop()`` runs after each read: it may raise, or return True to end early.  A file
+    that ends before ``length`` raises StagingError(``shrank``) at the offset reached.
+    """
+    pos = 0
+    while pos < length:
+        n = os.preadv(fd, [view[: min(len(view), length - pos)]], offset + pos)
+        if n == 0:
+            raise StagingError(shrank, offset=offset + pos)
+        h.update(view[:n])
+        pos += n
+        if stop():
+            return
+
+
 class _RangeHasher:
     """Feeds bytes ``offset .. offset + length`` of ``fd`` to ``h``, in a thread of its own.
 
@@ -701,13 +715,8 @@ class _RangeHasher:
     def _run(self) -> None:
         try:
             view = memoryview(bytearray(min(BUFFER_BYTES, max(self.length, 1))))
-            pos = 0
-            while pos < self.length and not self.stop.is_set():
-                n = os.preadv(self.fd, [view[: min(len(view), self.length - pos)]], self.offset + pos)
-                if n == 0:
-                    raise StagingError("source file shrank during the copy", offset=self.offset + pos)
-                self.h.update(view[:n])
-                pos += n
+            _hash_range(self.fd, self.offset, self.length, self.h, view,
+                        "source file shrank during the copy", self.stop.is_set)
         except BaseException as exc:  # noqa: BLE001 - re-raised by join()
             self.error = exc
 
