@@ -69,6 +69,10 @@ BLOCK_BYTES = 16 * 2**20  # one copy_file_range call
 # through 16 MiB 44 ms (every pass evicts the buffer and the page cache's pages alike).
 BUFFER_BYTES = 2**20
 DEFAULT_CHUNK_BYTES = 256 * 2**20
+# Starting a thread pool costs a few milliseconds (two threads: about 5 ms, one 46 MB file
+# staged in 16.2 ms with them, 14.8 ms without); items are copied on the calling thread
+# when all but the largest add up to less than this.
+PARALLEL_MIN_BYTES = 8 * 2**20
 _CHUNK_ALIGN = 2**20
 _TMP_MARK = ".tmp."
 _OWN_FILES = (MANIFEST_NAME,)
@@ -522,7 +526,7 @@ class _Engine:
                 errors.append(exc)
                 self.cancel.set()
 
-        if self.threads == 1 or len(items) == 1:
+        if self.threads == 1 or sum(it.length for it in items) - items[order[0]].length < PARALLEL_MIN_BYTES:
             for i in order:
                 run(i)
         else:
@@ -966,7 +970,8 @@ def stage(
         Destination directory, created if needed.  Running ``stage`` again on the same
         pair resumes: present files with the right size and checksum are kept.
     threads : int, optional
-        Copy threads per process; default :func:`default_threads`.
+        Copy threads per process; default :func:`default_threads`.  Files are copied on
+        the calling thread when all but the largest add up to less than 8 MiB.
     dry_run : bool
         Plan and check space only; write nothing.
     chunk_bytes : int

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
@@ -24,6 +25,7 @@ from hpcio.staging.stage import default_threads
 from .conftest import OLD_MTIME, fake_statvfs, tree_bytes, write_tree, xxh3
 
 NO_TIERS: dict = {}
+stage_module = sys.modules["hpcio.staging.stage"]  # the package exports the function as "stage"
 MiB = 2**20
 
 
@@ -34,7 +36,9 @@ def leftovers(root) -> list[str]:
 
 @pytest.mark.parametrize("method", ["auto", "copy_file_range", "readwrite"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_stage_copies_tree_byte_exact(dataset, fast_tier, method, threads):
+def test_stage_copies_tree_byte_exact(dataset, fast_tier, method, threads, monkeypatch):
+    # this small tree is copied on a thread pool only when any second file makes it worth it
+    monkeypatch.setattr(stage_module, "PARALLEL_MIN_BYTES", 0)
     src, files = dataset
     dst = fast_tier / "ds"
     result = stage(src, dst, threads=threads, method=method, chunk_bytes=MiB, tiers=NO_TIERS, progress=False)
@@ -360,6 +364,28 @@ def test_which_copy_primitive_each_method_uses(dataset, fast_tier, method, monke
     result = stage(src, fast_tier / "out", method=method, threads=1, tiers=NO_TIERS, progress=False)
     assert result.copied and tree_bytes(fast_tier / "out").keys() >= set(result.copied)
     assert (len(calls) > 0) == (method == "copy_file_range"), calls
+
+
+@pytest.mark.parametrize("parallel_min, pooled", [(0, True), (2**40, False)])
+def test_copies_use_the_pool_only_when_more_than_one_file_is_large(dataset, fast_tier, monkeypatch,
+                                                                   parallel_min, pooled):
+    """A pool's start-up (milliseconds) is paid only when the bytes beyond the largest item
+    reach PARALLEL_MIN_BYTES; either way the copy is the same."""
+    monkeypatch.setattr(stage_module, "PARALLEL_MIN_BYTES", parallel_min)
+    writers = set()
+    real = os.pwrite
+
+    def recording(*args):
+        writers.add(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    src, files = dataset
+    stage(src, fast_tier / "ds", threads=3, tiers=NO_TIERS, progress=False)
+    staged = tree_bytes(fast_tier / "ds")
+    staged.pop(MANIFEST_NAME)
+    assert staged == files
+    assert writers and all(name.startswith("hpcio-stage") == pooled for name in writers), writers
 
 
 def test_hpcio_stage_is_lazy_and_public(dataset, fast_tier):
