@@ -17,6 +17,12 @@ def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: 
     """Dicts of columns ``cols`` of the records ``buf[starts[j]:ends[j]]``; ``(samples, -1)``,
     or ``(None, j)`` when record j is malformed or a value cannot be built."""
 
+def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
+                      sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable
+                      ) -> tuple[list[dict] | None, int]:
+    """:func:`mds_samples` reading each record's values from ``fd`` with ``pread``; KIND_VIEW
+    values slice ``whole`` (the file's mapping) untouched."""
+
 def mds_columns(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64],
                 ends: NDArray[np.int64], sizes: tuple, cols: tuple
                 ) -> tuple[list[tuple[NDArray[np.uint8], NDArray[np.int64]]] | None, int]:

@@ -78,7 +78,9 @@ INDEX_NAME = "index.json"
 DEFAULT_SIZE_LIMIT = 1 << 26
 
 # Mean record size above which the sequential path maps the shard instead of reading it
-# through the pread buffer (which costs a second copy of every value).
+# through the pread buffer (which costs a second copy of every value), and sample dicts
+# are built from reads of each record's values rather than from the mapping: records this
+# large share no pages, so the mapping takes a page fault or two per record.
 _LARGE_RECORD = 16 << 10
 # Samples decoded per step of the sequential path: small enough that a batch's record
 # bytes and new value objects stay in cache while the caller consumes them.
@@ -390,6 +392,10 @@ class _Layout:
             return None
         return tuple(kinds)
 
+    def direct(self, cols: list[int], decode_images: bool, zero_copy: bool) -> bool:
+        """Whether :meth:`samples` builds these columns straight from the record bytes."""
+        return self._direct_kinds(cols, decode_images, zero_copy) is not None
+
     def column_kind(self, c: int, decode_images: bool):
         """How :meth:`Reader.read_columns` returns column ``c``: a numpy dtype (fixed-size
         numbers), ``"str"``, ``"bytes"`` or ``"json"`` (a VarColumn), or None (a list)."""
@@ -405,21 +411,23 @@ class _Layout:
         return None
 
     def samples(self, buf, starts: np.ndarray, ends: np.ndarray, cols: list[int],
-                decode_images: bool, locate, zero_copy: bool = False) -> list[dict]:
+                decode_images: bool, locate, zero_copy: bool = False, fd: int | None = None) -> list[dict]:
         """The records ``buf[starts[j]:ends[j]]`` as dicts of columns ``cols``.
 
         Built directly from the record bytes when every selected column has a fixed
-        construction; otherwise, and to report any malformed record or bad value exactly,
-        through :meth:`columns`.
+        construction (read from ``fd``, the file ``buf`` maps, when given); otherwise, and
+        to report any malformed record or bad value exactly, through :meth:`columns`.
         """
         kinds = self._direct_kinds(cols, decode_images, zero_copy)
         if kinds is not None and len(starts):
             from .._core import _records
 
-            out, _bad = _records.mds_samples(
-                buf, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
-                self._names_t, self._sizes_t, kinds, tuple(cols), orjson.loads,
-            )
+            args = (np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
+                    self._names_t, self._sizes_t, kinds, tuple(cols), orjson.loads)
+            if fd is None:
+                out, _bad = _records.mds_samples(buf, *args)
+            else:
+                out, _bad = _records.mds_samples_pread(fd, buf, *args)
             if out is not None:
                 return out
         values = self.columns(buf, starts, ends, cols, decode_images, locate, zero_copy)
@@ -546,7 +554,7 @@ class _Layout:
 class _OpenShard:
     """A shard's bytes (mmap or decompressed memory) with its checked header."""
 
-    __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file")
+    __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file", "_fd")
 
     def __init__(self, info: _ShardInfo, path: str, buf: memoryview, mapped, base: int, in_file: bool):
         self.info = info
@@ -558,6 +566,16 @@ class _OpenShard:
         self.in_file = in_file  # offsets are file offsets (False: into decompressed bytes)
         self.n = _check_header(info, path, self.size, lambda off, ln: buf[off : off + ln], base)
         self.table = buf[4 : 8 + 4 * self.n]
+        self._fd = -1
+
+    def read_fd(self) -> int | None:
+        """A descriptor of the mapped file to ``pread`` large records' values from, opened
+        on first use (None when the shard is held in memory)."""
+        if self.mapped is None:
+            return None
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        return self._fd
 
     def gather(self, starts, ends):
         from .._core import _io
@@ -570,6 +588,9 @@ class _OpenShard:
         # Values handed out with zero_copy may still view the bytes: the mapping (or the
         # decompressed buffer) then lives on with them, so never force a release here.
         self.table.release()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         if self.mapped is not None:
             self.mapped.close()
             self.mapped = None
@@ -978,14 +999,22 @@ class Reader(base.Reader):
             return sh.path, int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])
 
         codec = sh.info.compression
+        fd = None
         if codec is None or not codec.per_sample:
             buf, lo, hi = sh.buf, starts, ends
+            if sh.info.raw_bytes > _LARGE_RECORD * max(sh.info.samples, 1):
+                fd = sh.read_fd()
         else:
             buf, pos = self._records(sh, starts, ends, lidx)
             pos = pos.astype(np.int64, copy=False)
             lo, hi = pos[:-1], pos[1:]
-        decode = self._layout.samples if as_samples else self._layout.columns
-        return decode(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
+        if as_samples:
+            return self._layout.samples(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy, fd)
+        if fd is not None and cols and self._layout.direct(cols, self.decode_images, self.zero_copy):
+            # read, not faulted in through the mapping (see _LARGE_RECORD), then transposed
+            samples = self._layout.samples(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy, fd)
+            return [[s[name] for s in samples] for name in (self._layout.names[c] for c in cols)]
+        return self._layout.columns(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
 
     def _columns_gathered(self, groups, cols: list[int], as_samples: bool = False) -> list:
         """Columns of records spread thinly over many shards: gather, then slice once."""

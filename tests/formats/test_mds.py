@@ -541,6 +541,91 @@ def test_bad_utf8_value(small):
         list(ds)
 
 
+# --- large records: values read with pread, not faulted in through the mapping -------------
+@pytest.fixture
+def large_records(tmp_path):
+    """Records of ~40 KB (past mds._LARGE_RECORD) with small values on both sides of a blob
+    (MDS stores columns in name order: "a_id", "blob", "meta")."""
+    rng = np.random.default_rng(5)
+    samples = [{"a_id": f"s{i}", "blob": rng.bytes(40_000 + i), "meta": {"n": i, "text": "é" * (i % 700)}}
+               for i in range(30)]
+    path = write(tmp_path / "large", samples, columns={"a_id": "str", "blob": "bytes", "meta": "json"},
+                 size_limit=600_000)
+    assert len(mds.Reader(path).shards) > 1
+    return path, samples
+
+
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_large_records_read_the_same_on_every_path(large_records, zero_copy):
+    path, samples = large_records
+    ds = hpcio.open(path, zero_copy=zero_copy)
+    assert ds.reader.shards[0].raw_bytes > mds._LARGE_RECORD * ds.reader.shards[0].samples
+    order = np.random.default_rng(1).permutation(len(samples))
+
+    def plain(s):
+        return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
+
+    assert [plain(s) for s in ds] == samples
+    assert [plain(s) for s in ds.get_batch(order)] == [samples[i] for i in order]
+    assert [plain(ds[int(i)]) for i in order] == [samples[i] for i in order]
+    assert list(ds.select(["a_id", "meta"])) == [{"a_id": s["a_id"], "meta": s["meta"]} for s in samples]
+    assert ds.reader.read_field(order, "meta") == [samples[i]["meta"] for i in order]
+    by_text = sorted(range(len(samples)), key=lambda i: (len(samples[i]["meta"]["text"]), i))
+    assert list(ds.sort(lambda m: len(m["text"]), field="meta").indices) == by_text
+    blobs = [s["blob"] for s in ds]
+    assert all(isinstance(b, memoryview) == zero_copy for b in blobs)
+
+
+def test_large_record_errors_name_file_offset_and_sample(large_records):
+    path, samples = large_records
+    shard = f"{path}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    end = struct.unpack_from("<I", data, 4 + 4 * 4)[0]
+    data[end - 2] = 0xFF  # inside the JSON value stored last
+    with open(shard, "wb") as f:
+        f.write(bytes(data))
+    meta_at = end - len(json.dumps(samples[3]["meta"]).encode())
+    message = rf"^column 'meta' \(json\): cannot decode the value: .* \(.*shard.00000.mds, byte offset {meta_at}, sample 3\)$"
+    ds = hpcio.open(path)
+    for access in (lambda: ds[3], lambda: ds.get_batch([0, 3]), lambda: list(ds),
+                   lambda: ds.reader.read_field([1, 3], "meta")):
+        with pytest.raises(DecodeError, match=message):
+            access()
+
+
+def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
+    """mds_samples_pread takes every non-view value from the file descriptor: handed a
+    stand-in buffer of zeros for the mapping, it still returns the file's values, and its
+    views slice the buffer it was given."""
+    import orjson
+
+    from hpcio._core import _records
+
+    path, samples = large_records
+    reader = mds.Reader(path)
+    layout = reader._layout
+    sh, _lidx, starts, ends = reader._ranges(0, np.arange(reader.shards[0].samples))
+    fd = os.open(sh.path, os.O_RDONLY)
+    try:
+        stand_in = bytes(sh.size)
+        cols = tuple(range(len(layout.names)))
+        kinds = layout._direct_kinds(list(cols), False, False)
+        args = (starts.astype(np.int64), ends.astype(np.int64), layout._names_t, layout._sizes_t)
+        got, bad = _records.mds_samples_pread(fd, stand_in, *args, kinds, cols, orjson.loads)
+        assert bad == -1 and got == samples[: len(got)]
+        view_kinds = layout._direct_kinds(list(cols), False, True)
+        got, bad = _records.mds_samples_pread(fd, stand_in, *args, view_kinds, cols, orjson.loads)
+        assert bad == -1 and all(bytes(g["blob"]) == bytes(len(s["blob"])) for g, s in zip(got, samples))
+        assert [(g["a_id"], g["meta"]) for g in got] == [(s["a_id"], s["meta"]) for s in samples[: len(got)]]
+        # a read past the end of the file is reported as that record, for the general path
+        past = ends.astype(np.int64) + sh.size
+        assert _records.mds_samples_pread(fd, bytes(3 * sh.size), starts.astype(np.int64) + sh.size, past,
+                                          *args[2:], kinds, cols, orjson.loads) == (None, 0)
+    finally:
+        os.close(fd)
+        reader.close()
+
+
 # --- CLI -------------------------------------------------------------------------------
 def run_cli(module, *argv):
     parser = argparse.ArgumentParser()
