@@ -29,6 +29,7 @@ scalars as streaming does; image columns give their bytes unless ``decode_images
 from __future__ import annotations
 
 import bisect
+import errno
 import functools
 import json
 import os
@@ -574,7 +575,12 @@ class _OpenShard:
         if self.mapped is None:
             return None
         if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    return None  # out of descriptors (a map holds none): read through the map
+                raise
         return self._fd
 
     def gather(self, starts, ends):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -591,6 +592,20 @@ def test_large_record_errors_name_file_offset_and_sample(large_records):
                    lambda: ds.reader.read_field([1, 3], "meta")):
         with pytest.raises(DecodeError, match=message):
             access()
+
+
+def test_large_records_read_through_the_map_when_out_of_descriptors(large_records, monkeypatch):
+    path, samples = large_records
+    ds = hpcio.open(path)
+    for k in range(len(ds.reader.shards)):
+        ds.reader._shard(k)  # mapped while descriptors were left
+
+    def exhausted(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "open", exhausted)
+    assert list(ds.select(["a_id", "meta"])) == [{"a_id": s["a_id"], "meta": s["meta"]} for s in samples]
+    assert all(sh._fd < 0 for sh in ds.reader._maps.values()) and ds.reader._maps
 
 
 def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
