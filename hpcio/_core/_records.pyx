@@ -41,6 +41,53 @@ KIND_VIEW = 4
 MAX_COLUMNS = _MAXCOL
 
 
+cdef struct _Columns:
+    # A record layout unpacked for the sample builders, and one record's column bounds.
+    Py_ssize_t ncols, nsel, nvar
+    int64_t fixed[_MAXCOL]  # fixed size, or -1: a u32 size in the record header
+    int kind[_MAXCOL]
+    int sel[_MAXCOL]  # the columns selected, in output order
+    int64_t lo[_MAXCOL]
+    int64_t hi[_MAXCOL]
+
+
+cdef int _unpack_layout(str who, Py_ssize_t m, Py_ssize_t m_ends, tuple sizes, tuple kinds,
+                        tuple cols, _Columns *L) except -1:
+    """Fill ``L`` from the layout tuples, checked."""
+    cdef Py_ssize_t c
+    L.ncols, L.nsel, L.nvar = len(sizes), len(cols), 0
+    if L.ncols > _MAXCOL or L.nsel > _MAXCOL or m_ends != m:
+        raise ValueError(f"{who}: {L.ncols} columns (at most {_MAXCOL}), {L.nsel} selected, "
+                         f"{m} starts and {m_ends} ends")
+    for c in range(L.ncols):
+        L.fixed[c] = sizes[c]
+        L.kind[c] = kinds[c]
+        if L.fixed[c] < 0:
+            L.nvar += 1
+    for c in range(L.nsel):
+        L.sel[c] = cols[c]
+        if not 0 <= L.sel[c] < L.ncols:
+            raise ValueError(f"{who}: column {L.sel[c]} of {L.ncols}")
+    return 0
+
+
+cdef inline int64_t _bounds(const uint8_t *head, int64_t pos, _Columns *L) noexcept:
+    """Set ``L.lo``/``L.hi`` of a record whose u32 sizes are at ``head`` and whose values
+    start at ``pos``, in column order; returns where the last one ends."""
+    cdef uint32_t n32
+    cdef Py_ssize_t c, var_i = 0
+    for c in range(L.ncols):
+        L.lo[c] = pos
+        if L.fixed[c] < 0:
+            memcpy(&n32, head + 4 * var_i, 4)
+            var_i += 1
+            pos += n32
+        else:
+            pos += L.fixed[c]
+        L.hi[c] = pos
+    return pos
+
+
 def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
                 tuple sizes, tuple kinds, tuple cols, json_loads):
     """Dicts ``{names[c]: value}`` for ``c`` in ``cols`` of records ``buf[starts[j]:ends[j]]``.
@@ -52,36 +99,16 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
-    cdef Py_ssize_t m = starts.shape[0]
-    cdef Py_ssize_t ncols = len(sizes)
-    cdef Py_ssize_t nsel = len(cols)
-    if ncols > _MAXCOL or ends.shape[0] != m:
-        raise ValueError(f"mds_samples: {ncols} columns (at most {_MAXCOL}), "
-                         f"{m} starts and {ends.shape[0]} ends")
-    cdef int64_t fixed[_MAXCOL]
-    cdef int kind_of[_MAXCOL]
-    cdef int sel[_MAXCOL]
-    cdef int64_t lo[_MAXCOL]
-    cdef int64_t hi[_MAXCOL]
-    cdef Py_ssize_t c, j, nvar = 0
-    for c in range(ncols):
-        fixed[c] = sizes[c]
-        kind_of[c] = kinds[c]
-        if fixed[c] < 0:
-            nvar += 1
-    for c in range(nsel):
-        sel[c] = cols[c]
-        if not 0 <= sel[c] < ncols:
-            raise ValueError(f"mds_samples: column {sel[c]} of {ncols}")
-    cdef list key_of = [names[c] for c in range(ncols)]
+    cdef Py_ssize_t m = starts.shape[0], c, j
+    cdef _Columns L
+    _unpack_layout("mds_samples", m, ends.shape[0], sizes, kinds, cols, &L)
+    cdef list key_of = list(names)
     cdef object whole = byte_view(buf).toreadonly()  # sliced for KIND_VIEW values
     cdef const uint8_t[::1] view = whole
     cdef const uint8_t *base = data_ptr(view)
     cdef int64_t size = view.shape[0]
-    cdef int64_t a, b, pos, head = 4 * nvar
-    cdef uint32_t n32
-    cdef Py_ssize_t var_i
-    cdef int k
+    cdef int64_t a, b, head = 4 * L.nvar
+    cdef int k, col
     cdef list out = PyList_New(m)
     cdef dict d
     cdef object value
@@ -90,31 +117,20 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
         b = ends[j]
         if a < 0 or b > size or b - a < head:
             return None, j
-        pos = a + head
-        var_i = 0
-        for c in range(ncols):
-            if fixed[c] < 0:
-                memcpy(&n32, base + a + 4 * var_i, 4)
-                var_i += 1
-                lo[c] = pos
-                pos += n32
-            else:
-                lo[c] = pos
-                pos += fixed[c]
-            hi[c] = pos
-        if pos != b:
+        if _bounds(base + a, a + head, &L) != b:
             return None, j
         d = PyDict_New()
-        for c in range(nsel):
-            k = kind_of[sel[c]]
+        for c in range(L.nsel):
+            col = L.sel[c]
+            k = L.kind[col]
             try:
                 if k == KIND_VIEW:
-                    value = whole[lo[sel[c]]:hi[sel[c]]]
+                    value = whole[L.lo[col]:L.hi[col]]
                 else:
-                    value = _value(k, <const char *>(base + lo[sel[c]]), hi[sel[c]] - lo[sel[c]], json_loads)
+                    value = _value(k, <const char *>(base + L.lo[col]), L.hi[col] - L.lo[col], json_loads)
             except Exception:
                 return None, j
-            PyDict_SetItem(d, key_of[sel[c]], value)
+            PyDict_SetItem(d, key_of[col], value)
         Py_INCREF(d)
         PyList_SET_ITEM(out, j, d)
     return out, -1
@@ -169,34 +185,14 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     Returns ``(samples, bad)`` as mds_samples; ``bad`` is also set when a read fails or
     ends early, and the caller's general path then reports the record.
     """
-    cdef Py_ssize_t m = starts.shape[0]
-    cdef Py_ssize_t ncols = len(sizes)
-    cdef Py_ssize_t nsel = len(cols)
-    if ncols > _MAXCOL or ends.shape[0] != m:
-        raise ValueError(f"mds_samples_pread: {ncols} columns (at most {_MAXCOL}), "
-                         f"{m} starts and {ends.shape[0]} ends")
-    cdef int64_t fixed[_MAXCOL]
-    cdef int kind_of[_MAXCOL]
-    cdef int sel[_MAXCOL]
-    cdef int64_t lo[_MAXCOL]
-    cdef int64_t hi[_MAXCOL]
-    cdef Py_ssize_t c, j, nvar = 0
-    for c in range(ncols):
-        fixed[c] = sizes[c]
-        kind_of[c] = kinds[c]
-        if fixed[c] < 0:
-            nvar += 1
-    for c in range(nsel):
-        sel[c] = cols[c]
-        if not 0 <= sel[c] < ncols:
-            raise ValueError(f"mds_samples_pread: column {sel[c]} of {ncols}")
-    cdef list key_of = [names[c] for c in range(ncols)]
+    cdef Py_ssize_t m = starts.shape[0], c, j
+    cdef _Columns L
+    _unpack_layout("mds_samples_pread", m, ends.shape[0], sizes, kinds, cols, &L)
+    cdef list key_of = list(names)
     cdef object view_of = byte_view(whole).toreadonly()  # sliced for KIND_VIEW values
     cdef int64_t size = len(view_of)
-    cdef int64_t a, b, pos, head = 4 * nvar, got, n, window = max(_HEAD_WINDOW, head)
-    cdef uint32_t n32
-    cdef Py_ssize_t var_i
-    cdef int k, failed
+    cdef int64_t a, b, head = 4 * L.nvar, got, n, window = max(_HEAD_WINDOW, head)
+    cdef int k, col, failed
     cdef char *first = <char *>malloc(window)
     cdef char *spill = NULL
     cdef char *grown
@@ -218,34 +214,23 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                 failed = _pread_all(fd, first, got, a)
             if failed:
                 return None, j
-            pos = a + head
-            var_i = 0
-            for c in range(ncols):
-                if fixed[c] < 0:
-                    memcpy(&n32, first + 4 * var_i, 4)
-                    var_i += 1
-                    lo[c] = pos
-                    pos += n32
-                else:
-                    lo[c] = pos
-                    pos += fixed[c]
-                hi[c] = pos
-            if pos != b:
+            if _bounds(<const uint8_t *>first, a + head, &L) != b:
                 return None, j
             d = PyDict_New()
-            for c in range(nsel):
-                k = kind_of[sel[c]]
-                n = hi[sel[c]] - lo[sel[c]]
+            for c in range(L.nsel):
+                col = L.sel[c]
+                k = L.kind[col]
+                n = L.hi[col] - L.lo[col]
                 try:
                     if k == KIND_VIEW:
-                        value = view_of[lo[sel[c]]:hi[sel[c]]]
-                    elif hi[sel[c]] <= a + got:
-                        value = _value(k, first + (lo[sel[c]] - a), n, json_loads)
+                        value = view_of[L.lo[col]:L.hi[col]]
+                    elif L.hi[col] <= a + got:
+                        value = _value(k, first + (L.lo[col] - a), n, json_loads)
                     elif k == KIND_BYTES:
                         value = PyBytes_FromStringAndSize(NULL, n)
                         dst = PyBytes_AS_STRING(value)
                         with nogil:
-                            failed = _pread_all(fd, dst, n, lo[sel[c]])
+                            failed = _pread_all(fd, dst, n, L.lo[col])
                         if failed:
                             return None, j
                     else:
@@ -255,7 +240,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                                 raise MemoryError("mds_samples_pread: no memory for a value")
                             spill, spill_cap = grown, n
                         with nogil:
-                            failed = _pread_all(fd, spill, n, lo[sel[c]])
+                            failed = _pread_all(fd, spill, n, L.lo[col])
                         if failed:
                             return None, j
                         value = _value(k, spill, n, json_loads)
@@ -263,7 +248,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                     raise
                 except Exception:
                     return None, j
-                PyDict_SetItem(d, key_of[sel[c]], value)
+                PyDict_SetItem(d, key_of[col], value)
             Py_INCREF(d)
             PyList_SET_ITEM(out, j, d)
         return out, -1
