@@ -111,22 +111,103 @@ hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *le
     return st;
 }
 
+/* Characters of p[0..n) when it is UTF-8 as Python's strict decoder accepts it (no
+ * overlong forms, surrogates or code points past U+10FFFF); otherwise -1 minus the offset
+ * of the sequence that is not.  ASCII runs are counted eight bytes at a time. */
+static int64_t utf8_count(const uint8_t *p, uint64_t n)
+{
+    uint64_t i = 0;
+    int64_t count = 0;
+
+    while (i < n) {
+        uint64_t word;
+        uint8_t c, lo = 0x80, hi = 0xBF;
+        uint64_t need;
+
+        if (n - i >= 8) {
+            memcpy(&word, p + i, 8);
+            if (!(word & 0x8080808080808080ULL)) {
+                i += 8;
+                count += 8;
+                continue;
+            }
+        }
+        c = p[i];
+        if (c < 0x80) {
+            i++;
+            count++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* past U+10FFFF */
+        } else {
+            return -1 - (int64_t)i;
+        }
+        if (n - i - 1 < need || p[i + 1] < lo || p[i + 1] > hi)
+            return -1 - (int64_t)i;
+        for (uint64_t k = 2; k <= need; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return -1 - (int64_t)i;
+        i += need + 1;
+        count++;
+    }
+    return count;
+}
+
+static hpcio_status invalid_utf8(hpcio_error *err, size_t j, uint64_t at)
+{
+    return hpcio_fail(err, HPCIO_E_CODEC, (int64_t)j, (int64_t)at, "value is not valid UTF-8");
+}
+
 hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
                                 size_t m, int64_t *out, hpcio_error *err)
 {
     for (size_t j = 0; j < m; j++) {
         const uint64_t a = offsets[j], b = offsets[j + 1];
-        int64_t count = 0;
 
         if (HPCIO_UNLIKELY(b < a || b > len))
             return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, (int64_t)a,
                               "value %zu spans bytes %llu..%llu of %llu", j,
                               (unsigned long long)a, (unsigned long long)b,
                               (unsigned long long)len);
-        /* every byte that is not a continuation byte (10xxxxxx) starts a character */
-        for (uint64_t i = a; i < b; i++)
-            count += (data[i] & 0xC0) != 0x80;
-        out[j] = count;
+        out[j] = utf8_count(data + a, b - a);
+        if (HPCIO_UNLIKELY(out[j] < 0))
+            return invalid_utf8(err, j, a + (uint64_t)(-1 - out[j]));
     }
     return HPCIO_OK;
+}
+
+hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,
+                                      size_t m, const int64_t *fixed, size_t ncols,
+                                      int32_t col, int utf8, int64_t *out, hpcio_error *err)
+{
+    uint64_t lo[HPCIO_MDS_MAX_COLUMNS], hi[HPCIO_MDS_MAX_COLUMNS];
+    size_t nvar = 0;
+    hpcio_status st = check_columns(fixed, ncols, &col, 1, &nvar, err);
+
+    for (size_t j = 0; st == HPCIO_OK && j < m; j++) {
+        st = column_bounds(rec[j], len[j], fixed, ncols, nvar, lo, hi, j, err);
+        if (st != HPCIO_OK)
+            break;
+        if (!utf8) {
+            out[j] = (int64_t)(hi[col] - lo[col]);
+            continue;
+        }
+        out[j] = utf8_count(rec[j] + lo[col], hi[col] - lo[col]);
+        if (HPCIO_UNLIKELY(out[j] < 0))
+            st = invalid_utf8(err, j, lo[col] + (uint64_t)(-1 - out[j]));
+    }
+    return st;
 }

@@ -84,11 +84,21 @@ hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *le
                                    size_t nsel, const uint64_t *offsets, uint8_t *const *out,
                                    hpcio_error *err);
 
-/* Characters of the UTF-8 values data[offsets[j]..offsets[j+1]) for j < m (bytes that
- * do not continue a multi-byte sequence), as Python's len(str) counts them for valid
- * UTF-8.  A range outside data is HPCIO_E_ARG with err->item = j. */
+/* Characters of the UTF-8 values data[offsets[j]..offsets[j+1]) for j < m, as Python's
+ * len(str) counts them, counted without decoding.  A range outside data is HPCIO_E_ARG,
+ * a value that Python's strict decoder refuses HPCIO_E_CODEC (err->item = j, err->offset
+ * = the byte in data where the bad sequence starts). */
 hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
                                 size_t m, int64_t *out, hpcio_error *err);
+
+/* len() of column col's value in each of the m records (as hpcio_mds_column_offsets
+ * reads them): its bytes, or with utf8 set its characters, checked as hpcio_utf8_lengths
+ * does, without copying or decoding.  err->item = j for a malformed record
+ * (HPCIO_E_CORRUPT) or a value that is not UTF-8 (HPCIO_E_CODEC; err->offset is then
+ * the byte within the record). */
+hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,
+                                      size_t m, const int64_t *fixed, size_t ncols,
+                                      int32_t col, int utf8, int64_t *out, hpcio_error *err);
 
 /* ---- buffered file reads (fileio.c) --------------------------------------------------
  * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF

@@ -145,6 +145,11 @@ class Dataset(Sequence):
         if isinstance(key, str):
             key, field = None, key
         idx = np.arange(len(self), dtype=np.int64) if self.indices is None else self.indices
+        if key is len and field is not None:
+            # lengths counted in place by formats that can (MDS str/bytes columns)
+            lengths = self.reader.field_lengths(idx, field)
+            if lengths is not None:
+                return self._view(_stable_argsort(lengths, descending=reverse))
         keys: list = []
         # Keys are read in chunks whose values are dropped once their keys are taken: about
         # a thousand values reuse the same memory from chunk to chunk (chunks of 4,096 text
@@ -194,7 +199,7 @@ class Dataset(Sequence):
         return f"<hpcio.Dataset {self.reader.path!r} n={len(self)}{view}>"
 
 
-def _stable_argsort(keys: list, descending: bool = False) -> np.ndarray:
+def _stable_argsort(keys: Sequence, descending: bool = False) -> np.ndarray:
     """Stable argsort of comparable Python keys; descending keeps ties in order.
 
     Descending is an ascending stable sort of the reversed keys, mapped back and

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._chpcio cimport (
     HPCIO_MDS_MAX_COLUMNS, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_mds_column_copy,
-    hpcio_mds_column_offsets, hpcio_status, hpcio_utf8_lengths,
+    hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_status, hpcio_utf8_lengths,
 )
 from ._utils cimport byte_view, check, data_ptr
 
@@ -257,6 +257,35 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
         free(spill)
 
 
+cdef Py_ssize_t _record_table(list views, const int32_t[::1] buf_of, const int64_t[::1] starts,
+                              const int64_t[::1] ends, const uint8_t **rec,
+                              uint64_t *length) except -2:
+    """Point ``rec[j]``/``length[j]`` at record j, ``views[buf_of[j]][starts[j]:ends[j]]``;
+    -1, or the first j whose record lies outside its buffer."""
+    cdef Py_ssize_t m = starts.shape[0], nbufs = len(views), j
+    cdef const uint8_t[::1] v
+    cdef const uint8_t **base = <const uint8_t **>malloc((nbufs + 1) * sizeof(uint8_t *))
+    cdef int64_t *size = <int64_t *>malloc((nbufs + 1) * sizeof(int64_t))
+    cdef int32_t which
+    try:
+        if base == NULL or size == NULL:
+            raise MemoryError("no memory for the record table")
+        for j in range(nbufs):
+            v = views[j]
+            base[j] = data_ptr(v)
+            size[j] = v.shape[0]
+        for j in range(m):
+            which = buf_of[j]
+            if which < 0 or which >= nbufs or starts[j] < 0 or ends[j] < starts[j] or ends[j] > size[which]:
+                return j
+            rec[j] = base[which] + starts[j]
+            length[j] = <uint64_t>(ends[j] - starts[j])
+        return -1
+    finally:
+        free(base)
+        free(size)
+
+
 def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
                 const int64_t[::1] ends, tuple sizes, tuple cols):
     """Columns ``cols`` of the records ``bufs[buf_of[j]][starts[j]:ends[j]]``, in order j.
@@ -268,8 +297,8 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     outside its buffer or is malformed (the caller then decodes its general way, which
     names the file, offset and sample).
     """
-    cdef Py_ssize_t m = starts.shape[0], j, s
-    cdef Py_ssize_t ncols = len(sizes), nsel = len(cols), nbufs = len(bufs)
+    cdef Py_ssize_t m = starts.shape[0], j, s, bad
+    cdef Py_ssize_t ncols = len(sizes), nsel = len(cols)
     if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
         raise ValueError(f"mds_columns: {ncols} columns (at most {_MAXCOL}), {m} starts, "
                          f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
@@ -280,31 +309,20 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     for s in range(nsel):
         sel[s] = cols[s]
     cdef list views = [byte_view(buf) for buf in bufs]  # held while C reads the buffers
-    cdef const uint8_t[::1] v
-    cdef const uint8_t **base = <const uint8_t **>malloc((nbufs + 1) * sizeof(uint8_t *))
-    cdef int64_t *size = <int64_t *>malloc((nbufs + 1) * sizeof(int64_t))
     cdef const uint8_t **rec = <const uint8_t **>malloc((m + 1) * sizeof(uint8_t *))
     cdef uint64_t *length = <uint64_t *>malloc((m + 1) * sizeof(uint64_t))
     cdef uint8_t **out = <uint8_t **>malloc((nsel + 1) * sizeof(uint8_t *))
     cdef hpcio_error err
     cdef hpcio_status st = HPCIO_OK
-    cdef int32_t which
     cdef uint64_t[:, ::1] offsets
     cdef uint8_t[::1] data_view
     cdef list columns
     try:
-        if base == NULL or size == NULL or rec == NULL or length == NULL or out == NULL:
+        if rec == NULL or length == NULL or out == NULL:
             raise MemoryError("mds_columns: no memory for the record table")
-        for j in range(nbufs):
-            v = views[j]
-            base[j] = data_ptr(v)
-            size[j] = v.shape[0]
-        for j in range(m):
-            which = buf_of[j]
-            if which < 0 or which >= nbufs or starts[j] < 0 or ends[j] < starts[j] or ends[j] > size[which]:
-                return None, j
-            rec[j] = base[which] + starts[j]
-            length[j] = <uint64_t>(ends[j] - starts[j])
+        bad = _record_table(views, buf_of, starts, ends, rec, length)
+        if bad >= 0:
+            return None, bad
         offsets_array = np.empty((nsel, m + 1), np.uint64)
         offsets = offsets_array
         hpcio_error_clear(&err)
@@ -330,16 +348,58 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
             check(st, &err, None, -1, -1)
         return columns, -1
     finally:
-        free(base)
-        free(size)
         free(rec)
         free(length)
         free(out)
 
 
+def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
+                const int64_t[::1] ends, tuple sizes, int col, bint utf8):
+    """``len()`` of column ``col``'s value in each record ``bufs[buf_of[j]][starts[j]:ends[j]]``:
+    its bytes, or with ``utf8`` its characters (``len(str)``), read in place in C without
+    the GIL; nothing is copied or decoded.  Returns ``(int64 lengths, -1)``, or
+    ``(None, j)`` when record j lies outside its buffer, is malformed or holds a value
+    Python would not decode as UTF-8 (the caller's general path then reports it).
+    """
+    cdef Py_ssize_t m = starts.shape[0], j, bad
+    cdef Py_ssize_t ncols = len(sizes)
+    if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
+        raise ValueError(f"mds_lengths: {ncols} columns (at most {_MAXCOL}), {m} starts, "
+                         f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
+    cdef int64_t fixed[_MAXCOL]
+    for j in range(ncols):
+        fixed[j] = sizes[j]
+    cdef list views = [byte_view(buf) for buf in bufs]  # held while C reads the buffers
+    cdef const uint8_t **rec = <const uint8_t **>malloc((m + 1) * sizeof(uint8_t *))
+    cdef uint64_t *length = <uint64_t *>malloc((m + 1) * sizeof(uint64_t))
+    cdef hpcio_error err
+    cdef hpcio_status st
+    out = np.empty(m, np.int64)
+    cdef int64_t[::1] counts = out
+    try:
+        if rec == NULL or length == NULL:
+            raise MemoryError("mds_lengths: no memory for the record table")
+        bad = _record_table(views, buf_of, starts, ends, rec, length)
+        if bad >= 0:
+            return None, bad
+        hpcio_error_clear(&err)
+        with nogil:
+            st = hpcio_mds_column_lengths(rec, length, m, fixed, ncols, col, utf8,
+                                          &counts[0] if m else NULL, &err)
+        if st != HPCIO_OK:
+            if err.item >= 0:
+                return None, err.item
+            check(st, &err, None, -1, -1)
+        return out, -1
+    finally:
+        free(rec)
+        free(length)
+
+
 def utf8_lengths(data, const uint64_t[::1] offsets):
     """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``,
-    counted without decoding: an int64 array of ``len(offsets) - 1`` values."""
+    counted without decoding: an int64 array of ``len(offsets) - 1`` values.  A value
+    Python's strict decoder would refuse raises DecodeError naming it and the byte."""
     cdef const uint8_t[::1] view = byte_view(data)
     cdef Py_ssize_t m = offsets.shape[0] - 1
     if m < 0:

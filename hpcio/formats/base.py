@@ -98,6 +98,12 @@ class Reader(abc.ABC):
         columnar access override this to avoid decoding other fields."""
         return [s[field] for s in self.read_many(indices, [field])]
 
+    def field_lengths(self, indices: np.ndarray, field: str) -> np.ndarray | None:
+        """``len()`` of one field's values for many samples (``ds.sort(len, field=...)``)
+        as an int64 array, or None when the format cannot count them without building the
+        values (the caller then applies ``len`` to :meth:`read_field`)."""
+        return None
+
     def read_columns(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> dict:
         """Samples at ``indices`` as one column per field (see :mod:`hpcio.columns`).
 

@@ -887,23 +887,7 @@ class Reader(base.Reader):
         direct = [c for c in cols if kinds[c] is not None]
         out: dict = {}
         if direct:
-            bufs, buf_of = [], np.empty(m, np.int32)
-            starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
-            groups, order = self._shard_groups(ids) if m else ([], None)
-            for g, (k, lidx, a, b) in enumerate(groups):
-                sh, lidx, lo, hi = self._ranges(k, lidx)
-                codec = sh.info.compression
-                if codec is None or not codec.per_sample:
-                    # a view of our own keeps the map alive if the shard is closed meanwhile
-                    buf = memoryview(sh.buf)
-                else:
-                    buf, pos = self._records(sh, lo, hi, lidx)
-                    lo, hi = pos[:-1], pos[1:]
-                where = slice(a, b) if order is None else order[a:b]
-                bufs.append(buf)
-                buf_of[where] = g
-                starts[where] = lo
-                ends[where] = hi
+            bufs, buf_of, starts, ends = self._record_table(ids)
             pairs, bad = _records.mds_columns(bufs, buf_of, starts, ends, self._layout._sizes_t, tuple(direct))
             if pairs is None:
                 # the general path names the file, byte offset and sample of the bad record
@@ -919,6 +903,53 @@ class Reader(base.Reader):
             for c, v in zip(general, values):
                 out[self._layout.names[c]] = v
         return {self._layout.names[c]: out[self._layout.names[c]] for c in cols}
+
+    def field_lengths(self, indices, field: str) -> np.ndarray | None:
+        """``len()`` of a ``str`` or ``bytes`` field for samples ``indices`` (sort keys),
+        counted in the records by one compiled call without building the values; None for
+        other kinds.  A malformed record or a value that is not UTF-8 raises the error its
+        read would, naming the file, byte offset and sample."""
+        from .._core import _records
+
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if not self._layout:
+            return None
+        (c,) = self._layout.select([field], self.path)
+        kind = self._layout.column_kind(c, self.decode_images)
+        if kind not in ("str", "bytes"):
+            return None
+        if len(ids) == 0:
+            return np.empty(0, np.int64)
+        bufs, buf_of, starts, ends = self._record_table(ids)
+        lengths, bad = _records.mds_lengths(bufs, buf_of, starts, ends, self._layout._sizes_t, c, kind == "str")
+        if lengths is None:
+            self._read_columns(ids[bad : bad + 1], [c])
+            raise CorruptShardError("malformed record", path=self.path, sample=int(ids[bad]))
+        return lengths
+
+    def _record_table(self, ids: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """Where the records of samples ``ids`` lie, for the compiled column kernels:
+        ``(bufs, buf_of, starts, ends)``, record j being ``bufs[buf_of[j]][starts[j]:ends[j]]``
+        (shards compressed per sample are decompressed into a buffer of their own)."""
+        m = len(ids)
+        bufs, buf_of = [], np.empty(m, np.int32)
+        starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
+        groups, order = self._shard_groups(ids) if m else ([], None)
+        for g, (k, lidx, a, b) in enumerate(groups):
+            sh, lidx, lo, hi = self._ranges(k, lidx)
+            codec = sh.info.compression
+            if codec is None or not codec.per_sample:
+                # a view of our own keeps the map alive if the shard is closed meanwhile
+                buf = memoryview(sh.buf)
+            else:
+                buf, pos = self._records(sh, lo, hi, lidx)
+                lo, hi = pos[:-1], pos[1:]
+            where = slice(a, b) if order is None else order[a:b]
+            bufs.append(buf)
+            buf_of[where] = g
+            starts[where] = lo
+            ends[where] = hi
+        return bufs, buf_of, starts, ends
 
     def _read_columns(self, indices, cols: list[int], as_samples: bool = False) -> list | None:
         """Column value lists for samples ``indices`` (non-negative, in range), in order;

@@ -523,7 +523,8 @@ def test_corrupt_record_layout(small):
     open(shard, "wb").write(bytes(data))
     message = rf"^malformed record: the record is 14 bytes but its columns add up to 212 \(.*shard.00000.mds, byte offset {begin}, sample 2\)$"
     ds = hpcio.open(small)
-    for access in (lambda: ds[2], lambda: ds.get_batch([0, 2]), lambda: ds.get_columns([0, 2]), lambda: list(ds)):
+    for access in (lambda: ds[2], lambda: ds.get_batch([0, 2]), lambda: ds.get_columns([0, 2]), lambda: list(ds),
+                   lambda: ds.sort(len, field="t")):
         with pytest.raises(CorruptShardError, match=message):
             access()
 
@@ -540,6 +541,36 @@ def test_bad_utf8_value(small):
         ds[1]
     with pytest.raises(DecodeError, match=message):
         list(ds)
+    with pytest.raises(DecodeError, match=message):
+        ds.sort(len, field="t")
+
+
+@pytest.mark.parametrize("compression", [None, "sample::zstd"])
+def test_sort_by_length_counts_in_place(tmp_path, compression):
+    rng = np.random.default_rng(3)
+    alphabet = ["a", "é", "✓", "😀", "\x00"]
+    samples = [{"id": i, "text": "".join(rng.choice(alphabet, int(rng.integers(0, 12)))),
+                "blob": rng.bytes(int(rng.integers(0, 9))), "meta": list(range(i % 4))} for i in range(200)]
+    path = write(tmp_path / "lens", samples, columns={"id": "int", "text": "str", "blob": "bytes", "meta": "json"},
+                 compression=compression, size_limit=1500)
+    ds = hpcio.open(path)
+    assert len(ds.reader.shards) > 3
+    view = ds.shuffle(seed=4)
+    for field in ("text", "blob", "meta"):
+        lengths = [len(s[field]) for s in samples]
+        for part in (ds, view):
+            ids = np.arange(len(ds)) if part.indices is None else part.indices
+            want = sorted(range(len(ids)), key=lambda j: lengths[ids[j]])
+            assert list(part.sort(len, field=field).indices) == [int(ids[j]) for j in want]
+            down = sorted(range(len(ids)), key=lambda j: -lengths[ids[j]])
+            assert list(part.sort(len, field=field, reverse=True).indices) == [int(ids[j]) for j in down]
+        counted = ds.reader.field_lengths(view.indices, field)
+        # str and bytes are counted in the records; other kinds are left to len() of the values
+        if field == "meta":
+            assert counted is None
+        else:
+            assert counted.dtype == np.int64 and counted.tolist() == [lengths[i] for i in view.indices]
+    assert ds.reader.field_lengths(np.array([], np.int64), "text").tolist() == []
 
 
 # --- large records: values read with pread, not faulted in through the mapping -------------

@@ -284,6 +284,61 @@ def test_mds_columns_report_the_bad_record():
         _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([len(good)]), (-1, 8), (5,))
 
 
+UTF8_CASES = [
+    b"", b"plain ascii, longer than one word", "aé✓😀".encode(), "é".encode() * 9,
+    b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf",  # overlong
+    b"\xed\xa0\x80", b"\xed\xbf\xbf",  # surrogates
+    b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff",  # past U+10FFFF, never valid
+    b"\x80", b"abcdefgh\xbf", b"\xe2\x82", b"ab\xf0\x9f\x98", b"\xe2\x28\xa1",  # stray, cut, broken
+    "\U0010ffff".encode(), "\ud7ff\ue000".encode(),
+]
+
+
+@pytest.mark.parametrize("value", UTF8_CASES + [np.random.default_rng(s).bytes(30) for s in range(20)]
+                         + [("x" * s).encode() + np.random.default_rng(s).bytes(3) for s in range(20)])
+def test_utf8_lengths_agree_with_python(value):
+    from hpcio._core import _records
+    from hpcio.errors import DecodeError
+
+    data = b"ok" + value
+    offsets = np.array([0, 2, len(data)], np.uint64)
+    try:
+        want = len(value.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        with pytest.raises(DecodeError, match=rf"^value is not valid UTF-8 \(byte offset {2 + exc.start}, sample 1\)$"):
+            _records.utf8_lengths(data, offsets)
+        record = _record([b"ok", value], (-1, -1))
+        got = _records.mds_lengths([record], np.zeros(1, np.int32), np.array([0]), np.array([len(record)]),
+                                   (-1, -1), 1, True)
+        assert got == (None, 0)
+    else:
+        assert _records.utf8_lengths(data, offsets).tolist() == [2, want]
+
+
+def test_mds_lengths_count_one_column_in_place():
+    from hpcio._core import _records
+
+    sizes = (-1, 8, -1)
+    records = [[("é" * i).encode(), bytes(8), b"x" * (3 * i)] for i in range(7)]
+    buf = b"".join(_record(r, sizes) for r in records)
+    bounds = np.cumsum([0] + [len(_record(r, sizes)) for r in records])
+    order = np.array([6, 0, 3, 3, 1])
+    args = ([buf], np.zeros(5, np.int32), bounds[:-1][order], bounds[1:][order], sizes)
+    chars, bad = _records.mds_lengths(*args, 0, True)
+    assert bad == -1 and chars.tolist() == order.tolist()
+    assert _records.mds_lengths(*args, 0, False)[0].tolist() == (2 * order).tolist()
+    assert _records.mds_lengths(*args, 2, False)[0].tolist() == (3 * order).tolist()
+    assert _records.mds_lengths(*args, 1, False)[0].tolist() == [8] * 5
+    # a malformed record, and one outside its buffer, are reported by position
+    short = buf[: bounds[2] - 1]
+    assert _records.mds_lengths([short], np.zeros(2, np.int32), bounds[:2], bounds[1:3] - [0, 1], sizes, 0,
+                                True) == (None, 1)
+    assert _records.mds_lengths([buf], np.zeros(1, np.int32), np.array([0]), np.array([len(buf) + 1]), sizes, 0,
+                                True) == (None, 0)
+    with pytest.raises(ValueError, match="column 3 of 3"):
+        _records.mds_lengths(*args, 3, True)
+
+
 def test_utf8_lengths_bounds():
     from hpcio._core import _records
 
