@@ -104,11 +104,16 @@ class VarColumn(Sequence):
         import orjson
 
         # One parse of "[v0,v1,...]": 30 % less than a loads call per value (text meta).
+        # A value that is not a JSON document alone ("1,2", "") either breaks the array or
+        # changes its length; both send every value to its own parse, which reports it.
         parts = [view[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         try:
-            return orjson.loads(b"".join((b"[", b",".join(parts), b"]")))
+            values = orjson.loads(b"".join((b"[", b",".join(parts), b"]")))
         except orjson.JSONDecodeError:
-            return [self._decode(p) for p in parts]
+            values = None
+        if values is None or len(values) != len(parts):
+            values = [self._decode(p) for p in parts]
+        return values
 
     def byte_lengths(self) -> np.ndarray:
         """Stored bytes of every value (int64)."""

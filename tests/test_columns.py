@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -46,6 +47,16 @@ def test_json_column_decodes_what_orjson_cannot():
     got = col.to_pylist()
     assert got[0] == {"a": [1, 2]} and math.isnan(got[1]) and math.isnan(col[1])
     assert VarColumn.from_values("json", [{"x": None}, [1]]).to_pylist() == [{"x": None}, [1]]
+
+
+@pytest.mark.parametrize("bad", [b"1,2", b"", b"[1"])
+def test_json_column_value_that_is_not_a_document_alone(bad):
+    # joined into one array, "1,2" would parse as two values: each value is parsed alone
+    raw = [b"0", bad, b"3"]
+    col = VarColumn("json", np.frombuffer(b"".join(raw), np.uint8),
+                    np.cumsum([0] + [len(r) for r in raw]).astype(np.int64))
+    with pytest.raises(json.JSONDecodeError):
+        col.to_pylist()
 
 
 def test_to_arrow_shares_the_buffers():
