@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from .._durable import fsync_dir
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format
 from . import plan as planning
@@ -38,7 +39,6 @@ from .progress import Progress
 from .resume import (
     ResumeError,
     fingerprint,
-    fsync_dir,
     load_part,
     part_path,
     publish_files,

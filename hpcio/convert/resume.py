@@ -31,6 +31,7 @@ import shutil
 
 import xxhash
 
+from .._durable import fsync_dir
 from ..errors import HpcioError
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "part_path",
     "fingerprint",
     "write_json_atomic",
-    "fsync_dir",
     "file_digest",
     "publish_files",
     "verify_part",
@@ -73,14 +73,6 @@ def fingerprint(obj) -> str:
     """A stable digest of a JSON-able description of the inputs and options."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_json_atomic(path: str, obj) -> None:

@@ -27,6 +27,7 @@ import socket
 
 import xxhash
 
+from .._durable import fsync_dir
 from .._version import __version__
 from ..errors import CorruptShardError, StagingError
 
@@ -40,7 +41,6 @@ __all__ = [
     "write_manifest",
     "Journal",
     "read_journals",
-    "fsync_dir",
     "new_hasher",
 ]
 
@@ -139,15 +139,6 @@ class Manifest:
             "total_bytes": self.total_bytes,
             "files": [f.to_json() for f in sorted(self.files, key=lambda r: r.path)],
         }
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """Make renames and creations inside directory ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix: str,

@@ -37,6 +37,7 @@ from typing import Callable, Iterable
 
 import xxhash
 
+from .._durable import fsync_dir
 from ..errors import (
     ChecksumMismatchError,
     HpcioError,
@@ -53,7 +54,6 @@ from .manifest import (
     FileRecord,
     Journal,
     Manifest,
-    fsync_dir,
     new_hasher,
     read_journals,
     read_manifest,
