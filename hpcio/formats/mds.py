@@ -186,6 +186,20 @@ def _digest(algo: str, data) -> str:
     return _hash_functions()[algo](data).hexdigest()
 
 
+def _write_pieces(fd: int, pieces: list) -> None:
+    """Write ``pieces`` (bytes) back to back to ``fd`` with ``writev``, no joined copy;
+    short writes are resumed where they stopped."""
+    limit = min(os.sysconf("SC_IOV_MAX"), 1024)
+    for lo in range(0, len(pieces), limit):
+        batch = pieces[lo : lo + limit]
+        done, total = os.writev(fd, batch), sum(len(p) for p in batch)
+        if done == total:
+            continue
+        view = memoryview(b"".join(batch))[done:]  # a short write: the rest, in order
+        while view:
+            view = view[os.write(fd, view):]
+
+
 def _parse_size(value) -> int | None:
     """streaming's ``bytes_to_int``: an int, or a string such as ``"100kb"``."""
     if not value:
@@ -1316,13 +1330,14 @@ class Writer(base.Writer):
                 f"sample {detail}; the columns are {sorted(self._names)}", path=self.path, sample=self.count
             )
         sizes = []
-        data = []
+        data = [b""]  # the size header, packed once the sizes are known
         for name, codec, variable in self._plan:
             datum = encode_value(codec, sample[name], name, self.count)
             if variable:
                 sizes.append(len(datum))
             data.append(datum)
-        return self._head.pack(*sizes) + b"".join(data)
+        data[0] = self._head.pack(*sizes)
+        return b"".join(data)
 
     def write(self, sample: Mapping) -> None:
         if self._closed:
@@ -1350,27 +1365,37 @@ class Writer(base.Writer):
                 f"shard {len(self._shards)} would be {int(offsets[-1])} bytes; MDS offsets are u32 "
                 "(lower size_limit)", path=self.path,
             )
-        raw = b"".join([_U32.pack(n), offsets.astype("<u4").tobytes(), self._config_data, *records])
+        # The shard is written (and hashed) from its pieces: joining them first would copy
+        # every record once more into a shard-sized buffer.
+        pieces = [_U32.pack(n) + offsets.astype("<u4").tobytes() + self._config_data, *records]
         number = len(self._shards) if self.shard_id is None else self.shard_id
         basename = f"shard.{number:05}.mds"
-        raw_info = self._file_info(raw, basename)
+        raw_info = self._file_info(pieces, basename)
         zip_info = None
-        data = raw
         if self.compression is not None and not self.compression.per_sample:
-            data = self.compression.compress(raw)
+            pieces = [self.compression.compress(b"".join(pieces))]
             basename = f"{basename}.{self.compression.name}"
-            zip_info = self._file_info(data, basename)
+            zip_info = self._file_info(pieces, basename)
         target = os.path.join(self.path, basename)
         self._written.append(target)
-        with open(target, "wb") as f:
-            f.write(data)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            _write_pieces(fd, pieces)
+        finally:
+            os.close(fd)
         self._shards.append({"samples": n, "raw_data": raw_info, "zip_data": zip_info, **self._config})
         self._records = []
         self._shard_size = 8 + len(self._config_data)
 
-    def _file_info(self, data: bytes, basename: str) -> dict:
-        return {"basename": basename, "bytes": len(data),
-                "hashes": {algo: _digest(algo, data) for algo in self.hashes}}
+    def _file_info(self, pieces: list, basename: str) -> dict:
+        """The index entry of a file holding ``pieces`` back to back."""
+        hashes = {}
+        for algo in self.hashes:
+            h = _hash_functions()[algo]()
+            for piece in pieces:
+                h.update(piece)
+            hashes[algo] = h.hexdigest()
+        return {"basename": basename, "bytes": sum(len(p) for p in pieces), "hashes": hashes}
 
     def close(self) -> None:
         if self._closed:

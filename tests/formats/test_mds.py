@@ -123,6 +123,27 @@ def test_writer_bytes_equal_streaming(tmp_path, compression):
             assert raw_a == raw_b
 
 
+def test_shard_written_from_pieces_survives_short_writes(tmp_path, monkeypatch):
+    # 3,000 records: more pieces than one writev takes (IOV_MAX); hashes over the pieces
+    samples = [{"id": i, "text": "x" * (i % 50)} for i in range(3000)]
+    columns = {"id": "int", "text": "str"}
+    plain = write(tmp_path / "plain", samples, columns=columns, hashes=["sha1", "xxh64"])
+    streamed = write_streaming(tmp_path / "streaming", samples, columns, hashes=["sha1", "xxh64"])
+    assert read_file(f"{plain}/shard.00000.mds") == read_file(f"{streamed}/shard.00000.mds")
+    assert read_file(f"{plain}/index.json") == read_file(f"{streamed}/index.json")
+    real_writev, calls = os.writev, []
+
+    def short_writev(fd, buffers):  # the kernel may write less than asked
+        calls.append(len(buffers))
+        return real_writev(fd, [bytes(buffers[0])[:3]])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    short = write(tmp_path / "short", samples, columns=columns, hashes=["sha1", "xxh64"])
+    assert calls and max(calls) <= 1024 and len(calls) >= 3
+    assert read_file(f"{short}/shard.00000.mds") == read_file(f"{plain}/shard.00000.mds")
+    assert read_file(f"{short}/index.json") == read_file(f"{plain}/index.json")
+
+
 def test_sample_zstd_records_equal_streaming_compress(tmp_path):
     """Records are compressed exactly as mldataforge does it: streaming's ``compress``."""
     from streaming.base.compression import compress, decompress
