@@ -286,6 +286,15 @@ cdef Py_ssize_t _record_table(list views, const int32_t[::1] buf_of, const int64
         free(size)
 
 
+cdef Py_ssize_t _failed_record(hpcio_status st, const hpcio_error *err) except -1:
+    """The record a record-table kernel failed on (``err.item``); raises when the failure
+    is not one record's (an argument or memory error)."""
+    if err.item >= 0:
+        return err.item
+    check(st, err, None, -1, -1)
+    return -1  # not reached: check raises for every status but HPCIO_OK
+
+
 def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
                 const int64_t[::1] ends, tuple sizes, tuple cols):
     """Columns ``cols`` of the records ``bufs[buf_of[j]][starts[j]:ends[j]]``, in order j.
@@ -330,9 +339,7 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
             st = hpcio_mds_column_offsets(rec, length, m, fixed, ncols, sel, nsel,
                                           &offsets[0, 0] if nsel else NULL, &err)
         if st != HPCIO_OK:
-            if err.item >= 0:
-                return None, err.item
-            check(st, &err, None, -1, -1)
+            return None, _failed_record(st, &err)
         columns = []
         for s in range(nsel):
             data = np.empty(offsets[s, m], np.uint8)
@@ -343,9 +350,7 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
             st = hpcio_mds_column_copy(rec, length, m, fixed, ncols, sel, nsel,
                                        &offsets[0, 0] if nsel else NULL, out, &err)
         if st != HPCIO_OK:
-            if err.item >= 0:
-                return None, err.item
-            check(st, &err, None, -1, -1)
+            return None, _failed_record(st, &err)
         return columns, -1
     finally:
         free(rec)
@@ -387,9 +392,7 @@ def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
             st = hpcio_mds_column_lengths(rec, length, m, fixed, ncols, col, utf8,
                                           &counts[0] if m else NULL, &err)
         if st != HPCIO_OK:
-            if err.item >= 0:
-                return None, err.item
-            check(st, &err, None, -1, -1)
+            return None, _failed_record(st, &err)
         return out, -1
     finally:
         free(rec)
