@@ -131,9 +131,14 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
             except Exception:
                 return None, j
             PyDict_SetItem(d, key_of[col], value)
-        Py_INCREF(d)
-        PyList_SET_ITEM(out, j, d)
+        _place(out, j, d)
     return out, -1
+
+
+cdef inline void _place(list out, Py_ssize_t j, dict d):
+    """Put ``d`` at slot j of a list made by PyList_New (the slot steals a reference)."""
+    Py_INCREF(d)
+    PyList_SET_ITEM(out, j, d)
 
 
 cdef object _value(int k, const char *p, int64_t n, json_loads):
@@ -249,8 +254,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                 except Exception:
                     return None, j
                 PyDict_SetItem(d, key_of[col], value)
-            Py_INCREF(d)
-            PyList_SET_ITEM(out, j, d)
+            _place(out, j, d)
         return out, -1
     finally:
         free(first)

@@ -904,9 +904,7 @@ class Reader(base.Reader):
             bufs, buf_of, starts, ends = self._record_table(ids)
             pairs, bad = _records.mds_columns(bufs, buf_of, starts, ends, self._layout._sizes_t, tuple(direct))
             if pairs is None:
-                # the general path names the file, byte offset and sample of the bad record
-                self._read_columns(ids[bad : bad + 1], cols)
-                raise CorruptShardError("malformed record", path=self.path, sample=int(ids[bad]))
+                self._report_bad_record(int(ids[bad]), cols)
             for c, (data, offsets) in zip(direct, pairs):
                 kind = kinds[c]
                 out[self._layout.names[c]] = (VarColumn(kind, data, offsets) if isinstance(kind, str)
@@ -925,21 +923,26 @@ class Reader(base.Reader):
         read would, naming the file, byte offset and sample."""
         from .._core import _records
 
-        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if not self._layout:
             return None
         (c,) = self._layout.select([field], self.path)
         kind = self._layout.column_kind(c, self.decode_images)
         if kind not in ("str", "bytes"):
             return None
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(ids) == 0:
             return np.empty(0, np.int64)
         bufs, buf_of, starts, ends = self._record_table(ids)
         lengths, bad = _records.mds_lengths(bufs, buf_of, starts, ends, self._layout._sizes_t, c, kind == "str")
         if lengths is None:
-            self._read_columns(ids[bad : bad + 1], [c])
-            raise CorruptShardError("malformed record", path=self.path, sample=int(ids[bad]))
+            self._report_bad_record(int(ids[bad]), [c])
         return lengths
+
+    def _report_bad_record(self, i: int, cols: list[int]):
+        """Raise for sample ``i``, which a compiled kernel refused: the general path names
+        the file, byte offset and sample and the exact fault."""
+        self._read_columns(np.array([i], np.int64), cols)
+        raise CorruptShardError("malformed record", path=self.path, sample=i)
 
     def _record_table(self, ids: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
         """Where the records of samples ``ids`` lie, for the compiled column kernels:
