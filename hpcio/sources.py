@@ -314,10 +314,13 @@ class ParquetSource(Source):
         f = self._file(unit.path)
         schema = f.schema_arrow
         kinds = {fld.name: (fld.metadata or {}).get(b"hpcio.kind", b"").decode() or None for fld in schema}
+        first = sum(f.metadata.row_group(g).num_rows for g in range(unit.start))
         for g in range(unit.start, unit.stop):
             table = f.read_row_group(g, columns=self.columns)
             names = table.column_names
-            cols = [self.parquet._decode_column(table.column(n), kinds[n], n, unit.path, 0) for n in names]
+            rows = range(first, first + table.num_rows)
+            first += table.num_rows
+            cols = [self.parquet._decode_column(table.column(n), kinds[n], n, unit.path, rows) for n in names]
             for k in range(table.num_rows):
                 yield {n: c[k] for n, c in zip(names, cols)}
 

@@ -84,6 +84,11 @@ class Reader(abc.ABC):
         """Samples at ``indices`` (already non-negative and in range), in that order."""
         return [self.read(int(i), fields) for i in indices]
 
+    def block_starts(self) -> np.ndarray | None:
+        """First sample of each unit the format decodes whole (a Parquet row group), when
+        reading part of a unit costs as much as reading all of it; None otherwise."""
+        return None
+
     def iter_range(
         self, start: int = 0, stop: int | None = None, fields: Sequence[str] | None = None
     ) -> Iterator[Mapping]:

@@ -180,14 +180,16 @@ class Writer(_Writer):
         self.pending.discard()
 
 
-def _decode_column(column, kind: str | None, name: str, path: str, base: int) -> list:
+def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
+    """The column's values as Python objects; ``samples[k]`` is row k's sample index in
+    ``path`` (for error messages)."""
     values = column.to_pylist()
     if kind == "json":
-        return [v if v is None else _values.decode_json(v.encode(), field=name, path=path, sample=base + k)
-                for k, v in enumerate(values)]
+        return [v if v is None else _values.decode_json(v.encode(), field=name, path=path, sample=int(i))
+                for i, v in zip(samples, values)]
     if kind == "ndarray":
-        return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=base + k)
-                for k, v in enumerate(values)]
+        return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=int(i))
+                for i, v in zip(samples, values)]
     return values
 
 
@@ -233,6 +235,9 @@ class Reader(_Reader):
     def __len__(self) -> int:
         return int(self.cum[-1])
 
+    def block_starts(self) -> np.ndarray:
+        return self.cum[:-1].copy()
+
     def _group(self, g: int, fields: tuple):
         key = (g, fields)
         table = self.cache.get(key)
@@ -266,8 +271,13 @@ class Reader(_Reader):
         for g in np.unique(groups):
             where = np.flatnonzero(groups == g)
             base = int(self.cum[g])
-            table = self._group(int(g), fields).take(indices[where] - base)
-            columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, base) for f in fields]
+            rows = indices[where] - base
+            table = self._group(int(g), fields)
+            if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and np.all(np.diff(rows) == 1):
+                table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
+            else:
+                table = table.take(rows)
+            columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, indices[where]) for f in fields]
             for k, pos in enumerate(where):
                 out[pos] = {f: col[k] for f, col in zip(fields, columns)}
         return out

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import hpcio
-from hpcio.errors import SchemaError
+from hpcio.errors import DecodeError, SchemaError
+from hpcio.sources import ParquetSource
 from hpcio.testing import FormatTests, assert_sample_equal
 
 
@@ -63,3 +64,26 @@ def test_writer_schema_mismatch(tmp_path):
     with pytest.raises(SchemaError, match=r"^field 'id': expected int, got str \(.*p, sample 1\)$"):
         write(tmp_path / "p", [{"id": 1}, {"id": "two"}])
     assert not (tmp_path / "p").exists()
+
+
+def test_bad_json_value_names_its_own_sample_when_rows_are_taken(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [f'{{"i": {i}}}' for i in range(12)]
+    values[7] = '{"i": '
+    field = pa.field("meta", pa.large_string(), metadata={b"hpcio.kind": b"json"})
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table([pa.array(values, pa.large_string())], schema=pa.schema([field])), path,
+                   row_group_size=5)
+    ds = hpcio.open(path)
+    assert ds[6] == {"meta": {"i": 6}}
+    # sample 7 is row 2 of the second row group, and the 2nd of the rows taken below
+    for read in (lambda: ds[7], lambda: ds.get_batch([5, 7, 9]), lambda: ds.get_batch([9, 7])):
+        with pytest.raises(DecodeError, match=(rf"^field 'meta' is not valid JSON: Expecting value: line 1 column 7 \(char 6\) "
+                                                    rf"\({path}, sample 7\)$")):
+            read()
+    source = ParquetSource(str(path))
+    assert list(source.samples(source.units()[0]))[4] == {"meta": {"i": 4}}
+    with pytest.raises(DecodeError, match=rf"\({path}, sample 7\)$"):
+        list(source.samples(source.units()[1]))
