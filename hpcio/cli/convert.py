@@ -92,6 +92,10 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     run.add_argument("--skip-bad", action="store_true",
                      help="leave out samples that fail and list them in DST.bad-samples.jsonl")
     run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
+    run.add_argument("--round-size", dest="round_bytes", type=parse_bytes, metavar="BYTES",
+                     help="samples each rank reads, exchanges and holds at a time (default 512MiB, or "
+                          "$HPCIO_CONVERT_ROUND_BYTES); every block of the sources, such as a Parquet "
+                          "row group, is read once per round")
     run.add_argument("--no-progress", action="store_true", help="no progress display")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -125,6 +129,7 @@ def output_options(args) -> dict:
         skip_bad=args.skip_bad,
         resume=args.resume,
         seed=args.seed,
+        round_bytes=args.round_bytes,
         writer_options=dict(args.writer_options),
         reader_options=dict(args.reader_options),
         progress=not args.no_progress,

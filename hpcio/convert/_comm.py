@@ -63,6 +63,10 @@ class Comm:
     def gather(self, obj, root: int = 0):
         return [obj]
 
+    def alltoall(self, objs: list) -> list:
+        """Send ``objs[r]`` to rank ``r``; returns what each rank sent to this one."""
+        return list(objs)
+
     def barrier(self) -> None:
         pass
 
@@ -116,6 +120,9 @@ class MPIComm(Comm):
 
     def gather(self, obj, root=0):
         return self.comm.gather(obj, root=root)
+
+    def alltoall(self, objs):
+        return self.comm.alltoall(objs)
 
     def barrier(self):
         self.comm.Barrier()

@@ -4,9 +4,14 @@
    them (sample counts and sizes) and the shares are exchanged.
 2. Rank 0 makes the plan (:mod:`.plan`) and broadcasts it; on ``resume`` the shards
    already complete are found (each rank verifies a share).
-3. Each rank writes whole shards, shard ``todo[rank::size]``: the format's writer puts
-   the shard into a private temporary directory, the files are fsynced and renamed into
-   the staging directory, then the shard's index part is written (:mod:`.resume`).
+3. Each rank writes whole shards, shard ``todo[rank::size]``, in rounds of a bounded
+   size (:func:`.plan.write_rounds`).  In a round every rank reads one contiguous share of
+   the round's samples (:func:`.plan.read_shares`), so each block of the sources (a
+   Parquet row group) is read by one rank once, not by every rank for every shard; it
+   maps and filters them, and the samples are exchanged so each rank holds its shards'.
+   The format's writer puts each shard into a private temporary directory, the files are
+   fsynced and renamed into the staging directory, then the shard's index part is written
+   (:mod:`.resume`).
 4. Rank 0 merges the index parts into the format's dataset index, writes the bad-sample
    report, and renames the staging directory to the destination: the dataset appears
    whole or not at all.
@@ -34,7 +39,7 @@ from ..registry import get_format
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .faults import BadSample, BadSampleError, bad_sample_from, write_report
-from .inputs import ReaderCache, Source, expand_sources, measure_source
+from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_source
 from .progress import Progress
 from .resume import (
     ResumeError,
@@ -48,12 +53,13 @@ from .resume import (
     write_json_atomic,
 )
 
-__all__ = ["convert", "resolve_callable", "SLOW_SHARD_ENV"]
+__all__ = ["convert", "resolve_callable", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV"]
 
 # Test aid: seconds to sleep after publishing each shard, so a test can kill -9 a run
 # part-way through and check that --resume completes it.
 SLOW_SHARD_ENV = "HPCIO_CONVERT_SLOW_SHARD_SECONDS"
-_READ_BATCH = 256
+# Bytes of samples a rank holds in one round when ``round_bytes`` is not given.
+ROUND_BYTES_ENV = "HPCIO_CONVERT_ROUND_BYTES"
 _ABORT_GRACE_SECONDS = 0.5
 
 
@@ -78,6 +84,23 @@ def _spec_name(spec) -> str | None:
     if callable(spec):
         return f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
     return str(spec)
+
+
+def _round_bytes(value: int | None) -> int:
+    """``round_bytes``, else ``$HPCIO_CONVERT_ROUND_BYTES``, else the default; positive."""
+    what = "round_bytes (--round-size)"
+    if value is None:
+        text = os.environ.get(ROUND_BYTES_ENV)
+        if not text:
+            return planning.DEFAULT_ROUND_BYTES
+        what = f"${ROUND_BYTES_ENV}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise planning.PlanError(f"{what} must be a number of bytes, got {text!r}") from None
+    if value < 1:
+        raise planning.PlanError(f"{what} must be positive, got {value}")
+    return value
 
 
 def _collective(comm: Comm, fn, root_only: bool = True):
@@ -137,6 +160,7 @@ def convert(
     skip_bad: bool = False,
     resume: bool = False,
     seed: int = 0,
+    round_bytes: int | None = None,
     writer_options: Mapping | None = None,
     reader_options: Mapping | None = None,
     progress: bool = True,
@@ -181,6 +205,10 @@ def convert(
         Continue an interrupted run: only missing or damaged shards are written.
     seed
         Seed of the sample-to-shard assignment.
+    round_bytes
+        Bytes of samples each rank reads, exchanges and holds in one round (default
+        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB).  Each block of the sources is read
+        once per round, so larger rounds read less; smaller ones use less memory.
     writer_options
         Further keyword arguments for the output format's writer.
     reader_options
@@ -207,6 +235,7 @@ def convert(
     dst = os.path.abspath(os.fspath(dst))
     staging = staging_path(dst)
     multiple = shards_multiple_of if shards_multiple_of is not None else ngpus * nworkers
+    round_bytes = _round_bytes(round_bytes)
     map_fn = resolve_callable(map)
     filter_fn = resolve_callable(filter)
     opts = dict(writer_options or {})
@@ -237,14 +266,23 @@ def convert(
             readers.close()
             raise
 
+    def measure(i):
+        sizes = measure_source(sources[i], reader=readers.get(i))
+        return sizes, block_starts(readers.get(i), sizes)
+
     measured = closing_readers_on_error(lambda: _collective(
-        comm, lambda: {i: measure_source(sources[i], reader=readers.get(i)) for i in mine}, root_only=False
+        comm, lambda: {i: measure(i) for i in mine}, root_only=False
     ))
-    sizes_by_source: dict[int, np.ndarray] = {}
+    by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for part in measured:
-        sizes_by_source.update(part)
+        by_source.update(part)
+    sizes_by_source = {i: sizes for i, (sizes, _blocks) in by_source.items()}
     counts = np.array([len(sizes_by_source[i]) for i in range(len(sources))], dtype=np.int64)
     first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    # The global id of the first sample of every block of every source, ascending.
+    block_first = np.concatenate(
+        [by_source[i][1] + first_id[i] for i in range(len(sources))] or [np.zeros(0, np.int64)]
+    ).astype(np.int64)
 
     # --- 2. plan, made once ------------------------------------------------------------
     def make_plan():
@@ -310,23 +348,20 @@ def convert(
     shares = closing_readers_on_error(lambda: _collective(comm, complete_share, root_only=False))
     kept = sorted(k for share in shares for k in share)
     todo = sorted(set(range(shards)) - set(kept))
-    my_shards = todo[comm.rank :: comm.size]
+    rounds = planning.write_rounds(todo, plan.shard_bytes, comm.size, round_bytes)
 
     total_samples = int(sum(len(plan.shard(k)) for k in todo))
     total_bytes = int(sum(int(plan.shard_bytes[k]) for k in todo))
     bar = Progress(comm, total_samples, total_bytes, enabled=progress)
-    slow = float(os.environ.get(SLOW_SHARD_ENV, "0") or 0)
     writer = _ShardWriter(
-        fmt=fmt, staging=staging, sources=sources, first_id=first_id, sizes=sizes,
-        fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
+        fmt=fmt, staging=staging, sources=sources, first_id=first_id, block_first=block_first,
+        sizes=sizes, fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
         writer_options=opts, num_shards=shards, progress=bar, readers=readers,
     )
     restore_threads = _share_node_cpus(comm, decodes_parquet=any(s.format == "parquet" for s in sources))
     try:
-        for k in my_shards:
-            writer.write_shard(k, plan.shard(k))
-            if slow > 0:
-                time.sleep(slow)
+        for round_shards in rounds:
+            writer.write_round(comm, round_shards, plan)
         writer.close()
         bar.finish()
     except BaseException as exc:  # noqa: BLE001 -- every failure must end all ranks
@@ -392,14 +427,16 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
 
 
 class _ShardWriter:
-    """Writes shards on one rank: read the samples, map/filter, write, publish."""
+    """Writes shards on one rank, a round at a time: read this rank's share of the round's
+    samples, map/filter them, exchange them, write this rank's shards and publish them."""
 
-    def __init__(self, *, fmt, staging, sources, first_id, sizes, fields, map_fn, filter_fn,
-                 skip_bad, writer_options, num_shards, progress, readers):
+    def __init__(self, *, fmt, staging, sources, first_id, block_first, sizes, fields, map_fn,
+                 filter_fn, skip_bad, writer_options, num_shards, progress, readers):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
         self.first_id = first_id
+        self.block_first = block_first
         self.sizes = sizes
         self.fields = fields
         self.map_fn = map_fn
@@ -409,79 +446,122 @@ class _ShardWriter:
         self.num_shards = num_shards
         self.progress = progress
         self.readers = readers
+        self.slow = float(os.environ.get(SLOW_SHARD_ENV, "0") or 0)
 
     def close(self):
         self.readers.close()
 
-    def _bad(self, exc, src_index, local, stage, shard, bad: list) -> None:
-        rec = bad_sample_from(exc, source=self.sources[src_index].path, sample=local,
+    def _bad(self, exc, gid: int, stage: str, shard: int) -> tuple[int, BadSample]:
+        """The record of a failed sample (``gid`` its global id), or BadSampleError."""
+        src = int(np.searchsorted(self.first_id, gid, side="right")) - 1
+        rec = bad_sample_from(exc, source=self.sources[src].path, sample=gid - int(self.first_id[src]),
                               stage=stage, shard=shard)
         if not self.skip_bad:
             raise BadSampleError(rec) from exc
-        bad.append(rec)
+        return gid, rec
 
-    def _read(self, reader, src_index, local_ids, shard, bad):
-        """(local id, sample) pairs of ``local_ids``; failures become bad samples."""
+    def _read(self, reader, base: int, gids: np.ndarray, shards: np.ndarray, bad: list):
+        """(position in ``gids``, sample) pairs; failures become bad samples."""
         try:
-            return list(zip(local_ids.tolist(), reader.read_many(local_ids, self.fields)))
+            return list(enumerate(reader.read_many(gids - base, self.fields)))
         except Exception as exc:
             if isinstance(exc, OSError) or not _is_sample_error(exc):
                 raise
         out = []  # find the failing sample(s) one by one
-        for local in local_ids.tolist():
+        for k, gid in enumerate(gids.tolist()):
             try:
-                out.append((local, reader.read(local, self.fields)))
+                out.append((k, reader.read(gid - base, self.fields)))
             except Exception as exc:
                 if isinstance(exc, OSError) or not _is_sample_error(exc):
                     raise
-                self._bad(exc, src_index, local, "read", shard, bad)
+                bad.append(self._bad(exc, gid, "read", int(shards[k])))
         return out
 
-    def write_shard(self, shard: int, ids: np.ndarray) -> None:
+    def write_round(self, comm: Comm, round_shards: list[int], plan) -> None:
+        """Collective: every rank calls it with the same round."""
+        lengths = [len(plan.shard(k)) for k in round_shards]
+        gids = np.concatenate([plan.shard(k) for k in round_shards])
+        shard_of = np.repeat(np.asarray(round_shards, dtype=np.int64), lengths)
+        order = np.argsort(gids, kind="stable")
+        gids, shard_of = gids[order], shard_of[order]
+        # Rounds start at a multiple of comm.size, so a shard's owner is its position here.
+        owner = {k: t % comm.size for t, k in enumerate(round_shards)}
+        blocks = np.searchsorted(self.block_first, gids, side="right") - 1
+        cuts = planning.read_shares(blocks, self.sizes[gids], comm.size)
+        lo, hi = int(cuts[comm.rank]), int(cuts[comm.rank + 1])
+        parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
+                   for r in range(comm.size)]
+        self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels)
+        # This rank's own parcel stays here rather than being pickled to itself.
+        mine = parcels[comm.rank]
+        parcels[comm.rank] = None
+        received = comm.alltoall(parcels)
+        received[comm.rank] = mine
+        for k in round_shards:
+            if owner[k] == comm.rank:
+                self.write_shard(k, [parcel[k] for parcel in received])
+                if self.slow > 0:
+                    time.sleep(self.slow)
+
+    def _read_share(self, rank, gids, shard_of, blocks, owner, parcels) -> None:
+        """Read, map and filter this rank's samples into the parcels of their shards' owners."""
+        runs = np.flatnonzero(np.diff(blocks)) + 1
+        for run in np.split(np.arange(len(gids)), runs):
+            if not len(run):
+                continue
+            src = int(np.searchsorted(self.first_id, gids[run[0]], side="right")) - 1
+            base = int(self.first_id[src])
+            bad: list = []
+            for k, sample in self._read(self.readers.get(src), base, gids[run], shard_of[run], bad):
+                gid, shard = int(gids[run[k]]), int(shard_of[run[k]])
+                parcel = parcels[owner[shard]][shard]
+                stage = "read"
+                try:
+                    if owner[shard] != rank and not isinstance(sample, dict):
+                        # Lazy samples (JINX) decode here: another rank writes them.
+                        sample = {name: sample[name] for name in sample}
+                    stage = "map"
+                    if self.map_fn is not None:
+                        sample = self.map_fn(sample)
+                    stage = "filter"
+                    if sample is None or (self.filter_fn is not None and not self.filter_fn(sample)):
+                        parcel["filtered"] += 1
+                        continue
+                except Exception as exc:
+                    parcel["bad"].append(self._bad(exc, gid, stage, shard))
+                    continue
+                parcel["samples"].append((gid, sample))
+            for gid, rec in bad:
+                parcels[owner[rec.shard]][rec.shard]["bad"].append((gid, rec))
+            self.progress.advance(len(run), int(self.sizes[gids[run]].sum()))
+
+    def write_shard(self, shard: int, parcels: list[dict]) -> None:
+        """Write ``shard`` from the parcels every rank read for it (in rank order, so its
+        samples come in the plan's order)."""
         # The same name on every rank (one rank writes a shard per run), so a format that
         # records its own path in a shard still writes the same bytes at any rank count.
         tmpdir = os.path.join(state_dir(self.staging), "tmp", f"shard-{shard:06d}")
         shutil.rmtree(tmpdir, ignore_errors=True)
         os.makedirs(tmpdir)
-        bad: list[BadSample] = []
-        written = filtered = 0
-        src_of = np.searchsorted(self.first_id, ids, side="right") - 1
-        cuts = np.flatnonzero(np.diff(src_of)) + 1
+        bad = [item for parcel in parcels for item in parcel["bad"]]
+        filtered = sum(parcel["filtered"] for parcel in parcels)
+        written = 0
         writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards, **self.writer_options)
         with writer:
-            for group in np.split(np.arange(len(ids)), cuts):
-                if not len(group):
-                    continue
-                src_index = int(src_of[group[0]])
-                reader = self.readers.get(src_index)
-                local_all = ids[group] - self.first_id[src_index]
-                for lo in range(0, len(local_all), _READ_BATCH):
-                    local_ids = local_all[lo : lo + _READ_BATCH]
-                    batch_bytes = int(self.sizes[local_ids + self.first_id[src_index]].sum())
-                    for local, sample in self._read(reader, src_index, local_ids, shard, bad):
-                        stage = "map"
-                        try:
-                            if self.map_fn is not None:
-                                sample = self.map_fn(sample)
-                            stage = "filter"
-                            if sample is None or (self.filter_fn is not None and not self.filter_fn(sample)):
-                                filtered += 1
-                                continue
-                        except Exception as exc:
-                            self._bad(exc, src_index, local, stage, shard, bad)
-                            continue
-                        try:
-                            writer.write(sample)
-                        except Exception as exc:
-                            if isinstance(exc, OSError) or not _is_sample_error(exc):
-                                raise
-                            # Lazy samples (JINX) decode while the writer reads them: a
-                            # decode error there is still a bad source value.
-                            stage = "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
-                            self._bad(exc, src_index, local, stage, shard, bad)
-                            continue
-                        written += 1
-                    self.progress.advance(len(local_ids), batch_bytes)
+            for parcel in parcels:
+                for gid, sample in parcel["samples"]:
+                    try:
+                        writer.write(sample)
+                    except Exception as exc:
+                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                            raise
+                        # Lazy samples (JINX) decode while the writer reads them: a
+                        # decode error there is still a bad source value.
+                        stage = "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
+                        bad.append(self._bad(exc, gid, stage, shard))
+                        continue
+                    written += 1
+        bad.sort(key=lambda item: item[0])  # report order: the shard's sample order
         index_part = writer.index_part()
         files = publish_files(tmpdir, self.staging)
         write_json_atomic(
@@ -491,7 +571,7 @@ class _ShardWriter:
                 "files": files,
                 "samples": written,
                 "filtered": filtered,
-                "bad": [b.to_json() for b in bad],
+                "bad": [rec.to_json() for _gid, rec in bad],
                 "index": index_part,
             },
         )

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FormatSniffError, ShardNotFoundError
 from ..registry import get_format, sniff_format
 
-__all__ = ["Source", "expand_sources", "measure_source", "disk_bytes", "ReaderCache"]
+__all__ = ["Source", "expand_sources", "measure_source", "block_starts", "disk_bytes", "ReaderCache", "BLOCK_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,22 @@ def measure_source(source: Source, reader_options: dict | None = None, reader=No
     finally:
         if own:
             reader.close()
+
+
+# Samples a rank reads in one call when the format has no decoding units of its own: large
+# enough for sequential reads, small enough that one block's samples are cheap to hold.
+BLOCK_BYTES = 16 << 20
+
+
+def block_starts(reader, sizes: np.ndarray) -> np.ndarray:
+    """First sample of each block of a source: the units its format decodes whole (Parquet
+    row groups), else runs of about :data:`BLOCK_BYTES` of ``sizes``.  A conversion reads
+    each block on one rank, once per round."""
+    starts = reader.block_starts()
+    if starts is not None:
+        return np.asarray(starts, dtype=np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    return np.flatnonzero(np.diff(offsets // BLOCK_BYTES, prepend=-1)).astype(np.int64)
 
 
 class ReaderCache:

@@ -29,7 +29,10 @@ __all__ = [
     "shard_count",
     "assign_shards",
     "recommend",
+    "write_rounds",
+    "read_shares",
     "DEFAULT_SHARD_SIZE",
+    "DEFAULT_ROUND_BYTES",
     "MIN_RECOMMENDED_SHARD",
     "MAX_RECOMMENDED_SHARD",
 ]
@@ -37,6 +40,8 @@ __all__ = [
 DEFAULT_SHARD_SIZE = 256 * 1000**2
 MIN_RECOMMENDED_SHARD = 100 * 1000**2
 MAX_RECOMMENDED_SHARD = 1000**3
+# Bytes of samples one rank holds in one round of a conversion (see write_rounds).
+DEFAULT_ROUND_BYTES = 512 * 2**20
 # Relative spread of shard bytes the planner promises (and checks in its tests).
 BALANCE_TOLERANCE = 0.05
 
@@ -188,6 +193,67 @@ def assign_shards(
         part.sort()
         shard_bytes[s] = int(sizes[part].sum())
     return ShardPlan(members=members, bounds=bounds, shard_bytes=shard_bytes, seed=seed, order=order)
+
+
+def write_rounds(shards: list[int], shard_bytes: np.ndarray, ranks: int, round_bytes: int) -> list[list[int]]:
+    """Cut the shards to write into rounds of at most ``round_bytes`` per rank.
+
+    Rank ``r`` writes ``shards[r::ranks]``; a round is a run of ``shards`` whose length is
+    a multiple of ``ranks``, so every rank keeps its shards.  In each round every rank
+    reads its share of the round's samples once (:func:`read_shares`) and they are
+    exchanged, so a sample's block of the sources is read once per round, not once per
+    shard; a rank holds about a round's bytes at a time.
+
+    >>> write_rounds([0, 1, 2, 3, 4], np.array([10, 10, 10, 10, 10]), 2, 10)
+    [[0, 1], [2, 3], [4]]
+    >>> write_rounds([0, 1, 2, 3, 4], np.array([10, 10, 10, 10, 10]), 2, 20)
+    [[0, 1, 2, 3], [4]]
+    >>> write_rounds([0, 1, 2, 3, 4], np.array([10, 10, 10, 10, 10]), 2, 10**6)
+    [[0, 1, 2, 3, 4]]
+    """
+    if not shards:
+        return []
+    biggest = max(1, max(int(shard_bytes[k]) for k in shards))
+    step = max(1, round_bytes // biggest) * ranks
+    return [list(shards[i : i + step]) for i in range(0, len(shards), step)]
+
+
+def read_shares(blocks: np.ndarray, nbytes: np.ndarray, ranks: int) -> np.ndarray:
+    """Where each rank's share of samples starts and ends: ``ranks + 1`` positions.
+
+    ``blocks`` numbers the block (a unit its source decodes whole, such as a Parquet row
+    group) of each sample, ascending; ``nbytes`` are the samples' sizes.  The samples are
+    cut into runs of about equal bytes; a cut falling inside a block smaller than half a
+    share moves to the nearer edge of the block, so the block is read by one rank; a
+    larger block is shared (each of its ranks decodes it and keeps its own samples).
+
+    >>> read_shares(np.array([0, 0, 1, 1, 2, 2, 3, 3]), np.full(8, 10), 2).tolist()
+    [0, 4, 8]
+    >>> read_shares(np.array([0, 0, 0, 1, 2, 2]), np.full(6, 10), 2).tolist()
+    [0, 3, 6]
+    >>> read_shares(np.zeros(6, np.int64), np.full(6, 10), 2).tolist()
+    [0, 3, 6]
+    """
+    n = len(blocks)
+    weights = np.maximum(np.asarray(nbytes, dtype=np.int64), 1)
+    ends = np.cumsum(weights)
+    total = int(ends[-1]) if n else 0
+    cuts = [0]
+    for r in range(1, ranks):
+        target = total * r / ranks
+        p = int(np.searchsorted(ends, target, side="left")) + 1 if n else 0
+        p = min(p, n)
+        if 0 < p < n and blocks[p - 1] == blocks[p]:
+            b = blocks[p]
+            lo = int(np.searchsorted(blocks, b, side="left"))
+            hi = int(np.searchsorted(blocks, b, side="right"))
+            block_bytes = int(ends[hi - 1] - (ends[lo - 1] if lo else 0))
+            if block_bytes * 2 * ranks < total:
+                start = int(ends[lo - 1]) if lo else 0
+                p = lo if target - start < int(ends[hi - 1]) - target else hi
+        cuts.append(max(p, cuts[-1]))
+    cuts.append(n)
+    return np.asarray(cuts, dtype=np.int64)
 
 
 @dataclass

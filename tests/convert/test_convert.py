@@ -11,7 +11,7 @@ import pytest
 from convert_helpers import run_command, sample, tree_bytes, write_sources
 
 import hpcio
-from hpcio.convert import BadSampleError, ResumeError
+from hpcio.convert import BadSampleError, PlanError, ResumeError
 from hpcio.convert.resume import staging_path
 
 
@@ -228,3 +228,53 @@ def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, t
     with pytest.raises(hpcio.CapabilityError, match=r"^format 'parquet' does not implement the sharded-writing hook"):
         hpcio.convert(sources, tmp_path / "w", to="parquet", progress=False)
     assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))
+
+
+def _parquet_source(path, n=600, rows_per_group=50):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    table = pa.table({"id": list(range(n)), "text": ["p" * int(k) for k in rng.integers(1, 300, n)],
+                      "blob": [rng.bytes(int(k)) for k in rng.integers(0, 100, n)]})
+    pq.write_table(table, path, row_group_size=rows_per_group)
+    return str(path)
+
+
+def test_each_parquet_row_group_is_read_once_per_round(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    src = _parquet_source(tmp_path / "src.parquet")  # 12 row groups
+    reads = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        reads.append(i)
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    one = hpcio.convert(src, tmp_path / "one", to="mds", num_shards=6, progress=False)
+    assert one["num_shards"] == 6 and sorted(reads) == list(range(12))
+    reads.clear()
+    # one shard per round: every round reads the row groups holding its samples
+    rounds = hpcio.convert(src, tmp_path / "rounds", to="mds", num_shards=6, round_bytes=1, progress=False)
+    assert len(reads) == 6 * 12 and sorted(set(reads)) == list(range(12))
+    assert tree_bytes(tmp_path / "rounds") == tree_bytes(tmp_path / "one")
+    assert rounds["samples_written"] == 600
+    got = {s["id"]: s for s in hpcio.open(tmp_path / "one")}
+    source = hpcio.open(src)
+    assert sorted(got) == list(range(600))
+    for i in (0, 49, 50, 599):
+        assert got[i] == source[i]
+
+
+def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
+    with pytest.raises(PlanError, match=r"^round_bytes \(--round-size\) must be positive, got 0$"):
+        hpcio.convert(sources, tmp_path / "out", to="lines", round_bytes=0, progress=False)
+    monkeypatch.setenv("HPCIO_CONVERT_ROUND_BYTES", "lots")
+    with pytest.raises(PlanError, match=r"^\$HPCIO_CONVERT_ROUND_BYTES must be a number of bytes, got 'lots'$"):
+        hpcio.convert(sources, tmp_path / "out", to="lines", progress=False)
+    assert not os.path.exists(tmp_path / "out") and not os.path.exists(staging_path(tmp_path / "out"))
+    proc = run_command("convert", [*sources, tmp_path / "out", "--to", "lines", "--round-size", "0"])
+    assert proc.returncode != 0
+    assert "round_bytes (--round-size) must be positive, got 0" in proc.stderr

@@ -182,3 +182,35 @@ def test_kill_9_then_resume_completes_without_loss_or_duplicates(reference, tmp_
     assert tree_bytes(out) == tree_bytes(ref)
     ids = [s["id"] for s in hpcio.open(out)]
     assert sorted(ids) == list(range(360))
+
+
+def _parquet_and_jinx_sources(directory):
+    """A Parquet file of 12 row groups and a JINX dataset (read lazily)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(11)
+    rows = [{"id": i, "text": "q" * int(rng.integers(1, 300)), "blob": rng.bytes(int(rng.integers(0, 80)))}
+            for i in range(480)]
+    pq.write_table(pa.Table.from_pylist(rows[:240]), directory / "a.parquet", row_group_size=20)
+    with hpcio.open_writer(directory / "b.jinx", format="jinx", compression="zst") as w:
+        for r in rows[240:]:
+            w.write(r)
+    return [directory / "a.parquet", directory / "b.jinx"], rows
+
+
+@pytest.mark.parametrize("round_size", ["512MiB", "1"])
+def test_parquet_and_lazy_jinx_sources_exchanged_between_ranks(tmp_path, round_size):
+    """Ranks read their own row groups and JINX samples and exchange them: the output is
+    the one-rank output, in one round or in one round per shard pair."""
+    srcs, rows = _parquet_and_jinx_sources(tmp_path)
+    args = ["--to", "mds", "--num-shards", "4", "--round-size", round_size, "--json"]
+    one = run_command("convert", [*srcs, tmp_path / "one", *args])
+    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout)["samples_written"] == 480
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
+    got = sorted((s for s in hpcio.open(tmp_path / "two")), key=lambda s: s["id"])
+    assert got == rows

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcio.convert.plan import BALANCE_TOLERANCE, PlanError, assign_shards, recommend, shard_count
+from hpcio.convert.plan import (
+    BALANCE_TOLERANCE,
+    PlanError,
+    assign_shards,
+    read_shares,
+    recommend,
+    shard_count,
+    write_rounds,
+)
 
 
 @pytest.mark.parametrize("multiple", [1, 3, 8, 16])
@@ -96,3 +104,45 @@ def test_recommend_respects_multiple_size_range_and_quota():
     assert any("too small for 32 shards of 100 MB" in r for r in small.reasons)
     with pytest.raises(PlanError, match="inode quota of 10 cannot hold 32 shards"):
         recommend(10**9, 10**5, ngpus=4, nworkers=8, inode_quota=10)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+@pytest.mark.parametrize("round_bytes", [1, 250, 1000, 10**9])
+def test_rounds_keep_each_ranks_shards_and_bound_its_bytes(ranks, round_bytes):
+    shard_bytes = np.array([100, 90, 120, 80, 100, 110, 95, 105, 100, 99, 101])
+    todo = [0, 2, 3, 5, 6, 7, 9, 10]  # shards 1, 4, 8 already written
+    rounds = write_rounds(todo, shard_bytes, ranks, round_bytes)
+    assert [k for r in rounds for k in r] == todo
+    position = 0
+    for r in rounds:
+        for rank in range(ranks):
+            mine = r[rank::ranks]
+            # the shards a rank writes in the round are the ones it writes overall
+            assert mine == [k for t, k in enumerate(todo) if t % ranks == rank and position <= t < position + len(r)]
+            assert len(mine) <= 1 or sum(shard_bytes[k] for k in mine) <= round_bytes
+        position += len(r)
+    assert write_rounds([], shard_bytes, ranks, round_bytes) == []
+
+
+def test_read_shares_keep_small_blocks_whole_and_balance_bytes():
+    rng = np.random.default_rng(5)
+    blocks = np.repeat(np.arange(40), rng.integers(1, 30, 40))
+    nbytes = rng.integers(10, 1000, len(blocks))
+    for ranks in (1, 2, 3, 8):
+        cuts = read_shares(blocks, nbytes, ranks)
+        assert cuts[0] == 0 and cuts[-1] == len(blocks) and np.all(np.diff(cuts) >= 0)
+        for c in cuts[1:-1]:
+            assert c in (0, len(blocks)) or blocks[c - 1] != blocks[c]  # never inside a block
+        share = nbytes.sum() / ranks
+        biggest = max(nbytes[blocks == b].sum() for b in range(40))
+        for r in range(ranks):
+            assert abs(nbytes[cuts[r]:cuts[r + 1]].sum() - share) <= biggest
+
+
+def test_read_shares_split_a_block_too_big_for_one_rank():
+    # one row group of 100 samples and a small one: the big one is read by both ranks
+    blocks = np.array([0] * 100 + [1] * 4)
+    cuts = read_shares(blocks, np.full(104, 10), 2)
+    assert cuts.tolist() == [0, 52, 104]
+    assert read_shares(np.zeros(0, np.int64), np.zeros(0, np.int64), 3).tolist() == [0, 0, 0, 0]
+    assert read_shares(np.array([0, 1]), np.array([5, 5]), 4).tolist() == [0, 1, 1, 2, 2]
