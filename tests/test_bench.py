@@ -63,6 +63,17 @@ def test_bench_smoke_hpcio_readers_agree(tmp_path):
     assert "## Every measurement" in md and "hpcio jinx-zst-bin lazy" in md
 
 
+@pytest.mark.parametrize("profile, n, rows", [("vlm", 250, [100, 100, 50]), ("text", 2100, [1000, 1000, 100])])
+def test_bench_parquet_has_row_groups_as_hugging_face_writes_them(tmp_path, profile, n, rows):
+    import pyarrow.parquet as pq
+
+    from hpcio.bench.data import prepare
+
+    (parquet,) = prepare(profile, n, str(tmp_path), formats=["parquet"], log=lambda *_: None)
+    meta = pq.ParquetFile(os.path.join(parquet.path, "data.parquet")).metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == rows
+
+
 def test_bench_batch_apis_touch_what_shuffle_touches(tmp_path):
     """get_batch (dicts) and get_columns (arrays) read the shuffled samples: the touch of
     every column adds up to the per-sample touch of the same samples."""
