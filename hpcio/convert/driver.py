@@ -517,9 +517,8 @@ class _ShardWriter:
                 parcel = parcels[owner[shard]][shard]
                 stage = "read"
                 try:
-                    if owner[shard] != rank and not isinstance(sample, dict):
-                        # Lazy samples (JINX) decode here: another rank writes them.
-                        sample = {name: sample[name] for name in sample}
+                    if owner[shard] != rank:
+                        sample = _portable(sample)
                     stage = "map"
                     if self.map_fn is not None:
                         sample = self.map_fn(sample)
@@ -575,6 +574,14 @@ class _ShardWriter:
                 "index": index_part,
             },
         )
+
+
+def _portable(sample):
+    """``sample`` as another rank can receive it: a lazy sample (JINX) decoded, memory
+    views (zero-copy reads) copied out of the source's map."""
+    if not isinstance(sample, dict) or any(isinstance(v, memoryview) for v in sample.values()):
+        sample = {name: bytes(v) if isinstance(v, memoryview) else v for name, v in sample.items()}
+    return sample
 
 
 def _is_sample_error(exc: BaseException) -> bool:

@@ -214,3 +214,18 @@ def test_parquet_and_lazy_jinx_sources_exchanged_between_ranks(tmp_path, round_s
     assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
     got = sorted((s for s in hpcio.open(tmp_path / "two")), key=lambda s: s["id"])
     assert got == rows
+
+
+def test_zero_copy_mds_source_is_exchanged_between_ranks(tmp_path):
+    """Samples read as memory views of a source's map are copied before they travel."""
+    with hpcio.open_writer(tmp_path / "src", format="mds", columns={"id": "int", "blob": "bytes"}) as w:
+        for i in range(200):
+            w.write({"id": i, "blob": bytes([i % 256]) * (i + 1)})
+    args = ["--to", "mds", "--num-shards", "4", "-I", "zero_copy=true", "--json"]
+    one = run_command("convert", [tmp_path / "src", tmp_path / "one", *args])
+    two = run_command("convert", [tmp_path / "src", tmp_path / "two", *args], ranks=2)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
+    assert sorted((s["id"], s["blob"]) for s in hpcio.open(tmp_path / "two")) == [
+        (i, bytes([i % 256]) * (i + 1)) for i in range(200)]
