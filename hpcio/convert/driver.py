@@ -267,17 +267,17 @@ def convert(
             raise
 
     def measure(i):
-        sizes = measure_source(sources[i], reader=readers.get(i))
-        return sizes, block_starts(readers.get(i), sizes)
+        reader = readers.get(i)
+        sizes = measure_source(sources[i], reader=reader)
+        return sizes, block_starts(reader, sizes)
 
     measured = closing_readers_on_error(lambda: _collective(
         comm, lambda: {i: measure(i) for i in mine}, root_only=False
     ))
-    by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # source -> (sizes, block starts)
     for part in measured:
         by_source.update(part)
-    sizes_by_source = {i: sizes for i, (sizes, _blocks) in by_source.items()}
-    counts = np.array([len(sizes_by_source[i]) for i in range(len(sources))], dtype=np.int64)
+    counts = np.array([len(by_source[i][0]) for i in range(len(sources))], dtype=np.int64)
     first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     # The global id of the first sample of every block of every source, ascending.
     block_first = np.concatenate(
@@ -286,7 +286,7 @@ def convert(
 
     # --- 2. plan, made once ------------------------------------------------------------
     def make_plan():
-        sizes = (np.concatenate([sizes_by_source[i] for i in range(len(sources))])
+        sizes = (np.concatenate([by_source[i][0] for i in range(len(sources))])
                  if sources else np.zeros(0, np.int64))
         sel = selection
         if sel is None:

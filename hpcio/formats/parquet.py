@@ -273,7 +273,7 @@ class Reader(_Reader):
             base = int(self.cum[g])
             rows = indices[where] - base
             table = self._group(int(g), fields)
-            if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and np.all(np.diff(rows) == 1):
+            if len(rows) and np.all(np.diff(rows) == 1):
                 table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
             else:
                 table = table.take(rows)
