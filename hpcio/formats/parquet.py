@@ -31,6 +31,9 @@ NAME = "parquet"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
 SHARD_PATTERN = "part-%06d.parquet"
 _KIND_KEY = b"hpcio.kind"
+# Decoded row groups a reader keeps (Arrow bytes).  Each DataLoader worker has its own
+# reader, so this is per worker.
+CACHE_BYTES = 256 << 20
 
 
 def _pa():
@@ -197,10 +200,14 @@ class Reader(_Reader):
     """Random-access reader of Parquet files (one file or a directory of them).
 
     All files must have the same columns and types (SchemaError names the first file
-    that differs).  ``cache_row_groups`` decoded row groups are kept.
+    that differs).  Decoded row groups are kept, most recently used first, up to
+    ``cache_bytes`` of Arrow memory (default ``CACHE_BYTES``; the last one read is always
+    kept): a shuffled pass
+    over a file that fits decodes each row group once, where a cache of a few row groups
+    would decode one for nearly every batch.
     """
 
-    def __init__(self, path, cache_row_groups: int = 4, **options):
+    def __init__(self, path, cache_bytes: int | None = None, **options):
         super().__init__(path)
         pa, pq = _pa()
         self.files = []
@@ -229,8 +236,12 @@ class Reader(_Reader):
         self.kinds = {} if schema is None else {
             fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
         self.cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self.cache: OrderedDict = OrderedDict()
-        self.cache_size = cache_row_groups
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
 
     def __len__(self) -> int:
         return int(self.cum[-1])
@@ -250,8 +261,9 @@ class Reader(_Reader):
                                         path=self.paths[fi],
                                         sample=int(self.cum[g])) from None
             self.cache[key] = table
-            if len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+            self.cached_bytes += table.nbytes
+            while self.cached_bytes > self.cache_bytes and len(self.cache) > 1:
+                self.cached_bytes -= self.cache.popitem(last=False)[1].nbytes
         else:
             self.cache.move_to_end(key)
         return table
@@ -295,6 +307,7 @@ class Reader(_Reader):
             f.close()
         self.files = []
         self.cache.clear()
+        self.cached_bytes = 0
 
 
 def _describe(schema) -> str:

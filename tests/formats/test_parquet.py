@@ -87,3 +87,33 @@ def test_bad_json_value_names_its_own_sample_when_rows_are_taken(tmp_path):
     assert list(source.samples(source.units()[0]))[4] == {"meta": {"i": 4}}
     with pytest.raises(DecodeError, match=rf"\({path}, sample 7\)$"):
         list(source.samples(source.units()[1]))
+
+
+def test_shuffled_reads_decode_each_row_group_once(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    samples = [sample(i) for i in range(120)]
+    path = write(tmp_path / "p.parquet", samples, row_group_size=10)  # 12 row groups
+    reads = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        reads.append(i)
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    order = np.random.default_rng(42).permutation(120)
+    ds = hpcio.open(path)
+    for lo in range(0, 120, 8):
+        for j, got in zip(order[lo:lo + 8], ds.get_batch(order[lo:lo + 8])):
+            assert_sample_equal(got, samples[j], f"sample {j}")
+    assert sorted(reads) == list(range(12))
+    # without a budget only the last row group stays: batches spanning row groups re-read
+    reads.clear()
+    small = hpcio.open(path, cache_bytes=0)
+    for lo in range(0, 120, 8):
+        small.get_batch(order[lo:lo + 8])
+    assert len(reads) > 12 * 5
+    assert small.reader.cached_bytes == small.reader.cache[next(iter(small.reader.cache))].nbytes
+    with pytest.raises(ValueError, match=r"^cache_bytes must be >= 0, got -1$"):
+        hpcio.open(path, cache_bytes=-1)
