@@ -295,7 +295,10 @@ UTF8_CASES = [
 
 
 @pytest.mark.parametrize("value", UTF8_CASES + [np.random.default_rng(s).bytes(30) for s in range(20)]
-                         + [("x" * s).encode() + np.random.default_rng(s).bytes(3) for s in range(20)])
+                         + [("x" * s).encode() + np.random.default_rng(s).bytes(3) for s in range(0, 72, 3)]
+                         # a character or a fault on each side of the 32-byte ASCII step
+                         + [("x" * s + "é✓").encode() for s in range(28, 37)]
+                         + [b"x" * 40 + b"\x80" + b"x" * 40, b"x" * 31 + b"\xe2\x82" + b"x" * 40])
 def test_utf8_lengths_agree_with_python(value):
     from hpcio._core import _records
     from hpcio.errors import DecodeError
