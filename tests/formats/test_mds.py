@@ -693,6 +693,34 @@ def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
         reader.close()
 
 
+@pytest.mark.parametrize("order", ["storage", "every other", "reversed"])
+@pytest.mark.parametrize("cols", [("a_id", "meta"), ("meta", "a_id"), ("a_id", "blob", "meta"), ("meta",)])
+def test_pread_sample_builder_reads_the_next_head_with_the_last_value(large_records, order, cols):
+    """In storage order the last value of a record and the next record's first bytes come
+    in one read; every selection and order gives the file's values."""
+    import orjson
+
+    from hpcio._core import _records
+
+    path, samples = large_records
+    reader = mds.Reader(path)
+    layout = reader._layout
+    n = reader.shards[0].samples
+    lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
+    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    picked = tuple(layout.names.index(c) for c in cols)
+    fd = os.open(sh.path, os.O_RDONLY)
+    try:
+        got, bad = _records.mds_samples_pread(fd, bytes(sh.size), starts.astype(np.int64), ends.astype(np.int64),
+                                              layout._names_t, layout._sizes_t,
+                                              layout._direct_kinds(list(picked), False, False), picked, orjson.loads)
+        assert bad == -1
+        assert got == [{c: samples[i][c] for c in cols} for i in lidx]
+    finally:
+        os.close(fd)
+        reader.close()
+
+
 # --- CLI -------------------------------------------------------------------------------
 def run_cli(module, *argv):
     parser = argparse.ArgumentParser()
