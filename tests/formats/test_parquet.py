@@ -108,6 +108,14 @@ def test_shuffled_reads_decode_each_row_group_once(tmp_path, monkeypatch):
         for j, got in zip(order[lo:lo + 8], ds.get_batch(order[lo:lo + 8])):
             assert_sample_equal(got, samples[j], f"sample {j}")
     assert sorted(reads) == list(range(12))
+    # a pass in order keeps no row group: each is read through to its last row
+    reads.clear()
+    passed = hpcio.open(path)
+    for j, got in enumerate(passed):
+        assert_sample_equal(got, samples[j], f"sample {j}")
+    assert reads == list(range(12)) and not passed.reader.cache and passed.reader.cached_bytes == 0
+    passed.get_batch(np.arange(22, 27))  # not to the end of its row group: kept
+    assert list(passed.reader.cache) == [(2, tuple(passed.reader.fields))]
     # without a budget only the last row group stays: batches spanning row groups re-read
     reads.clear()
     small = hpcio.open(path, cache_bytes=0)
