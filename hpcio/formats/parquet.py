@@ -7,7 +7,7 @@ JSON -> ``large_string`` holding compact JSON, arrays -> ``large_binary`` holdin
 so values come back with their type; files written by other tools are read with
 pyarrow's own conversion (``to_pylist``).  A reader takes one file or a directory of
 ``.parquet`` files, reads only the projected columns, and decodes whole row groups
-(kept in a small cache) so ``read_many`` is a batch ``take``.
+(kept up to a byte budget) so ``read_many`` is a batch ``take``.
 """
 
 from __future__ import annotations
