@@ -226,7 +226,6 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     cdef int k, col, failed
     cdef char *first = <char *>malloc(window)
     cdef char *ahead = <char *>malloc(window)  # the next record's first bytes, read early
-    cdef char *swap
     cdef char *spill = NULL
     cdef char *grown
     cdef char *dst

@@ -200,15 +200,14 @@ class Reader(_Reader):
     """Random-access reader of Parquet files (one file or a directory of them).
 
     All files must have the same columns and types (SchemaError names the first file
-    that differs).  Decoded row groups are kept, most recently used first, up to
-    ``cache_bytes`` of Arrow memory (default ``CACHE_BYTES``; the last one read is always
-    kept): a shuffled pass
-    over a file that fits decodes each row group once, where a cache of a few row groups
-    would decode one for nearly every batch.  A request for a run of rows that ends a row
-    group is a pass over it (iteration, conversion), which will not come back: that row
-    group is dropped, so a pass holds one row group, not the budget's worth of fresh
-    memory (measured: a one-rank conversion of 20 row groups read 40 % slower keeping
-    them).
+    that differs).  Decoded row groups are kept, least recently used dropped first, up
+    to ``cache_bytes`` of Arrow memory (default ``CACHE_BYTES``; the last one read is
+    always kept): a shuffled pass over a file that fits decodes each row group once,
+    where a cache of a few row groups would decode one for nearly every batch.  A
+    request for a run of rows that ends a row group is a pass over it (iteration,
+    conversion), which will not come back: that row group is dropped, so a pass holds
+    one row group, not the budget's worth of fresh memory (measured: a one-rank
+    conversion of 20 row groups read 40 % slower keeping them).
     """
 
     def __init__(self, path, cache_bytes: int | None = None, **options):
