@@ -12,6 +12,9 @@
     ``run_hpcio(*args)``: the ``hpcio`` command in a child process, on this source tree.
 ``mpiexec``
     The ``mpiexec`` of the ``mpich`` wheel installed beside this Python.
+``row_group_reads``
+    The list of row-group numbers pyarrow's ``ParquetFile.read_row_group`` is called
+    with during the test, in call order.
 """
 
 from __future__ import annotations
@@ -114,3 +117,18 @@ def mpiexec() -> str:
     if not path:
         pytest.fail("mpiexec not found: install the test extra (pip install -e '.[test]')")
     return path
+
+
+@pytest.fixture
+def row_group_reads(monkeypatch) -> list:
+    import pyarrow.parquet as pq
+
+    reads: list = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        reads.append(i)
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    return reads

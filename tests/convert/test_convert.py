@@ -241,18 +241,9 @@ def _parquet_source(path, n=600, rows_per_group=50):
     return str(path)
 
 
-def test_each_parquet_row_group_is_read_once_per_round(tmp_path, monkeypatch):
-    import pyarrow.parquet as pq
-
+def test_each_parquet_row_group_is_read_once_per_round(tmp_path, monkeypatch, row_group_reads):
     src = _parquet_source(tmp_path / "src.parquet")  # 12 row groups
-    reads = []
-    read_row_group = pq.ParquetFile.read_row_group
-
-    def counting(self, i, *args, **kwargs):
-        reads.append(i)
-        return read_row_group(self, i, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    reads = row_group_reads
     # the reader keeps only its last row group, so every re-read shows
     monkeypatch.setattr("hpcio.formats.parquet.CACHE_BYTES", 0)
     one = hpcio.convert(src, tmp_path / "one", to="mds", num_shards=6, progress=False)

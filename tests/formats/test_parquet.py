@@ -89,19 +89,10 @@ def test_bad_json_value_names_its_own_sample_when_rows_are_taken(tmp_path):
         list(source.samples(source.units()[1]))
 
 
-def test_shuffled_reads_decode_each_row_group_once(tmp_path, monkeypatch):
-    import pyarrow.parquet as pq
-
+def test_shuffled_reads_decode_each_row_group_once(tmp_path, row_group_reads):
     samples = [sample(i) for i in range(120)]
     path = write(tmp_path / "p.parquet", samples, row_group_size=10)  # 12 row groups
-    reads = []
-    read_row_group = pq.ParquetFile.read_row_group
-
-    def counting(self, i, *args, **kwargs):
-        reads.append(i)
-        return read_row_group(self, i, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    reads = row_group_reads
     order = np.random.default_rng(42).permutation(120)
     ds = hpcio.open(path)
     for lo in range(0, 120, 8):
