@@ -203,7 +203,8 @@ hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_
 
 hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,
                                       size_t m, const int64_t *fixed, size_t ncols,
-                                      int32_t col, int utf8, int64_t *out, hpcio_error *err)
+                                      int32_t col, int utf8, int64_t *out, int64_t *first,
+                                      hpcio_error *err)
 {
     uint64_t lo[HPCIO_MDS_MAX_COLUMNS], hi[HPCIO_MDS_MAX_COLUMNS];
     size_t nvar = 0;
@@ -213,6 +214,8 @@ hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t 
         st = column_bounds(rec[j], len[j], fixed, ncols, nvar, lo, hi, j, err);
         if (st != HPCIO_OK)
             break;
+        if (first)
+            first[j] = (int64_t)lo[col];
         if (!utf8) {
             out[j] = (int64_t)(hi[col] - lo[col]);
             continue;

@@ -95,10 +95,12 @@ hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_
  * reads them): its bytes, or with utf8 set its characters, checked as hpcio_utf8_lengths
  * does, without copying or decoding.  err->item = j for a malformed record
  * (HPCIO_E_CORRUPT) or a value that is not UTF-8 (HPCIO_E_CODEC; err->offset is then
- * the byte within the record). */
+ * the byte within the record).  With first not NULL, first[j] = where the value starts
+ * within record j (zero-copy column views). */
 hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,
                                       size_t m, const int64_t *fixed, size_t ncols,
-                                      int32_t col, int utf8, int64_t *out, hpcio_error *err);
+                                      int32_t col, int utf8, int64_t *out, int64_t *first,
+                                      hpcio_error *err);
 
 /* ---- buffered file reads (fileio.c) --------------------------------------------------
  * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF

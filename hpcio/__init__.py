@@ -10,7 +10,7 @@ split across ranks and dataloader workers.
 """
 
 from ._version import __version__
-from .columns import VarColumn
+from .columns import VarColumn, ViewColumn
 from .dataset import Dataset, open, open_writer
 from .errors import (
     CapabilityError,
@@ -36,6 +36,7 @@ __all__ = [
     "__version__",
     "Dataset",
     "VarColumn",
+    "ViewColumn",
     "open",
     "open_writer",
     "convert",

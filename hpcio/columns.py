@@ -6,6 +6,8 @@
 - strings, bytes and JSON documents: a :class:`VarColumn`, every value's bytes back to
   back in one buffer with an offsets array, the layout of Arrow's ``large_string`` and
   ``large_binary`` arrays;
+- bytes read by a ``zero_copy`` reader: a :class:`ViewColumn`, every value left where it
+  lies (in the shard's mapping or a decompressed batch), as that reader's samples do;
 - any other value (formats or encodings without a columnar path): a list.
 
 No Python object is made per value until one is asked for, so a batch costs a few copies
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["VarColumn", "columns_from_values", "loads_json"]
+__all__ = ["VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
 
@@ -150,6 +152,80 @@ class VarColumn(Sequence):
 
     def __repr__(self):
         return f"<hpcio.VarColumn {self.kind} n={len(self)} bytes={int(self.offsets[-1])}>"
+
+
+class ViewColumn(Sequence):
+    """Bytes values of one field for a batch, not copied: value j is
+    ``bufs[buf_of[j]][begin[j]:end[j]]``.
+
+    What a ``zero_copy`` reader's :meth:`~hpcio.Dataset.get_columns` returns for bytes
+    (and undecoded image) fields: a batch of large values (images) costs no copy of their
+    bytes, and values are read-only memoryviews, as in that reader's samples.  The column
+    keeps its buffers (shard mappings) alive.  :meth:`to_varcolumn` copies the values
+    back to back when one buffer is needed.
+
+    >>> col = ViewColumn([b"abcdef"], np.zeros(2, np.int32), np.array([4, 0]), np.array([6, 3]))
+    >>> len(col), bytes(col[0]), col.byte_lengths().tolist()
+    (2, b'ef', [2, 3])
+    >>> col.to_varcolumn().to_pylist()
+    [b'ef', b'abc']
+    """
+
+    __slots__ = ("begin", "buf_of", "bufs", "end")
+    kind = "bytes"
+
+    def __init__(self, bufs: Sequence, buf_of: np.ndarray, begin: np.ndarray, end: np.ndarray):
+        self.bufs = [memoryview(b).cast("B") for b in bufs]
+        self.buf_of = buf_of
+        self.begin = begin
+        self.end = end
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+    def value_bytes(self, j: int) -> memoryview:
+        """The stored bytes of value ``j`` (a view of its buffer)."""
+        return self.bufs[self.buf_of[j]][self.begin[j] : self.end[j]]
+
+    def __getitem__(self, j):
+        n = len(self)
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(n))]
+        j = int(j)
+        if not -n <= j < n:
+            raise IndexError(f"index {j} out of range for a column of {n} values")
+        return self.value_bytes(j % n)
+
+    def to_pylist(self) -> list:
+        """Every value as a read-only memoryview."""
+        bufs = self.bufs
+        return [bufs[k][a:b] for k, a, b in zip(self.buf_of.tolist(), self.begin.tolist(),
+                                                  self.end.tolist())]
+
+    def byte_lengths(self) -> np.ndarray:
+        """Stored bytes of every value (int64)."""
+        return self.end - self.begin
+
+    def to_varcolumn(self) -> VarColumn:
+        """The values copied back to back into a :class:`VarColumn`."""
+        offsets = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.byte_lengths(), out=offsets[1:])
+        return VarColumn("bytes", np.frombuffer(b"".join(self.to_pylist()), np.uint8), offsets)
+
+    def to_arrow(self):
+        """The column as a pyarrow ``large_binary`` array (a copy: Arrow wants the values
+        back to back)."""
+        return self.to_varcolumn().to_arrow()
+
+    def __eq__(self, other):
+        if not isinstance(other, (ViewColumn, VarColumn)):
+            return NotImplemented
+        return self.to_varcolumn() == (other.to_varcolumn() if isinstance(other, ViewColumn) else other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<hpcio.ViewColumn bytes n={len(self)} bytes={int(self.byte_lengths().sum())}>"
 
 
 def loads_json(raw) -> object:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hpcio
-from hpcio.columns import VarColumn, columns_from_values
+from hpcio.columns import VarColumn, ViewColumn, columns_from_values
 from hpcio.errors import IndexOutOfRangeError
 
 
@@ -67,6 +67,25 @@ def test_to_arrow_shares_the_buffers():
     assert VarColumn.from_values("bytes", [b"\x00"]).to_arrow().to_pylist() == [b"\x00"]
 
 
+def test_view_column_access():
+    first, second = bytearray(b"abcdef"), b"XYZ"
+    col = ViewColumn([first, second], np.array([0, 1, 0], np.int32), np.array([4, 0, 1]), np.array([6, 3, 1]))
+    assert len(col) == 3 and col.kind == "bytes"
+    assert [bytes(v) for v in col.to_pylist()] == [b"ef", b"XYZ", b""]
+    assert all(isinstance(v, memoryview) for v in col.to_pylist())
+    assert bytes(col[-2]) == b"XYZ" and [bytes(v) for v in col[:2]] == [b"ef", b"XYZ"]
+    assert col.byte_lengths().tolist() == [2, 3, 0]
+    first[4] = ord("E")  # a view, not a copy
+    assert bytes(col[0]) == b"Ef"
+    with pytest.raises(IndexError, match=r"^index -4 out of range for a column of 3 values$"):
+        col[-4]
+    copied = col.to_varcolumn()
+    assert copied == VarColumn.from_values("bytes", [b"Ef", b"XYZ", b""]) == col
+    assert col != VarColumn.from_values("bytes", [b"Ef", b"XY", b"Z"])
+    assert col.to_arrow().to_pylist() == [b"Ef", b"XYZ", b""]
+    assert repr(col) == "<hpcio.ViewColumn bytes n=3 bytes=5>"
+
+
 def test_columns_from_values_types():
     samples = [{"i": 1, "f": 0.5, "b": True, "s": "x", "y": b"z", "m": {"k": 1}, "mix": 1},
                {"i": 2, "f": 1.5, "b": False, "s": "é", "y": b"", "m": {}, "mix": "one"}]
@@ -88,12 +107,13 @@ def write_mds(path, n, **options):
     return path
 
 
-@pytest.mark.filterwarnings("ignore:compression='sample::zstd'")
+@pytest.mark.filterwarnings("ignore:compression=.sample..zstd. compresses each sample:UserWarning")
 @pytest.mark.parametrize("options", [{}, {"compression": "sample::zstd"}, {"size_limit": 600}],
                          ids=["one-shard", "sample-zstd", "many-shards"])
-def test_mds_columns_match_samples(tmp_path, options):
+@pytest.mark.parametrize("zero_copy", [False, True], ids=["copies", "zero-copy"])
+def test_mds_columns_match_samples(tmp_path, options, zero_copy):
     path = write_mds(str(tmp_path / "ds"), 200, **options)
-    ds = hpcio.open(path)
+    ds = hpcio.open(path, zero_copy=zero_copy)
     if "size_limit" in options:
         assert len(ds.reader.shards) > 10
     idx = np.random.default_rng(3).permutation(200)[:150]
@@ -102,13 +122,16 @@ def test_mds_columns_match_samples(tmp_path, options):
     assert list(cols) == ds.reader.fields == ["blob", "id", "meta", "note", "score", "text"]
     assert cols["id"].dtype == np.dtype("<i8") and cols["id"].tolist() == idx.tolist()
     assert cols["score"].dtype == np.dtype("<f4")
-    assert [type(cols[f]) for f in ("text", "meta", "blob")] == [VarColumn] * 3
+    # a zero-copy reader leaves bytes values where they lie, as its samples do
+    assert [type(cols[f]) for f in ("text", "meta", "blob")] == [VarColumn, VarColumn,
+                                                                 ViewColumn if zero_copy else VarColumn]
     assert [cols[f].kind for f in ("text", "meta", "blob")] == ["str", "json", "bytes"]
     assert cols["note"] == [s["note"] for s in batch]  # no columnar path: a list
     for f in ("id", "score"):
         assert cols[f].tolist() == [s[f] for s in batch]
-    for f in ("text", "meta", "blob"):
+    for f in ("text", "meta"):
         assert cols[f].to_pylist() == [s[f] for s in batch]
+    assert [bytes(v) for v in cols["blob"].to_pylist()] == [bytes(s["blob"]) for s in batch]
     assert cols["text"].str_lengths().tolist() == [len(s["text"]) for s in batch]
 
 

@@ -49,7 +49,8 @@ cdef extern from "hpcio.h" nogil:
                                     size_t m, int64_t *out, hpcio_error *err)
     hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,
                                           size_t m, const int64_t *fixed, size_t ncols,
-                                          int32_t col, int utf8, int64_t *out, hpcio_error *err)
+                                          int32_t col, int utf8, int64_t *out, int64_t *first,
+                                          hpcio_error *err)
 
     hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
                                   hpcio_error *err)

@@ -31,11 +31,13 @@ def mds_columns(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64]
     malformed."""
 
 def mds_lengths(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64],
-                ends: NDArray[np.int64], sizes: tuple, col: int, utf8: bool
+                ends: NDArray[np.int64], sizes: tuple, col: int, utf8: bool,
+                first: NDArray[np.int64] | None = None
                 ) -> tuple[NDArray[np.int64] | None, int]:
     """``len()`` of column ``col``'s value in each record (bytes, or characters with
-    ``utf8``), without copying or decoding; ``(lengths, -1)``, or ``(None, j)`` when
-    record j is malformed or its value is not UTF-8."""
+    ``utf8``), without copying or decoding, and where it starts in its record into
+    ``first``; ``(lengths, -1)``, or ``(None, j)`` when record j is malformed or its value
+    is not UTF-8."""
 
 def utf8_lengths(data, offsets: NDArray[np.uint64]) -> NDArray[np.int64]:
     """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``;

@@ -404,18 +404,22 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
 
 
 def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
-                const int64_t[::1] ends, tuple sizes, int col, bint utf8):
+                const int64_t[::1] ends, tuple sizes, int col, bint utf8,
+                int64_t[::1] first=None):
     """``len()`` of column ``col``'s value in each record ``bufs[buf_of[j]][starts[j]:ends[j]]``:
     its bytes, or with ``utf8`` its characters (``len(str)``), read in place in C without
-    the GIL; nothing is copied or decoded.  Returns ``(int64 lengths, -1)``, or
+    the GIL; nothing is copied or decoded.  With ``first`` (m int64), ``first[j]`` is set to
+    where the value starts within record j.  Returns ``(int64 lengths, -1)``, or
     ``(None, j)`` when record j lies outside its buffer, is malformed or holds a value
     Python would not decode as UTF-8 (the caller's general path then reports it).
     """
     cdef Py_ssize_t m = starts.shape[0], j, bad
     cdef Py_ssize_t ncols = len(sizes)
-    if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
+    if (ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m
+            or (first is not None and first.shape[0] != m)):
         raise ValueError(f"mds_lengths: {ncols} columns (at most {_MAXCOL}), {m} starts, "
-                         f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
+                         f"{ends.shape[0]} ends, {buf_of.shape[0]} buffer numbers and "
+                         f"{m if first is None else first.shape[0]} first positions")
     cdef int64_t fixed[_MAXCOL]
     for j in range(ncols):
         fixed[j] = sizes[j]
@@ -426,6 +430,7 @@ def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     cdef hpcio_status st
     out = np.empty(m, np.int64)
     cdef int64_t[::1] counts = out
+    cdef int64_t *first_ptr = &first[0] if first is not None and m else NULL
     try:
         if rec == NULL or length == NULL:
             raise MemoryError("mds_lengths: no memory for the record table")
@@ -435,7 +440,7 @@ def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
         hpcio_error_clear(&err)
         with nogil:
             st = hpcio_mds_column_lengths(rec, length, m, fixed, ncols, col, utf8,
-                                          &counts[0] if m else NULL, &err)
+                                          &counts[0] if m else NULL, first_ptr, &err)
         if st != HPCIO_OK:
             return None, _failed_record(st, &err)
         return out, -1

@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from .. import codecs as _codec_table
-from ..columns import VarColumn
+from ..columns import VarColumn, ViewColumn
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -891,17 +891,27 @@ class Reader(base.Reader):
     def read_columns(self, indices, fields: Sequence[str] | None = None) -> dict:
         """Columns of samples ``indices`` (see :mod:`hpcio.columns`): numbers as numpy
         arrays, ``str``/``bytes``/``json`` columns (and undecoded images) as VarColumns
-        sliced out of the records by one compiled call, other encodings as lists."""
+        sliced out of the records by one compiled call, other encodings as lists.  With
+        ``zero_copy``, bytes columns are ViewColumns of the records where they lie."""
         from .._core import _records
 
         cols = self._layout.select(fields, self.path) if self._layout else []
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         m = len(ids)
         kinds = {c: self._layout.column_kind(c, self.decode_images) for c in cols}
-        direct = [c for c in cols if kinds[c] is not None]
+        views = [c for c in cols if self.zero_copy and kinds[c] == "bytes"]
+        direct = [c for c in cols if kinds[c] is not None and c not in views]
         out: dict = {}
-        if direct:
+        # Copied bytes columns (images) touch every page of their records anyway: through
+        # the mapping they cost one copy, through pread two.
+        if m and (direct or views) and all(kinds[c] != "bytes" for c in direct):
+            read = self._columns_pread(ids, direct, views, kinds)
+            if read is not None:
+                out.update(read)
+                direct = views = []
+        if direct or views:
             bufs, buf_of, starts, ends = self._record_table(ids)
+        if direct:
             pairs, bad = _records.mds_columns(bufs, buf_of, starts, ends, self._layout._sizes_t, tuple(direct))
             if pairs is None:
                 self._report_bad_record(int(ids[bad]), cols)
@@ -909,12 +919,90 @@ class Reader(base.Reader):
                 kind = kinds[c]
                 out[self._layout.names[c]] = (VarColumn(kind, data, offsets) if isinstance(kind, str)
                                               else data.view(kind))
+        for c in views:
+            begin = np.empty(m, np.int64)
+            lengths, bad = _records.mds_lengths(bufs, buf_of, starts, ends, self._layout._sizes_t, c,
+                                                False, begin)
+            if lengths is None:
+                self._report_bad_record(int(ids[bad]), cols)
+            begin += starts
+            out[self._layout.names[c]] = ViewColumn(bufs, buf_of, begin, begin + lengths)
         general = [c for c in cols if kinds[c] is None]
         if general:
             values = self._read_columns(ids, general) if m else [[] for _ in general]
             for c, v in zip(general, values):
                 out[self._layout.names[c]] = v
         return {self._layout.names[c]: out[self._layout.names[c]] for c in cols}
+
+    def _columns_pread(self, ids: np.ndarray, copied: list[int], viewed: list[int], kinds: dict) -> dict | None:
+        """:meth:`read_columns` for shards of large records: the column sizes and the copied
+        values are read with ``pread``, and the views (``zero_copy``) point into the mapping
+        without touching it.  Reading a record through the mapping makes the kernel map
+        the 64 KiB around it (fault-around): for 80 KB image records that was most of a
+        column batch's time and 100 MB of RSS.  None when a shard the batch touches has
+        small records, is compressed per sample or is held in memory."""
+        from .._core import _io
+
+        layout = self._layout
+        groups, order = self._shard_groups(ids)
+        shards = [self._shard(k) for k, _lidx, _a, _b in groups]
+        for sh in shards:
+            codec = sh.info.compression
+            if ((codec is not None and codec.per_sample) or sh.read_fd() is None
+                    or sh.info.raw_bytes <= _LARGE_RECORD * max(sh.info.samples, 1)):
+                return None
+        sorted_ids = ids if order is None else ids[order]
+        wanted = copied + viewed
+        pieces: dict = {c: [] for c in wanted}
+        bufs, buf_of = [], []
+        for g, ((k, lidx, a, b), sh) in enumerate(zip(groups, shards)):
+            _sh, lidx, lo, hi = self._ranges(k, lidx)
+            lo, hi = lo.astype(np.int64), hi.astype(np.int64)
+            fd = sh.read_fd()
+            short = np.flatnonzero(hi - lo < layout.head)
+            if len(short):
+                self._report_bad_record(int(sorted_ids[a + short[0]]), wanted)
+            heads, _ = _io.pread_ranges(fd, lo, lo + layout.head, path=sh.path, sample_base=sh.base)
+            sizes = np.empty((len(lo), len(layout._sizes_t)), np.int64)
+            sizes[:, layout.var_cols] = heads.view("<u4").reshape(len(lo), layout.nvar)
+            for c, size in enumerate(layout._sizes_t):
+                if size >= 0:
+                    sizes[:, c] = size
+            value_end = lo[:, None] + layout.head + np.cumsum(sizes, axis=1)
+            bad = np.flatnonzero(value_end[:, -1] != hi)
+            if len(bad):
+                self._report_bad_record(int(sorted_ids[a + bad[0]]), wanted)
+            for c in copied:
+                pieces[c].append(_io.pread_ranges(fd, value_end[:, c] - sizes[:, c], value_end[:, c],
+                                                  path=sh.path, sample_base=sh.base))
+            for c in viewed:
+                pieces[c].append((value_end[:, c] - sizes[:, c], value_end[:, c]))
+            bufs.append(memoryview(sh.buf))
+            buf_of.append(np.full(b - a, g, np.int32))
+        inverse = None
+        if order is not None:
+            inverse = np.empty(len(ids), np.int64)
+            inverse[order] = np.arange(len(ids))
+        out = {}
+        for c in copied:
+            data = np.concatenate([d for d, _pos in pieces[c]])
+            offsets = np.zeros(len(ids) + 1, np.int64)
+            np.cumsum(np.concatenate([np.diff(pos.astype(np.int64)) for _d, pos in pieces[c]]), out=offsets[1:])
+            if inverse is not None:
+                gathered, positions = _io.gather(data, offsets[inverse], offsets[inverse + 1])
+                data, offsets = np.frombuffer(gathered, np.uint8), positions.view(np.int64)
+            kind = kinds[c]
+            out[layout.names[c]] = VarColumn(kind, data, offsets) if isinstance(kind, str) else data.view(kind)
+        which = np.concatenate(buf_of)
+        if inverse is not None:
+            which = which[inverse]
+        for c in viewed:
+            begin = np.concatenate([v[0] for v in pieces[c]])
+            end = np.concatenate([v[1] for v in pieces[c]])
+            if inverse is not None:
+                begin, end = begin[inverse], end[inverse]
+            out[layout.names[c]] = ViewColumn(bufs, which, begin, end)
+        return out
 
     def field_lengths(self, indices, field: str) -> np.ndarray | None:
         """``len()`` of a ``str`` or ``bytes`` field for samples ``indices`` (sort keys),

@@ -629,6 +629,58 @@ def test_large_records_read_the_same_on_every_path(large_records, zero_copy):
     assert all(isinstance(b, memoryview) == zero_copy for b in blobs)
 
 
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_large_record_columns_are_read_from_the_file(large_records, zero_copy, monkeypatch):
+    """Column batches of large records read the column sizes and the copied values with
+    pread and view the rest, rather than touching every record through the mapping (the
+    record table over the maps); copying blobs still goes through the mapping."""
+    from hpcio.columns import VarColumn, ViewColumn
+
+    path, samples = large_records
+    ds = hpcio.open(path, zero_copy=zero_copy)
+    order = np.random.default_rng(2).permutation(len(samples))[:25]
+    assert len(ds.reader._shard_groups(order)[0]) > 1
+    small = ds.select(["meta", "a_id"]).get_columns(order)
+    assert list(small) == ["meta", "a_id"]
+    everything = ds.get_columns(order)
+    blobs = everything["blob"]
+    assert isinstance(blobs, ViewColumn if zero_copy else VarColumn)
+    assert [bytes(v) for v in blobs.to_pylist()] == [samples[i]["blob"] for i in order]
+    for cols in (small, everything):
+        assert cols["a_id"].to_pylist() == [samples[i]["a_id"] for i in order]
+        assert cols["meta"].to_pylist() == [samples[i]["meta"] for i in order]
+
+    def no_map_reads(*args):
+        raise AssertionError("read through the mapping")
+
+    monkeypatch.setattr(mds.Reader, "_record_table", no_map_reads)
+    assert ds.select(["meta"]).get_columns(order)["meta"].to_pylist() == [samples[i]["meta"] for i in order]
+    if zero_copy:
+        assert ds.get_columns(order) == everything
+    else:
+        with pytest.raises(AssertionError, match="read through the mapping"):
+            ds.get_columns(order)
+
+
+def test_large_record_column_sizes_are_checked(large_records):
+    path, samples = large_records
+    shard = f"{path}/shard.00000.mds"
+    data = bytearray(read_file(shard))
+    begin, end = struct.unpack_from("<2I", data, 4 + 4 * 3)
+    struct.pack_into("<I", data, begin + 4, 7)  # the blob claims 7 bytes
+    with open(shard, "wb") as f:
+        f.write(bytes(data))
+    added = 7 - len(samples[3]["blob"])
+    message = (rf"^malformed record: the record is {end - begin} bytes but its columns add up to "
+               rf"{end - begin + added} \(.*shard.00000.mds, byte offset {begin}, sample 3\)$")
+    for zero_copy in (False, True):
+        ds = hpcio.open(path, zero_copy=zero_copy)
+        for access in (lambda ds=ds: ds.get_columns([0, 3]),
+                       lambda ds=ds: ds.select(["meta"]).get_columns([3, 1])):
+            with pytest.raises(CorruptShardError, match=message):
+                access()
+
+
 def test_large_record_errors_name_file_offset_and_sample(large_records):
     path, samples = large_records
     shard = f"{path}/shard.00000.mds"

@@ -120,6 +120,41 @@ def test_read_records_edges(shard):
             f.read_records([0, 8], [4, 3])
 
 
+@pytest.mark.parametrize("touching", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pread_ranges_matches_slicing(shard, seed, touching):
+    path, data = shard
+    starts, ends = random_ranges(np.random.default_rng(seed), len(data), 300, touching)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got, pos = _io.pread_ranges(fd, starts, ends)
+        assert got.dtype == np.uint8 and pos.dtype == np.uint64 and len(pos) == 301
+        assert [got[a:b].tobytes() for a, b in zip(pos[:-1], pos[1:])] == [
+            data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    finally:
+        os.close(fd)
+
+
+def test_pread_ranges_edges(shard):
+    path, data = shard
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got, pos = _io.pread_ranges(fd, [], [])
+        assert (got.tobytes(), pos.tolist()) == (b"", [0])
+        got, pos = _io.pread_ranges(fd, [7, 7, 7], [7, 9, 9])
+        assert pos.tolist() == [0, 0, 2, 4] and got.tobytes() == data[7:9] * 2
+        with pytest.raises(TruncatedShardError) as info:
+            _io.pread_ranges(fd, [0, 199_990], [4, 200_001], path=path, sample_base=10)
+        assert str(info.value) == ("file ends after 10 of the 11 bytes expected at byte 199990 "
+                                   f"({path}, byte offset 200000, sample 11)")
+        with pytest.raises(CorruptShardError,
+                           match=re.escape(f"range [8, 3) is not a valid byte range ({path}, byte offset 8, "
+                                           "sample 41)")):
+            _io.pread_ranges(fd, [0, 8], [4, 3], path=path, sample_base=40)
+    finally:
+        os.close(fd)
+
+
 def test_pread_and_truncation_after_open(shard, tmp_path):
     path, data = shard
     f = _io.ShardFile(path)
@@ -340,6 +375,13 @@ def test_mds_lengths_count_one_column_in_place():
                                 True) == (None, 0)
     with pytest.raises(ValueError, match="column 3 of 3"):
         _records.mds_lengths(*args, 3, True)
+    # with first, where each value starts in its record: the views of a ViewColumn
+    first = np.full(5, -1, np.int64)
+    lengths, _ = _records.mds_lengths(*args, 2, False, first)
+    starts = args[2]
+    assert [buf[a + f : a + f + n] for a, f, n in zip(starts, first, lengths)] == [records[i][2] for i in order]
+    with pytest.raises(ValueError, match=r"5 buffer numbers and 4 first positions$"):
+        _records.mds_lengths(*args, 2, False, first[:4])
 
 
 def test_utf8_lengths_bounds():
