@@ -945,20 +945,22 @@ class Reader(base.Reader):
 
         layout = self._layout
         groups, order = self._shard_groups(ids)
-        shards = [self._shard(k) for k, _lidx, _a, _b in groups]
-        for sh in shards:
-            codec = sh.info.compression
-            if ((codec is not None and codec.per_sample) or sh.read_fd() is None
-                    or sh.info.raw_bytes <= _LARGE_RECORD * max(sh.info.samples, 1)):
+        for k, _lidx, _a, _b in groups:
+            info = self.shards[k]
+            codec = info.compression
+            if ((codec is not None and codec.per_sample) or (info.whole_shard and self.cache_dir is None)
+                    or info.raw_bytes <= _LARGE_RECORD * max(info.samples, 1)):
                 return None
         sorted_ids = ids if order is None else ids[order]
         wanted = copied + viewed
         pieces: dict = {c: [] for c in wanted}
         bufs, buf_of = [], []
-        for g, ((k, lidx, a, b), sh) in enumerate(zip(groups, shards)):
-            _sh, lidx, lo, hi = self._ranges(k, lidx)
-            lo, hi = lo.astype(np.int64), hi.astype(np.int64)
+        for g, (k, lidx, a, b) in enumerate(groups):
+            sh, lidx, lo, hi = self._ranges(k, lidx)
             fd = sh.read_fd()
+            if fd is None:  # out of descriptors: the caller reads through the mapping
+                return None
+            lo, hi = lo.astype(np.int64), hi.astype(np.int64)
             short = np.flatnonzero(hi - lo < layout.head)
             if len(short):
                 self._report_bad_record(int(sorted_ids[a + short[0]]), wanted)

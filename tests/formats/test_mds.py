@@ -709,6 +709,8 @@ def test_large_records_read_through_the_map_when_out_of_descriptors(large_record
 
     monkeypatch.setattr(os, "open", exhausted)
     assert list(ds.select(["a_id", "meta"])) == [{"a_id": s["a_id"], "meta": s["meta"]} for s in samples]
+    order = np.arange(len(samples))[::-1]
+    assert ds.select(["meta"]).get_columns(order)["meta"].to_pylist() == [samples[i]["meta"] for i in order]
     assert all(sh._fd < 0 for sh in ds.reader._maps.values()) and ds.reader._maps
 
 
