@@ -27,7 +27,23 @@ __all__ = ["VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 _KINDS = ("str", "bytes", "json")
 
 
-class VarColumn(Sequence):
+class _Column(Sequence):
+    """Indexing shared by the column classes: ``col[j]`` is ``self._value(j)`` for
+    ``0 <= j < len``, negative positions count from the end, a slice gives a list."""
+
+    __slots__ = ()
+
+    def __getitem__(self, j):
+        n = len(self)
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(n))]
+        j = int(j)
+        if not -n <= j < n:
+            raise IndexError(f"index {j} out of range for a column of {n} values")
+        return self._value(j % n)
+
+
+class VarColumn(_Column):
     """Variable-size values of one field for a batch: value j is
     ``data[offsets[j]:offsets[j + 1]]``.
 
@@ -79,14 +95,8 @@ class VarColumn(Sequence):
         """The stored bytes of value ``j`` (a view of :attr:`data`)."""
         return memoryview(self.data)[self.offsets[j] : self.offsets[j + 1]]
 
-    def __getitem__(self, j):
-        n = len(self)
-        if isinstance(j, slice):
-            return [self[i] for i in range(*j.indices(n))]
-        j = int(j)
-        if not -n <= j < n:
-            raise IndexError(f"index {j} out of range for a column of {n} values")
-        return self._decode(self.value_bytes(j % n))
+    def _value(self, j: int):
+        return self._decode(self.value_bytes(j))
 
     def _decode(self, raw: memoryview):
         if self.kind == "str":
@@ -154,7 +164,7 @@ class VarColumn(Sequence):
         return f"<hpcio.VarColumn {self.kind} n={len(self)} bytes={int(self.offsets[-1])}>"
 
 
-class ViewColumn(Sequence):
+class ViewColumn(_Column):
     """Bytes values of one field for a batch, not copied: value j is
     ``bufs[buf_of[j]][begin[j]:end[j]]``.
 
@@ -187,14 +197,7 @@ class ViewColumn(Sequence):
         """The stored bytes of value ``j`` (a view of its buffer)."""
         return self.bufs[self.buf_of[j]][self.begin[j] : self.end[j]]
 
-    def __getitem__(self, j):
-        n = len(self)
-        if isinstance(j, slice):
-            return [self[i] for i in range(*j.indices(n))]
-        j = int(j)
-        if not -n <= j < n:
-            raise IndexError(f"index {j} out of range for a column of {n} values")
-        return self.value_bytes(j % n)
+    _value = value_bytes
 
     def to_pylist(self) -> list:
         """Every value as a read-only memoryview."""
