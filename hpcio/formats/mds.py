@@ -964,7 +964,9 @@ class Reader(base.Reader):
             short = np.flatnonzero(hi - lo < layout.head)
             if len(short):
                 self._report_bad_record(int(sorted_ids[a + short[0]]), wanted)
-            heads, _ = _io.pread_ranges(fd, lo, lo + layout.head, path=sh.path, sample_base=sh.base)
+            # (a read fails only if the file shrank since it was opened; the error names the
+            # file and byte offset, its position in this request is no sample number)
+            heads, _ = _io.pread_ranges(fd, lo, lo + layout.head, path=sh.path)
             sizes = np.empty((len(lo), len(layout._sizes_t)), np.int64)
             sizes[:, layout.var_cols] = heads.view("<u4").reshape(len(lo), layout.nvar)
             for c, size in enumerate(layout._sizes_t):
@@ -976,7 +978,7 @@ class Reader(base.Reader):
                 self._report_bad_record(int(sorted_ids[a + bad[0]]), wanted)
             for c in copied:
                 pieces[c].append(_io.pread_ranges(fd, value_end[:, c] - sizes[:, c], value_end[:, c],
-                                                  path=sh.path, sample_base=sh.base))
+                                                  path=sh.path))
             for c in viewed:
                 pieces[c].append((value_end[:, c] - sizes[:, c], value_end[:, c]))
             bufs.append(memoryview(sh.buf))
