@@ -9,8 +9,8 @@ def pread_ranges(fd: int, starts: NDArray[np.uint64], ends: NDArray[np.uint64], 
                  ) -> tuple[NDArray[np.uint8], NDArray[np.uint64]]:
     """Read the ranges [starts[j], ends[j]) of file ``fd`` back to back (ranges that touch
     in one ``pread``): (data, m+1 positions).  A range past the end of the file raises
-    TruncatedShardError naming ``path``, the byte offset and, with ``sample_base``, the
-    sample."""
+    TruncatedShardError, a decreasing one CorruptShardError, naming ``path``, the byte
+    offset and, with ``sample_base``, the sample."""
 
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).

@@ -977,8 +977,8 @@ class Reader(base.Reader):
             if len(bad):
                 self._report_bad_record(int(sorted_ids[a + bad[0]]), wanted)
             for c in copied:
-                pieces[c].append(_io.pread_ranges(fd, value_end[:, c] - sizes[:, c], value_end[:, c],
-                                                  path=sh.path))
+                data, _pos = _io.pread_ranges(fd, value_end[:, c] - sizes[:, c], value_end[:, c], path=sh.path)
+                pieces[c].append((data, sizes[:, c]))
             for c in viewed:
                 pieces[c].append((value_end[:, c] - sizes[:, c], value_end[:, c]))
             bufs.append(memoryview(sh.buf))
@@ -989,9 +989,9 @@ class Reader(base.Reader):
             inverse[order] = np.arange(len(ids))
         out = {}
         for c in copied:
-            data = np.concatenate([d for d, _pos in pieces[c]])
+            data = np.concatenate([d for d, _lengths in pieces[c]])
             offsets = np.zeros(len(ids) + 1, np.int64)
-            np.cumsum(np.concatenate([np.diff(pos.astype(np.int64)) for _d, pos in pieces[c]]), out=offsets[1:])
+            np.cumsum(np.concatenate([lengths for _d, lengths in pieces[c]]), out=offsets[1:])
             if inverse is not None:
                 gathered, positions = _io.gather(data, offsets[inverse], offsets[inverse + 1])
                 data, offsets = np.frombuffer(gathered, np.uint8), positions.view(np.int64)

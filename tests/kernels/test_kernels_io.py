@@ -148,7 +148,7 @@ def test_pread_ranges_edges(shard):
         assert str(info.value) == ("file ends after 10 of the 11 bytes expected at byte 199990 "
                                    f"({path}, byte offset 200000, sample 11)")
         with pytest.raises(CorruptShardError,
-                           match=re.escape(f"range [8, 3) is not a valid byte range ({path}, byte offset 8, "
+                           match=re.escape(f"record range ends at byte 3 before it starts ({path}, byte offset 8, "
                                            "sample 41)")):
             _io.pread_ranges(fd, [0, 8], [4, 3], path=path, sample_base=40)
     finally:
