@@ -27,7 +27,8 @@ import numpy as np
 
 from ._chpcio cimport (
     HPCIO_MDS_MAX_COLUMNS, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_mds_column_copy,
-    hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_status, hpcio_utf8_lengths,
+    hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_pread_full, hpcio_status,
+    hpcio_utf8_lengths,
 )
 from ._utils cimport byte_view, check, data_ptr
 
@@ -84,7 +85,7 @@ cdef int _unpack_layout(str who, Py_ssize_t m, Py_ssize_t m_ends, tuple sizes, t
     return 0
 
 
-cdef inline int64_t _bounds(const uint8_t *head, int64_t pos, _Columns *L) noexcept:
+cdef inline int64_t _bounds(const uint8_t *head, int64_t pos, _Columns *L) noexcept nogil:
     """Set ``L.lo``/``L.hi`` of a record whose u32 sizes are at ``head`` and whose values
     start at ``pos``, in column order; returns where the last one ends."""
     cdef uint32_t n32
@@ -319,6 +320,119 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
         free(first)
         free(ahead)
         free(spill)
+
+
+def mds_columns_pread(int fd, const int64_t[::1] starts, const int64_t[::1] ends, tuple sizes,
+                      tuple copied, tuple viewed, path=None):
+    """Columns of the records ``[starts[j], ends[j])`` of file ``fd``, read with ``pread``:
+    for each column of ``copied`` its values back to back, for each of ``viewed`` where
+    its values lie in the file.
+
+    Each record's first bytes (its column sizes and the values stored first) come in one
+    read and each copied value past them in another, straight into its column: a record
+    costs one read plus one per copied value stored after the first bytes.
+    Returns ``(copies, spans, bad)``: ``copies`` a ``(uint8 data, int64 offsets)`` pair per
+    copied column, ``spans`` an ``(int64 begin, int64 end)`` pair of file offsets per viewed
+    column, ``bad`` -1 or the first malformed record (then both lists are None and the
+    caller's general path reports it).  A read that fails or ends early raises, naming
+    ``path`` and the byte offset.
+    """
+    cdef Py_ssize_t m = starts.shape[0], ncopy = len(copied), nview = len(viewed), c, j
+    cdef _Columns L
+    _unpack_layout("mds_columns_pread", m, ends.shape[0], sizes, (0,) * len(sizes),
+                   copied + viewed, &L)
+    cdef int64_t head = 4 * L.nvar, window = max(_HEAD_WINDOW, head)
+    cdef int64_t a, b, got, n, lo, hi, grown_cap
+    cdef Py_ssize_t bad = -1
+    cdef int col, nomem = 0
+    cdef hpcio_error err
+    cdef hpcio_status st = HPCIO_OK
+    cdef uint8_t *first = NULL
+    cdef uint8_t *data[_MAXCOL]
+    cdef uint8_t *grown
+    cdef int64_t used[_MAXCOL]
+    cdef int64_t cap[_MAXCOL]
+    cdef int64_t *offp[_MAXCOL]
+    cdef int64_t *beginp[_MAXCOL]
+    cdef int64_t *endp[_MAXCOL]
+    cdef int64_t[::1] arr
+    cdef uint8_t[::1] arr8
+    offsets = [np.zeros(m + 1, np.int64) for _ in range(ncopy)]
+    begins = [np.empty(m, np.int64) for _ in range(nview)]
+    ends_out = [np.empty(m, np.int64) for _ in range(nview)]
+    for c in range(ncopy):
+        arr = offsets[c]
+        offp[c] = &arr[0]
+        data[c], used[c], cap[c] = NULL, 0, 0
+    for c in range(nview):
+        if m:
+            arr = begins[c]
+            beginp[c] = &arr[0]
+            arr = ends_out[c]
+            endp[c] = &arr[0]
+    hpcio_error_clear(&err)
+    try:
+        first = <uint8_t *>malloc(window)
+        if first == NULL:
+            raise MemoryError("mds_columns_pread: no memory for the read buffer")
+        with nogil:
+            for j in range(m):
+                a = starts[j]
+                b = ends[j]
+                if a < 0 or b - a < head:
+                    bad = j
+                    break
+                got = min(window, b - a)
+                st = hpcio_pread_full(fd, first, <uint64_t>got, <uint64_t>a, &err)
+                if st != HPCIO_OK:
+                    break
+                if _bounds(first, a + head, &L) != b:
+                    bad = j
+                    break
+                for c in range(ncopy):
+                    col = L.sel[c]
+                    lo, hi = L.lo[col], L.hi[col]
+                    n = hi - lo
+                    if used[c] + n > cap[c]:
+                        grown_cap = max(2 * cap[c], used[c] + n, 4096)
+                        grown = <uint8_t *>realloc(data[c], grown_cap)
+                        if grown == NULL:
+                            nomem = 1
+                            break
+                        data[c], cap[c] = grown, grown_cap
+                    if hi <= a + got:
+                        memcpy(data[c] + used[c], first + (lo - a), n)
+                    else:
+                        st = hpcio_pread_full(fd, data[c] + used[c], <uint64_t>n, <uint64_t>lo, &err)
+                        if st != HPCIO_OK:
+                            break
+                    used[c] += n
+                    offp[c][j + 1] = used[c]
+                if nomem or st != HPCIO_OK:
+                    break
+                for c in range(nview):
+                    col = L.sel[ncopy + c]
+                    beginp[c][j] = L.lo[col]
+                    endp[c][j] = L.hi[col]
+        if nomem:
+            raise MemoryError("mds_columns_pread: no memory for a column")
+        if st != HPCIO_OK:
+            err.item = -1
+            check(st, &err, path, -1, -1)
+        if bad >= 0:
+            return None, None, bad
+        copies = []
+        for c in range(ncopy):
+            values = np.empty(used[c], np.uint8)
+            if used[c]:
+                arr8 = values
+                memcpy(&arr8[0], data[c], used[c])
+            copies.append((values, offsets[c]))
+        return copies, list(zip(begins, ends_out)), -1
+    finally:
+        free(first)
+        for c in range(ncopy):
+            free(data[c])
 
 
 cdef Py_ssize_t _record_table(list views, const int32_t[::1] buf_of, const int64_t[::1] starts,

@@ -200,6 +200,20 @@ def _write_pieces(fd: int, pieces: list) -> None:
             view = view[os.write(fd, view):]
 
 
+def _concat_values(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """One ``(data, offsets)`` column from pieces of it, each ``(data, offsets)``."""
+    if len(parts) == 1:
+        return parts[0]
+    data = np.concatenate([d for d, _o in parts])
+    offsets = np.zeros(sum(len(o) - 1 for _d, o in parts) + 1, np.int64)
+    j = shift = 0
+    for d, o in parts:
+        offsets[j + 1 : j + len(o)] = o[1:] + shift
+        j += len(o) - 1
+        shift += len(d)
+    return data, offsets
+
+
 def _parse_size(value) -> int | None:
     """streaming's ``bytes_to_int``: an int, or a string such as ``"100kb"``."""
     if not value:
@@ -941,7 +955,7 @@ class Reader(base.Reader):
         the 64 KiB around it (fault-around): for 80 KB image records that was most of a
         column batch's time and 100 MB of RSS.  None when a shard the batch touches has
         small records, is compressed per sample or is held in memory."""
-        from .._core import _io
+        from .._core import _io, _records
 
         layout = self._layout
         groups, order = self._shard_groups(ids)
@@ -953,34 +967,23 @@ class Reader(base.Reader):
                 return None
         sorted_ids = ids if order is None else ids[order]
         wanted = copied + viewed
-        pieces: dict = {c: [] for c in wanted}
+        copies: dict = {c: [] for c in copied}
+        spans: dict = {c: [] for c in viewed}
         bufs, buf_of = [], []
         for g, (k, lidx, a, b) in enumerate(groups):
             sh, lidx, lo, hi = self._ranges(k, lidx)
             fd = sh.read_fd()
             if fd is None:  # out of descriptors: the caller reads through the mapping
                 return None
-            lo, hi = lo.astype(np.int64), hi.astype(np.int64)
-            short = np.flatnonzero(hi - lo < layout.head)
-            if len(short):
-                self._report_bad_record(int(sorted_ids[a + short[0]]), wanted)
-            # (a read fails only if the file shrank since it was opened; the error names the
-            # file and byte offset, its position in this request is no sample number)
-            heads, _ = _io.pread_ranges(fd, lo, lo + layout.head, path=sh.path)
-            sizes = np.empty((len(lo), len(layout._sizes_t)), np.int64)
-            sizes[:, layout.var_cols] = heads.view("<u4").reshape(len(lo), layout.nvar)
-            for c, size in enumerate(layout._sizes_t):
-                if size >= 0:
-                    sizes[:, c] = size
-            value_end = lo[:, None] + layout.head + np.cumsum(sizes, axis=1)
-            bad = np.flatnonzero(value_end[:, -1] != hi)
-            if len(bad):
-                self._report_bad_record(int(sorted_ids[a + bad[0]]), wanted)
-            for c in copied:
-                data, _pos = _io.pread_ranges(fd, value_end[:, c] - sizes[:, c], value_end[:, c], path=sh.path)
-                pieces[c].append((data, sizes[:, c]))
-            for c in viewed:
-                pieces[c].append((value_end[:, c] - sizes[:, c], value_end[:, c]))
+            got, where, bad = _records.mds_columns_pread(
+                fd, lo.astype(np.int64), hi.astype(np.int64), layout._sizes_t, tuple(copied),
+                tuple(viewed), path=sh.path)
+            if bad >= 0:
+                self._report_bad_record(int(sorted_ids[a + bad]), wanted)
+            for c, pair in zip(copied, got):
+                copies[c].append(pair)
+            for c, pair in zip(viewed, where):
+                spans[c].append(pair)
             bufs.append(memoryview(sh.buf))
             buf_of.append(np.full(b - a, g, np.int32))
         inverse = None
@@ -989,9 +992,7 @@ class Reader(base.Reader):
             inverse[order] = np.arange(len(ids))
         out = {}
         for c in copied:
-            data = np.concatenate([d for d, _lengths in pieces[c]])
-            offsets = np.zeros(len(ids) + 1, np.int64)
-            np.cumsum(np.concatenate([lengths for _d, lengths in pieces[c]]), out=offsets[1:])
+            data, offsets = _concat_values(copies[c])
             if inverse is not None:
                 gathered, positions = _io.gather(data, offsets[inverse], offsets[inverse + 1])
                 data, offsets = np.frombuffer(gathered, np.uint8), positions.view(np.int64)
@@ -1001,8 +1002,8 @@ class Reader(base.Reader):
         if inverse is not None:
             which = which[inverse]
         for c in viewed:
-            begin = np.concatenate([v[0] for v in pieces[c]])
-            end = np.concatenate([v[1] for v in pieces[c]])
+            begin = np.concatenate([v[0] for v in spans[c]])
+            end = np.concatenate([v[1] for v in spans[c]])
             if inverse is not None:
                 begin, end = begin[inverse], end[inverse]
             out[layout.names[c]] = ViewColumn(bufs, which, begin, end)

@@ -6,6 +6,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import shutil
 import struct
 import warnings
@@ -770,6 +771,67 @@ def test_pread_sample_builder_reads_the_next_head_with_the_last_value(large_reco
                                               layout._direct_kinds(list(picked), False, False), picked, orjson.loads)
         assert bad == -1
         assert got == [{c: samples[i][c] for c in cols} for i in lidx]
+    finally:
+        os.close(fd)
+        reader.close()
+
+
+@pytest.mark.parametrize("order", ["storage", "every other", "reversed"])
+@pytest.mark.parametrize("copied,viewed", [(("a_id", "meta"), ()), (("meta",), ("blob",)),
+                                           (("blob", "a_id"), ("meta",)), ((), ("a_id", "blob"))])
+def test_pread_column_reader_reads_the_file(large_records, order, copied, viewed):
+    """mds_columns_pread copies values from the file, those in each record's first read
+    ("a_id") and those past it ("meta", "blob"), and gives where the viewed ones lie."""
+    from hpcio._core import _records
+
+    path, samples = large_records
+    reader = mds.Reader(path)
+    layout = reader._layout
+    n = reader.shards[0].samples
+    lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
+    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    file_bytes = read_file(sh.path)
+    stored = {"a_id": lambda s: s["a_id"].encode(), "blob": lambda s: s["blob"],
+              "meta": lambda s: json.dumps(s["meta"]).encode()}
+    fd = os.open(sh.path, os.O_RDONLY)
+    try:
+        copies, spans, bad = _records.mds_columns_pread(
+            fd, starts.astype(np.int64), ends.astype(np.int64), layout._sizes_t,
+            tuple(layout.names.index(c) for c in copied), tuple(layout.names.index(c) for c in viewed),
+            path=sh.path)
+    finally:
+        os.close(fd)
+        reader.close()
+    assert bad == -1 and len(copies) == len(copied) and len(spans) == len(viewed)
+    for c, (data, offsets) in zip(copied, copies):
+        assert offsets.dtype == np.int64 and offsets[0] == 0 and offsets[-1] == len(data)
+        got = [data[a:b].tobytes() for a, b in zip(offsets[:-1], offsets[1:])]
+        assert got == [stored[c](samples[i]) for i in lidx]
+    for c, (begin, end) in zip(viewed, spans):
+        assert [file_bytes[a:b] for a, b in zip(begin, end)] == [stored[c](samples[i]) for i in lidx]
+
+
+def test_pread_column_reader_reports_bad_records_and_short_files(large_records):
+    from hpcio._core import _records
+
+    path, samples = large_records
+    reader = mds.Reader(path)
+    layout = reader._layout
+    sh, _lidx, starts, ends = reader._ranges(0, np.arange(3))
+    starts, ends = starts.astype(np.int64), ends.astype(np.int64)
+    meta = (layout.names.index("meta"),)
+    fd = os.open(sh.path, os.O_RDONLY)
+    try:
+        # a record one byte shorter than its column sizes add up to is returned as bad
+        short = ends.copy()
+        short[1] -= 1
+        assert _records.mds_columns_pread(fd, starts, short, layout._sizes_t, meta, ()) == (None, None, 1)
+        # a record past the end of the file raises, naming the file and byte offset
+        past = starts + sh.size
+        message = (rf"^file ends after 0 of the 512 bytes expected at byte {past[0]} "
+                   rf"\({re.escape(sh.path)}, byte offset {past[0]}\)$")
+        with pytest.raises(TruncatedShardError, match=message):
+            _records.mds_columns_pread(fd, past, ends + sh.size, layout._sizes_t, meta, (), path=sh.path)
     finally:
         os.close(fd)
         reader.close()
