@@ -84,42 +84,6 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
     return _gather(src, starts, ends, path, sample_base)
 
 
-def pread_ranges(int fd, starts, ends, *, path=None, sample_base=None):
-    """Read the ranges [starts[j], ends[j]) of file ``fd`` back to back in one GIL-free
-    call, ranges that touch in one ``pread``.
-
-    Returns (data, positions): a uint8 array and m+1 uint64 positions of the ranges in it.
-    A range past the end of the file raises TruncatedShardError, a decreasing one
-    CorruptShardError, naming ``path``, the byte offset and, when ``sample_base`` is given,
-    sample ``sample_base + j``.
-    """
-    s, e = _ranges(starts, ends)
-    cdef const uint64_t[::1] sv = s, ev = e
-    cdef size_t m = sv.shape[0], j, n_done = 0
-    cdef uint64_t total = 0
-    # Only valid ranges count towards the size; the kernel reports the first invalid one
-    # before reading past it.
-    for j in range(m):
-        if sv[j] <= ev[j]:
-            total += ev[j] - sv[j]
-    data = np.empty(total, np.uint8)
-    positions = np.zeros(m + 1, np.uint64)
-    if m == 0:
-        return data, positions
-    cdef uint8_t[::1] dv = data
-    cdef uint64_t[::1] pv = positions
-    cdef uint8_t one
-    cdef hpcio_error err
-    cdef hpcio_status st
-    hpcio_error_clear(&err)
-    with nogil:
-        # capacity is the total, so every range fits and none is HPCIO_E_BUFFER
-        st = hpcio_pread_records(fd, &sv[0], &ev[0], m, &dv[0] if total else &one, total,
-                                 &pv[0], &n_done, &err)
-    _check_records(st, &err, path, sample_base)
-    return data, positions
-
-
 cdef class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).
 

@@ -120,41 +120,6 @@ def test_read_records_edges(shard):
             f.read_records([0, 8], [4, 3])
 
 
-@pytest.mark.parametrize("touching", [False, True])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_pread_ranges_matches_slicing(shard, seed, touching):
-    path, data = shard
-    starts, ends = random_ranges(np.random.default_rng(seed), len(data), 300, touching)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        got, pos = _io.pread_ranges(fd, starts, ends)
-        assert got.dtype == np.uint8 and pos.dtype == np.uint64 and len(pos) == 301
-        assert [got[a:b].tobytes() for a, b in zip(pos[:-1], pos[1:])] == [
-            data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
-    finally:
-        os.close(fd)
-
-
-def test_pread_ranges_edges(shard):
-    path, data = shard
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        got, pos = _io.pread_ranges(fd, [], [])
-        assert (got.tobytes(), pos.tolist()) == (b"", [0])
-        got, pos = _io.pread_ranges(fd, [7, 7, 7], [7, 9, 9])
-        assert pos.tolist() == [0, 0, 2, 4] and got.tobytes() == data[7:9] * 2
-        with pytest.raises(TruncatedShardError) as info:
-            _io.pread_ranges(fd, [0, 199_990], [4, 200_001], path=path, sample_base=10)
-        assert str(info.value) == ("file ends after 10 of the 11 bytes expected at byte 199990 "
-                                   f"({path}, byte offset 200000, sample 11)")
-        with pytest.raises(CorruptShardError,
-                           match=re.escape(f"record range ends at byte 3 before it starts ({path}, byte offset 8, "
-                                           "sample 41)")):
-            _io.pread_ranges(fd, [0, 8], [4, 3], path=path, sample_base=40)
-    finally:
-        os.close(fd)
-
-
 def test_pread_and_truncation_after_open(shard, tmp_path):
     path, data = shard
     f = _io.ShardFile(path)
