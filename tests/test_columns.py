@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,6 +58,50 @@ def test_json_column_value_that_is_not_a_document_alone(bad):
                     np.cumsum([0] + [len(r) for r in raw]).astype(np.int64))
     with pytest.raises(json.JSONDecodeError):
         col.to_pylist()
+
+
+def test_json_column_values_that_would_regroup_in_one_array():
+    # "[" + ",".join(raw) + "]" is [1, 2, [3, 4]]: three values, as many as the column has,
+    # though none of the three is a JSON document alone
+    raw = [b"1,2", b"[3", b"4]"]
+    col = VarColumn("json", np.frombuffer(b"".join(raw), np.uint8),
+                    np.cumsum([0] + [len(r) for r in raw]).astype(np.int64))
+    with pytest.raises(json.JSONDecodeError):
+        col.to_pylist()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_JSON, st.booleans()), max_size=12))
+def test_json_values_decoded_together_match_python(values):
+    from hpcio._core import _records
+
+    raw = [json.dumps(v, ensure_ascii=ascii).encode() for v, ascii in values]
+    offsets = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
+    assert _records.loads_json_values(b"".join(raw), offsets, orjson.loads) == [json.loads(r) for r in raw]
+
+
+def test_json_values_decoded_together_match_one_by_one():
+    from hpcio._core import _records
+
+    raw = [b'{"a": "x,]}\\"[", "b": [1, {"c": []}]}', b' "\\\"" ', b"[]", b"null", b' -7e2 ',
+           '"é,["'.encode()]
+    offsets = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
+    data = b"".join(raw)
+    assert _records.loads_json_values(data, offsets, orjson.loads) == [orjson.loads(r) for r in raw]
+    assert _records.loads_json_values(data, offsets[:1], orjson.loads) == []
+    # a value with a comma or an unclosed bracket at its top level is left to the caller
+    for bad in ([b"1,2", b"3"], [b"[1", b"2]"], [b'"a', b'b"'], [b"1]", b"[2"]):
+        assert _records.loads_json_values(b"".join(bad), np.array([0, len(bad[0]), len(bad[0]) + len(bad[1])]),
+                                          orjson.loads) is None
+    with pytest.raises(ValueError, match=r"^loads_json_values: offset 99 outside the 3 bytes$"):
+        _records.loads_json_values(b"[1]", np.array([0, 99]), orjson.loads)
 
 
 def test_to_arrow_shares_the_buffers():
