@@ -204,14 +204,10 @@ def _concat_values(parts: list) -> tuple[np.ndarray, np.ndarray]:
     """One ``(data, offsets)`` column from pieces of it, each ``(data, offsets)``."""
     if len(parts) == 1:
         return parts[0]
-    data = np.concatenate([d for d, _o in parts])
-    offsets = np.zeros(sum(len(o) - 1 for _d, o in parts) + 1, np.int64)
-    j = shift = 0
-    for d, o in parts:
-        offsets[j + 1 : j + len(o)] = o[1:] + shift
-        j += len(o) - 1
-        shift += len(d)
-    return data, offsets
+    lengths = np.concatenate([np.diff(o) for _d, o in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.concatenate([d for d, _o in parts]), offsets
 
 
 def _parse_size(value) -> int | None:
