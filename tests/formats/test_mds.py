@@ -748,6 +748,16 @@ def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
         reader.close()
 
 
+def _first_shard_records(path, order):
+    """A reader of ``path`` and where its first shard's records lie, taken in ``order``
+    ("storage", "every other" or "reversed"): ``(reader, layout, lidx, shard, starts, ends)``."""
+    reader = mds.Reader(path)
+    n = reader.shards[0].samples
+    lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
+    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    return reader, reader._layout, lidx, sh, starts, ends
+
+
 @pytest.mark.parametrize("order", ["storage", "every other", "reversed"])
 @pytest.mark.parametrize("cols", [("a_id", "meta"), ("meta", "a_id"), ("a_id", "blob", "meta"), ("meta",)])
 def test_pread_sample_builder_reads_the_next_head_with_the_last_value(large_records, order, cols):
@@ -758,11 +768,7 @@ def test_pread_sample_builder_reads_the_next_head_with_the_last_value(large_reco
     from hpcio._core import _records
 
     path, samples = large_records
-    reader = mds.Reader(path)
-    layout = reader._layout
-    n = reader.shards[0].samples
-    lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
-    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    reader, layout, lidx, sh, starts, ends = _first_shard_records(path, order)
     picked = tuple(layout.names.index(c) for c in cols)
     fd = os.open(sh.path, os.O_RDONLY)
     try:
@@ -785,11 +791,7 @@ def test_pread_column_reader_reads_the_file(large_records, order, copied, viewed
     from hpcio._core import _records
 
     path, samples = large_records
-    reader = mds.Reader(path)
-    layout = reader._layout
-    n = reader.shards[0].samples
-    lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
-    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    reader, layout, lidx, sh, starts, ends = _first_shard_records(path, order)
     file_bytes = read_file(sh.path)
     stored = {"a_id": lambda s: s["a_id"].encode(), "blob": lambda s: s["blob"],
               "meta": lambda s: json.dumps(s["meta"]).encode()}
