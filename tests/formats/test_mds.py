@@ -816,7 +816,7 @@ def test_pread_column_reader_reads_the_file(large_records, order, copied, viewed
 def test_pread_column_reader_reports_bad_records_and_short_files(large_records):
     from hpcio._core import _records
 
-    path, samples = large_records
+    path, _samples = large_records
     reader = mds.Reader(path)
     layout = reader._layout
     sh, _lidx, starts, ends = reader._ranges(0, np.arange(3))
