@@ -4,14 +4,6 @@ from numpy.typing import NDArray
 
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
-def pread_ranges(fd: int, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *,
-                 path: str | None = None, sample_base: int | None = None
-                 ) -> tuple[NDArray[np.uint8], NDArray[np.uint64]]:
-    """Read the ranges [starts[j], ends[j]) of file ``fd`` back to back (ranges that touch
-    in one ``pread``): (data, m+1 positions).  A range past the end of the file raises
-    TruncatedShardError, a decreasing one CorruptShardError, naming ``path``, the byte
-    offset and, with ``sample_base``, the sample."""
-
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).
 

@@ -23,6 +23,15 @@ def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[n
     """:func:`mds_samples` reading each record's values from ``fd`` with ``pread``; KIND_VIEW
     values slice ``whole`` (the file's mapping) untouched."""
 
+def mds_columns_pread(fd: int, starts: NDArray[np.int64], ends: NDArray[np.int64], sizes: tuple,
+                      copied: tuple, viewed: tuple, path: str | None = None
+                      ) -> tuple[list[tuple[NDArray[np.uint8], NDArray[np.int64]]] | None,
+                                 list[tuple[NDArray[np.int64], NDArray[np.int64]]] | None, int]:
+    """Columns of the records ``[starts[j], ends[j])`` of file ``fd`` read with ``pread``:
+    ``(data, offsets)`` per column of ``copied``, ``(begin, end)`` file offsets per column of
+    ``viewed``, and -1; or ``(None, None, j)`` when record j is malformed.  A read that fails
+    or ends early raises, naming ``path`` and the byte offset."""
+
 def mds_columns(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64],
                 ends: NDArray[np.int64], sizes: tuple, cols: tuple
                 ) -> tuple[list[tuple[NDArray[np.uint8], NDArray[np.int64]]] | None, int]:
@@ -42,3 +51,8 @@ def mds_lengths(bufs: list, buf_of: NDArray[np.int32], starts: NDArray[np.int64]
 def utf8_lengths(data, offsets: NDArray[np.uint64]) -> NDArray[np.int64]:
     """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``;
     raises DecodeError naming the value and byte where one is not UTF-8."""
+
+def loads_json_values(buf, offsets: NDArray[np.int64], json_loads: Callable) -> list | None:
+    """The JSON values ``buf[offsets[j]:offsets[j + 1]]`` decoded by one ``json_loads`` call
+    on ``[v0,v1,...]``, or None when some value is not one JSON document (decode them one by
+    one to find it)."""
