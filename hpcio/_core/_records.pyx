@@ -21,7 +21,6 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 from posix.types cimport off_t
 from posix.uio cimport iovec, preadv
-from posix.unistd cimport pread
 
 import numpy as np
 
@@ -257,15 +256,11 @@ DEF _HEAD_WINDOW = 512
 
 
 cdef int _pread_all(int fd, char *dst, int64_t n, int64_t offset) noexcept nogil:
-    """Read exactly ``n`` bytes at ``offset``; 0, or -1 on an error or end of file."""
-    cdef ssize_t got
-    while n > 0:
-        got = pread(fd, dst, <size_t>n, <off_t>offset)
-        if got <= 0:
-            return -1
-        dst += got
-        n -= got
-        offset += got
+    """Read exactly ``n`` bytes at ``offset`` (hpcio_pread_full); 0, or -1 on an error or
+    end of file, which the sample builder's caller then reports its general way."""
+    cdef hpcio_error err
+    if hpcio_pread_full(fd, <uint8_t *>dst, <uint64_t>n, <uint64_t>offset, &err) != HPCIO_OK:
+        return -1
     return 0
 
 
