@@ -22,6 +22,19 @@ A sharded format supports it with two small additions; the converter does the re
     dicts in shard order, atomically (temporary name, fsync, rename).  A format without a
     dataset index (self-describing shards) defines it as doing nothing.
 
+Optional encoded-record hook (MDS): the converter then encodes each sample on the rank
+that read it and sends the owner of its shard the record bytes, not the sample:
+
+``record_options(sample, **options)`` (module level)
+    The writer options that fix what a writer would take from ``sample`` as its first
+    one (MDS: the columns), ``{}`` when ``options`` already fix it; raises what that
+    writer would raise for ``sample``.
+``record_encoder(path, **options)`` (module level)
+    An object whose ``record(sample, number)`` returns the bytes ``Writer(path, **options)``
+    stores for ``sample``, raising the same errors (``number`` names the sample in them).
+``Writer.write_record(record)``
+    Appends such bytes (any bytes-like object) as ``write`` would have.
+
 Optional reader hook used for planning: ``Reader.sample_nbytes()`` returns an int64 array
 with the stored size of every sample (from the index, without reading the data), so the
 converter balances shards by bytes; without it, sizes are estimated from the file sizes.

@@ -1306,6 +1306,67 @@ def _warn_sample_compression(spec: str) -> None:
     )
 
 
+def infer_columns(sample: Mapping, allow_pickle: bool = False) -> dict:
+    """The ``{name: encoding}`` columns a writer takes from its first sample."""
+    return {key: infer_encoding(value, key, allow_pickle) for key, value in sample.items()}
+
+
+class RecordEncoder:
+    """The records of samples for fixed columns: the bytes a :class:`Writer` with these
+    columns and compression stores for each sample, raising the same errors.
+
+    Validates the columns (names are str, encodings known, ``pkl`` only with
+    ``allow_pickle``); ``path`` is named in the errors.
+    """
+
+    def __init__(self, columns: Mapping[str, str], *, compression=None, allow_pickle: bool = False,
+                 path=None):
+        names = sorted(columns)
+        encodings = [columns[n] for n in names]
+        for name, encoding in zip(names, encodings):
+            if not isinstance(name, str):
+                raise SchemaError(f"column names must be str, got {name!r}")
+            codec = column_codec(encoding, column=name)
+            if codec.unsafe and not allow_pickle:
+                raise UnsupportedValueError(
+                    f"column {name!r} uses the pkl encoding; readers of it run pickle (code from "
+                    "the file): pass allow_pickle=True to write it anyway"
+                )
+        self.layout = _Layout(names, encodings, [column_codec(e).size for e in encodings])
+        self.path = path
+        self.compression = compression if isinstance(compression, Compression) else parse_compression(compression)
+        self._names = set(names)
+        self._plan = list(zip(names, self.layout.codecs, [s is None for s in self.layout.sizes]))
+        self._head = struct.Struct(f"<{self.layout.nvar}I")
+
+    def encode(self, sample: Mapping, number: int = 0) -> bytes:
+        """The record of ``sample`` before sample-level compression (``number`` names the
+        sample in errors)."""
+        if sample.keys() != self._names:
+            missing = sorted(self._names - sample.keys())
+            extra = sorted(set(sample.keys()) - self._names)
+            detail = f"lacks column(s) {missing}" if missing else f"has field(s) {extra} that are not columns"
+            raise SchemaError(
+                f"sample {detail}; the columns are {sorted(self._names)}", path=self.path, sample=number
+            )
+        sizes = []
+        data = [b""]  # the size header, packed once the sizes are known
+        for name, codec, variable in self._plan:
+            datum = encode_value(codec, sample[name], name, number)
+            if variable:
+                sizes.append(len(datum))
+            data.append(datum)
+        data[0] = self._head.pack(*sizes)
+        return b"".join(data)
+
+    def record(self, sample: Mapping, number: int = 0) -> bytes:
+        """The record of ``sample`` as stored: after sample-level compression, if any."""
+        record = self.encode(sample, number)
+        if self.compression is not None and self.compression.per_sample:
+            record = self.compression.compress(record)
+        return record
+
+
 class Writer(base.Writer):
     """Writes an MDS dataset, byte-identical to streaming's ``MDSWriter``.
 
@@ -1373,31 +1434,19 @@ class Writer(base.Writer):
             self._set_columns(dict(columns))
 
     def _set_columns(self, columns: dict) -> None:
-        names = sorted(columns)
-        encodings = [columns[n] for n in names]
-        for name, encoding in zip(names, encodings):
-            if not isinstance(name, str):
-                raise SchemaError(f"column names must be str, got {name!r}")
-            codec = column_codec(encoding, column=name)
-            if codec.unsafe and not self.allow_pickle:
-                raise UnsupportedValueError(
-                    f"column {name!r} uses the pkl encoding; readers of it run pickle (code from "
-                    "the file): pass allow_pickle=True to write it anyway"
-                )
-        self._layout = _Layout(names, encodings, [column_codec(e).size for e in encodings])
+        self._encoder = RecordEncoder(columns, compression=self.compression, allow_pickle=self.allow_pickle,
+                                      path=self.path)
+        layout = self._encoder.layout
         self._columns = columns
-        self._names = set(names)
-        self._plan = list(zip(names, self._layout.codecs, [s is None for s in self._layout.sizes]))
-        self._head = struct.Struct(f"<{self._layout.nvar}I")
         config = {
             "version": 2,
             "format": "mds",
             "compression": None if self.compression is None else self.compression.spec,
             "hashes": self.hashes,
             "size_limit": self.size_limit,
-            "column_names": names,
-            "column_encodings": encodings,
-            "column_sizes": self._layout.sizes,
+            "column_names": layout.names,
+            "column_encodings": layout.encodings,
+            "column_sizes": layout.sizes,
         }
         self._config = config
         self._config_data = json.dumps(config, sort_keys=True).encode("utf-8")
@@ -1411,32 +1460,23 @@ class Writer(base.Writer):
     def encode(self, sample: Mapping) -> bytes:
         """The record bytes of ``sample`` (before sample-level compression)."""
         if self._columns is None:
-            self._set_columns({
-                key: infer_encoding(value, key, self.allow_pickle) for key, value in sample.items()
-            })
-        if sample.keys() != self._names:
-            missing = sorted(self._names - sample.keys())
-            extra = sorted(set(sample.keys()) - self._names)
-            detail = f"lacks column(s) {missing}" if missing else f"has field(s) {extra} that are not columns"
-            raise SchemaError(
-                f"sample {detail}; the columns are {sorted(self._names)}", path=self.path, sample=self.count
-            )
-        sizes = []
-        data = [b""]  # the size header, packed once the sizes are known
-        for name, codec, variable in self._plan:
-            datum = encode_value(codec, sample[name], name, self.count)
-            if variable:
-                sizes.append(len(datum))
-            data.append(datum)
-        data[0] = self._head.pack(*sizes)
-        return b"".join(data)
+            self._set_columns(infer_columns(sample, self.allow_pickle))
+        return self._encoder.encode(sample, self.count)
 
     def write(self, sample: Mapping) -> None:
         if self._closed:
             raise ValueError("write to a closed MDS writer")
-        record = self.encode(sample)
-        if self.compression is not None and self.compression.per_sample:
-            record = self.compression.compress(record)
+        if self._columns is None:
+            self._set_columns(infer_columns(sample, self.allow_pickle))
+        self.write_record(self._encoder.record(sample, self.count))
+
+    def write_record(self, record) -> None:
+        """Append a record as :meth:`RecordEncoder.record` made it (bytes-like), for
+        samples encoded elsewhere; the writer's columns must be the encoder's."""
+        if self._closed:
+            raise ValueError("write to a closed MDS writer")
+        if self._columns is None:
+            raise ValueError("an MDS writer takes records only once its columns are given")
         # streaming's rule, to the byte: flush when the limit would be exceeded, even
         # before the first record of a shard (which then flushes an empty shard).
         grow = len(record) + 4
@@ -1536,6 +1576,25 @@ def merge_index(directory, parts, **options) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, index)
+
+
+def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,
+                   allow_pickle: bool = False, **_options) -> dict:
+    """Encoded-record hook (:mod:`hpcio.formats.base`): the writer options that fix what
+    a writer would take from ``sample`` as its first one, the columns; ``{}`` when
+    ``columns`` are given.  Raises what that writer would raise for ``sample``."""
+    if columns is not None:
+        return {}
+    fixed = infer_columns(sample, allow_pickle)
+    RecordEncoder(fixed, allow_pickle=allow_pickle)  # the writer's checks of its columns
+    return {"columns": fixed}
+
+
+def record_encoder(path, *, columns: Mapping[str, str], compression: str | None = None,
+                   allow_pickle: bool = False, **_options) -> RecordEncoder:
+    """Encoded-record hook: the encoder of the records a ``Writer(path, **options)``
+    would store (``columns`` given or fixed by :func:`record_options`)."""
+    return RecordEncoder(columns, compression=compression, allow_pickle=allow_pickle, path=os.fspath(path))
 
 
 # --- inspect and verify -----------------------------------------------------------------
