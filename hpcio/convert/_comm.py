@@ -67,6 +67,11 @@ class Comm:
         """Send ``objs[r]`` to rank ``r``; returns what each rank sent to this one."""
         return list(objs)
 
+    def exchange_bytes(self, chunks: list) -> list:
+        """Send the bytes-like ``chunks[r]`` to rank ``r`` as raw bytes (no pickling);
+        returns what each rank sent to this one, as memoryviews."""
+        return [memoryview(c).cast("B") for c in chunks]
+
     def barrier(self) -> None:
         pass
 
@@ -95,6 +100,8 @@ class SerialComm(Comm):
 
 
 _PROGRESS_TAG = 7341
+_EXCHANGE_TAG = 7342
+_MESSAGE_BYTES = 1 << 30
 
 
 class MPIComm(Comm):
@@ -123,6 +130,30 @@ class MPIComm(Comm):
 
     def alltoall(self, objs):
         return self.comm.alltoall(objs)
+
+    def exchange_bytes(self, chunks):
+        import numpy as np
+
+        chunks = [memoryview(c).cast("B") for c in chunks]
+        sizes = self.comm.alltoall([len(c) for c in chunks])
+        received = [np.empty(n, np.uint8) for n in sizes]
+        received[self.rank] = np.frombuffer(chunks[self.rank], np.uint8)
+        requests = []
+        # In messages below MPI's int count limit: libraries older than MPI-4 cannot
+        # count a 2 GiB message in bytes.  Messages of one sender and tag arrive in order.
+        for source, into in enumerate(received):
+            if source != self.rank:
+                into = memoryview(into)
+                for lo in range(0, len(into), _MESSAGE_BYTES):
+                    requests.append(self.comm.Irecv([into[lo : lo + _MESSAGE_BYTES], self._MPI.BYTE],
+                                                    source, _EXCHANGE_TAG))
+        for dest, out in enumerate(chunks):
+            if dest != self.rank:
+                for lo in range(0, len(out), _MESSAGE_BYTES):
+                    requests.append(self.comm.Isend([out[lo : lo + _MESSAGE_BYTES], self._MPI.BYTE],
+                                                    dest, _EXCHANGE_TAG))
+        self._MPI.Request.Waitall(requests)
+        return [memoryview(r) for r in received]
 
     def barrier(self):
         self.comm.Barrier()
