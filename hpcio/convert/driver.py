@@ -447,6 +447,10 @@ class _ShardWriter:
         self.progress = progress
         self.readers = readers
         self.slow = float(os.environ.get(SLOW_SHARD_ENV, "0") or 0)
+        # Formats with the encoded-record hook get their samples encoded where they were
+        # read: the owners of the shards then receive record bytes, which cross between
+        # ranks in one raw message, not as pickled Python objects.
+        self.encodes = hasattr(fmt, "record_encoder")
 
     def close(self):
         self.readers.close()
@@ -491,19 +495,58 @@ class _ShardWriter:
         lo, hi = int(cuts[comm.rank]), int(cuts[comm.rank + 1])
         parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
-        self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels)
-        # This rank's own parcel stays here rather than being pickled to itself.
-        mine = parcels[comm.rank]
-        parcels[comm.rank] = None
-        received = comm.alltoall(parcels)
-        received[comm.rank] = mine
+        encoded = self.encodes and comm.size > 1
+        self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
+        fixed = self._encode(comm, parcels) if encoded else {}
+        received = _exchange(comm, parcels, encoded)
         for k in round_shards:
             if owner[k] == comm.rank:
-                self.write_shard(k, [parcel[k] for parcel in received])
+                self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
                 if self.slow > 0:
                     time.sleep(self.slow)
 
-    def _read_share(self, rank, gids, shard_of, blocks, owner, parcels) -> None:
+    def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
+        """Turn every parcel's samples into ``records`` as the
+        shards' writers would store them; returns ``{shard: writer options}`` fixed from
+        each shard's first sample, the same on every rank.  Collective."""
+        first = {}  # shard -> (gid, options) of this rank's first sample that fixes them
+        failed = {}  # gid -> the error of a sample that could not fix them
+        for parcel in parcels:
+            for k, part in parcel.items():
+                for gid, sample in part["samples"]:
+                    try:
+                        first[k] = (gid, self.fmt.record_options(sample, **self.writer_options))
+                        break
+                    except Exception as exc:
+                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                            raise
+                        failed[gid] = exc
+        chosen = {}
+        for share in comm.allgather(first):
+            for k, (gid, options) in share.items():
+                if k not in chosen or gid < chosen[k][0]:
+                    chosen[k] = (gid, options)
+        for parcel in parcels:
+            for k, part in parcel.items():
+                first_gid, options = chosen.get(k, (None, {}))
+                encoder = None if first_gid is None else self.fmt.record_encoder(
+                    _shard_tmpdir(self.staging, k), **self.writer_options, **options)
+                records = []
+                for number, (gid, sample) in enumerate(part["samples"]):
+                    try:
+                        if first_gid is None or gid < first_gid:
+                            # The writer would have tried to fix its options from this
+                            # sample, and failed.
+                            raise failed[gid]
+                        records.append(encoder.record(sample, number))
+                    except Exception as exc:
+                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                            raise
+                        part["bad"].append(self._bad(exc, gid, _write_stage(exc), k))
+                part.update(samples=None, records=records)
+        return {k: options for k, (_gid, options) in chosen.items()}
+
+    def _read_share(self, rank, gids, shard_of, blocks, owner, parcels, encoded) -> None:
         """Read, map and filter this rank's samples into the parcels of their shards' owners."""
         runs = np.flatnonzero(np.diff(blocks)) + 1
         for run in np.split(np.arange(len(gids)), runs):
@@ -517,7 +560,7 @@ class _ShardWriter:
                 parcel = parcels[owner[shard]][shard]
                 stage = "read"
                 try:
-                    if owner[shard] != rank:
+                    if owner[shard] != rank and not encoded:
                         sample = _portable(sample)
                     stage = "map"
                     if self.map_fn is not None:
@@ -534,30 +577,32 @@ class _ShardWriter:
                 parcels[owner[rec.shard]][rec.shard]["bad"].append((gid, rec))
             self.progress.advance(len(run), int(self.sizes[gids[run]].sum()))
 
-    def write_shard(self, shard: int, parcels: list[dict]) -> None:
+    def write_shard(self, shard: int, parcels: list[dict], fixed: dict) -> None:
         """Write ``shard`` from the parcels every rank read for it (in rank order, so its
-        samples come in the plan's order)."""
-        # The same name on every rank (one rank writes a shard per run), so a format that
-        # records its own path in a shard still writes the same bytes at any rank count.
-        tmpdir = os.path.join(state_dir(self.staging), "tmp", f"shard-{shard:06d}")
+        samples come in the plan's order): their samples, or their records made with the
+        writer options ``fixed``."""
+        tmpdir = _shard_tmpdir(self.staging, shard)
         shutil.rmtree(tmpdir, ignore_errors=True)
         os.makedirs(tmpdir)
         bad = [item for parcel in parcels for item in parcel["bad"]]
         filtered = sum(parcel["filtered"] for parcel in parcels)
         written = 0
-        writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards, **self.writer_options)
+        writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards,
+                                 **self.writer_options, **fixed)
         with writer:
             for parcel in parcels:
+                if parcel["samples"] is None:
+                    for record in parcel["records"]:
+                        writer.write_record(record)
+                    written += len(parcel["records"])
+                    continue
                 for gid, sample in parcel["samples"]:
                     try:
                         writer.write(sample)
                     except Exception as exc:
                         if isinstance(exc, OSError) or not _is_sample_error(exc):
                             raise
-                        # Lazy samples (JINX) decode while the writer reads them: a
-                        # decode error there is still a bad source value.
-                        stage = "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
-                        bad.append(self._bad(exc, gid, stage, shard))
+                        bad.append(self._bad(exc, gid, _write_stage(exc), shard))
                         continue
                     written += 1
         bad.sort(key=lambda item: item[0])  # report order: the shard's sample order
@@ -574,6 +619,53 @@ class _ShardWriter:
                 "index": index_part,
             },
         )
+
+
+def _shard_tmpdir(staging: str, shard: int) -> str:
+    """Where ``shard`` is written before it is published.  The same name on every rank
+    (one rank writes a shard per run), so a format that records its own path in a shard
+    still writes the same bytes at any rank count."""
+    return os.path.join(state_dir(staging), "tmp", f"shard-{shard:06d}")
+
+
+def _write_stage(exc: BaseException) -> str:
+    """The stage a failure to write a sample belongs to.  Lazy samples (JINX) decode
+    while they are encoded: a decode error there is still a bad source value."""
+    return "read" if isinstance(exc, (DecodeError, CorruptShardError)) else "write"
+
+
+def _exchange(comm: Comm, parcels: list[dict], encoded: bool) -> list[dict]:
+    """Send ``parcels[r]`` to rank ``r``; returns the parcels every rank sent this one.
+
+    This rank's own parcel stays here rather than being pickled to itself.  Encoded
+    parcels travel as pickled bookkeeping plus one raw message of their records; the
+    records received are memoryviews of that message."""
+    mine = parcels[comm.rank]
+    parcels[comm.rank] = None
+    if not encoded:
+        received = comm.alltoall(parcels)
+        received[comm.rank] = mine
+        return received
+    chunks = [b""] * comm.size
+    for r, parcel in enumerate(parcels):
+        if parcel is not None:
+            records = [rec for part in parcel.values() for rec in part["records"]]
+            chunks[r] = b"".join(records)
+            for part in parcel.values():
+                part["records"] = np.array([len(rec) for rec in part["records"]], np.int64)
+    received = comm.alltoall(parcels)
+    data = comm.exchange_bytes(chunks)
+    del chunks
+    for r, parcel in enumerate(received):
+        if r == comm.rank:
+            continue
+        at = 0
+        for part in parcel.values():
+            ends = np.cumsum(part["records"]) + at
+            part["records"] = [data[r][a:b] for a, b in zip([at, *ends[:-1].tolist()], ends.tolist())]
+            at = int(ends[-1]) if len(ends) else at
+    received[comm.rank] = mine
+    return received
 
 
 def _portable(sample):

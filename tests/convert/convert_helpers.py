@@ -76,3 +76,15 @@ def record_arrow_threads(sample: dict) -> dict:
     import pyarrow
 
     return {**sample, "arrow_threads": pyarrow.cpu_count()}
+
+
+def mds_trouble(sample: dict) -> dict:
+    """A ``--map`` giving MDS writers trouble: samples 0..129 hold a set (inferring their
+    columns needs ``pkl``, which is refused), and from 180 on every eleventh sample has a
+    field its shard's columns lack."""
+    i = sample["id"]
+    if i < 130:
+        return {**sample, "tags": {i}}
+    if i >= 180 and i % 11 == 3:
+        return {**sample, "note": "x"}
+    return sample

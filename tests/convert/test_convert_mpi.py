@@ -217,7 +217,7 @@ def test_parquet_and_lazy_jinx_sources_exchanged_between_ranks(tmp_path, round_s
 
 
 def test_zero_copy_mds_source_is_exchanged_between_ranks(tmp_path):
-    """Samples read as memory views of a source's map are copied before they travel."""
+    """Samples read as memory views of a source's map travel as records made of them."""
     with hpcio.open_writer(tmp_path / "src", format="mds", columns={"id": "int", "blob": "bytes"}) as w:
         for i in range(200):
             w.write({"id": i, "blob": bytes([i % 256]) * (i + 1)})
@@ -229,3 +229,35 @@ def test_zero_copy_mds_source_is_exchanged_between_ranks(tmp_path):
     assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
     assert sorted((s["id"], s["blob"]) for s in hpcio.open(tmp_path / "two")) == [
         (i, bytes([i % 256]) * (i + 1)) for i in range(200)]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_path, ranks):
+    """MDS samples are encoded on the rank that read them, with the columns of their
+    shard's first sample that has columns, even when that sample was read by another
+    rank: the shards and the bad-sample report are those of one rank."""
+    from convert_helpers import write_sources
+
+    srcs = write_sources(tmp_path, nfiles=2, per_file=120)
+    args = ["--to", "mds", "--num-shards", "4", "--compression", "sample::zstd", "--skip-bad",
+            "--map", "convert_helpers:mds_trouble", "--json"]
+    one = run_command("convert", [*srcs, tmp_path / "one", *args])
+    many = run_command("convert", [*srcs, tmp_path / "many", *args], ranks=ranks)
+    assert one.returncode == 0, one.stderr
+    assert many.returncode == 0, many.stderr
+    extra = [i for i in range(180, 240) if i % 11 == 3]
+    summary = json.loads(many.stdout)
+    assert (summary["samples_written"], summary["bad_samples"]) == (240 - 130 - len(extra), 130 + len(extra))
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
+    reports = []
+    for out in ("one", "many"):
+        with open(str(tmp_path / out) + ".bad-samples.jsonl") as f:
+            # "file" names the shard's temporary directory, under the output's own name
+            reports.append([json.loads(line.replace(f".{out}.hpcio-partial", ".OUT.hpcio-partial")) for line in f])
+    assert reports[0] == reports[1]
+    kinds = {(r["stage"], r["error_type"]) for r in reports[0]}
+    assert kinds == {("write", "UnsupportedValueError"), ("write", "SchemaError")}
+    assert sorted(r["sample"] + 120 * (r["source"] == srcs[1]) for r in reports[0]
+                  if r["error_type"] == "SchemaError") == extra
+    assert sorted(s["id"] for s in hpcio.open(tmp_path / "many")) == [
+        i for i in range(130, 240) if i not in extra]
