@@ -940,3 +940,38 @@ def test_read_batches_are_bounded_in_bytes(tmp_path):
     view = ds.shuffle(seed=3)
     order = np.random.default_rng(3).permutation(40)
     assert list(view) == [big[i] for i in order]
+
+
+@pytest.mark.parametrize("compression", [None, "sample::zstd", "zstd"])
+def test_records_made_elsewhere_are_written_as_the_samples_would_be(tmp_path, compression):
+    """A writer given RecordEncoder records writes the bytes it writes for the samples,
+    size roll-over included."""
+    samples = [{"id": i, "text": "t" * (i * 37 % 300), "blob": bytes([i % 256]) * (i % 50)} for i in range(120)]
+    options = {"compression": compression, "size_limit": 4000}
+    if compression and compression.startswith("sample::"):
+        warnings.simplefilter("ignore")
+    with mds.Writer(tmp_path / "samples", **options) as w:
+        w.write_many(samples)
+    fixed = mds.record_options(samples[0], **options)
+    assert fixed == {"columns": {"blob": "bytes", "id": "int", "text": "str"}}
+    encoder = mds.record_encoder(tmp_path / "records", **options, **fixed)
+    with mds.Writer(tmp_path / "records", **options, **fixed) as w:
+        for number, sample in enumerate(samples):
+            w.write_record(memoryview(encoder.record(sample, number)))
+    assert len(tree_bytes(tmp_path / "samples")) > 2
+    assert tree_bytes(tmp_path / "records") == tree_bytes(tmp_path / "samples")
+
+
+def test_record_hooks_raise_what_the_writer_raises(tmp_path):
+    assert mds.record_options({"id": 1}, columns={"id": "int"}) == {}
+    with pytest.raises(UnsupportedValueError, match="^cannot infer an MDS encoding for column 'tags' from a set value"):
+        mds.record_options({"id": 1, "tags": {1}})
+    encoder = mds.record_encoder(tmp_path / "out", columns={"id": "int"})
+    with pytest.raises(SchemaError) as info:
+        encoder.record({"id": 1, "x": 2}, 5)
+    assert str(info.value) == (f"sample has field(s) ['x'] that are not columns; the columns are ['id'] "
+                               f"({tmp_path / 'out'}, sample 5)")
+    writer = mds.Writer(tmp_path / "w")
+    with pytest.raises(ValueError, match="^an MDS writer takes records only once its columns are given$"):
+        writer.write_record(b"\0" * 8)
+    writer.abort()
