@@ -222,9 +222,12 @@ def convert(
     -------
     dict
         The summary (same on every rank): shard and sample counts, bad samples,
-        bytes, seconds, ranks.
+        bytes, ranks, and seconds from the moment every rank had called ``convert``.
     """
     comm = get_comm(comm)
+    # The clock starts when every rank is here: launchers start ranks at different times,
+    # and the job's own time should not count another rank's interpreter start-up.
+    comm.barrier()
     started = time.monotonic()
     fmt = get_format(to)
     if not hasattr(fmt, "merge_index"):
