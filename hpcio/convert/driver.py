@@ -274,9 +274,15 @@ def convert(
         sizes = measure_source(sources[i], reader=reader)
         return sizes, block_starts(reader, sizes)
 
-    measured = closing_readers_on_error(lambda: _collective(
-        comm, lambda: {i: measure(i) for i in mine}, root_only=False
-    ))
+    def measure_share():
+        if not mine and sources:
+            # A rank with no source to measure opens one it reads from later anyway:
+            # opening loads the format's libraries (pyarrow: 35-50 ms), which then
+            # happens while the other ranks measure instead of after the plan.
+            readers.get(comm.rank % len(sources))
+        return {i: measure(i) for i in mine}
+
+    measured = closing_readers_on_error(lambda: _collective(comm, measure_share, root_only=False))
     by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # source -> (sizes, block starts)
     for part in measured:
         by_source.update(part)
@@ -502,11 +508,16 @@ class _ShardWriter:
         self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
         fixed = self._encode(comm, parcels) if encoded else {}
         received = _exchange(comm, parcels, encoded)
-        for k in round_shards:
-            if owner[k] == comm.rank:
-                self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
-                if self.slow > 0:
-                    time.sleep(self.slow)
+        # Every rank writes its shards before any rank fsyncs: on a local file system a
+        # write that waits behind another process's fsync for the journal took 6-10 times
+        # as long.
+        written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
+                   for k in round_shards if owner[k] == comm.rank]
+        comm.barrier()
+        for shard, part in written:
+            self.publish_shard(shard, part)
+            if self.slow > 0:
+                time.sleep(self.slow)
 
     def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
         """Turn every parcel's samples into ``records`` as the
@@ -580,10 +591,11 @@ class _ShardWriter:
                 parcels[owner[rec.shard]][rec.shard]["bad"].append((gid, rec))
             self.progress.advance(len(run), int(self.sizes[gids[run]].sum()))
 
-    def write_shard(self, shard: int, parcels: list[dict], fixed: dict) -> None:
-        """Write ``shard`` from the parcels every rank read for it (in rank order, so its
-        samples come in the plan's order): their samples, or their records made with the
-        writer options ``fixed``."""
+    def write_shard(self, shard: int, parcels: list[dict], fixed: dict) -> tuple[int, dict]:
+        """Write ``shard`` into its temporary directory from the parcels every rank read
+        for it (in rank order, so its samples come in the plan's order): their samples, or
+        their records made with the writer options ``fixed``.  Returns the shard and its
+        part, still without its files (:meth:`publish_shard`)."""
         tmpdir = _shard_tmpdir(self.staging, shard)
         shutil.rmtree(tmpdir, ignore_errors=True)
         os.makedirs(tmpdir)
@@ -609,19 +621,19 @@ class _ShardWriter:
                         continue
                     written += 1
         bad.sort(key=lambda item: item[0])  # report order: the shard's sample order
-        index_part = writer.index_part()
-        files = publish_files(tmpdir, self.staging)
-        write_json_atomic(
-            part_path(self.staging, shard),
-            {
-                "shard": shard,
-                "files": files,
-                "samples": written,
-                "filtered": filtered,
-                "bad": [rec.to_json() for _gid, rec in bad],
-                "index": index_part,
-            },
-        )
+        return shard, {
+            "shard": shard,
+            "samples": written,
+            "filtered": filtered,
+            "bad": [rec.to_json() for _gid, rec in bad],
+            "index": writer.index_part(),
+        }
+
+    def publish_shard(self, shard: int, part: dict) -> None:
+        """Make the files :meth:`write_shard` left durable, move them into the staging
+        directory and record the shard's part (what ``--resume`` trusts)."""
+        part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
+        write_json_atomic(part_path(self.staging, shard), part)
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:
