@@ -23,6 +23,8 @@ rank alike.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import json
 import os
@@ -505,14 +507,15 @@ class _ShardWriter:
         parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
         encoded = self.encodes and comm.size > 1
-        self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
-        fixed = self._encode(comm, parcels) if encoded else {}
-        received = _exchange(comm, parcels, encoded)
-        # Every rank writes its shards before any rank fsyncs: on a local file system a
-        # write that waits behind another process's fsync for the journal took 6-10 times
-        # as long.
-        written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
-                   for k in round_shards if owner[k] == comm.rank]
+        with _cyclic_gc_paused():
+            self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
+            fixed = self._encode(comm, parcels) if encoded else {}
+            received = _exchange(comm, parcels, encoded)
+            # Every rank writes its shards before any rank fsyncs: on a local file system
+            # a write that waits behind another process's fsync for the journal took 6-10
+            # times as long.
+            written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
+                       for k in round_shards if owner[k] == comm.rank]
         comm.barrier()
         for shard, part in written:
             self.publish_shard(shard, part)
@@ -634,6 +637,24 @@ class _ShardWriter:
         directory and record the shard's part (what ``--resume`` trusts)."""
         part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
         write_json_atomic(part_path(self.staging, shard), part)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cyclic garbage collector while a round's samples are built.
+
+    They all stay alive until the round is written, so every collection that runs meanwhile
+    walks a growing heap to free nothing: a quarter of a text round's reading time.
+    Reference counting still frees everything acyclic; cycles made meanwhile (by a map
+    function) are collected once the round is written.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:

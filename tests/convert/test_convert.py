@@ -271,3 +271,28 @@ def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
     proc = run_command("convert", [*sources, tmp_path / "out", "--to", "lines", "--round-size", "0"])
     assert proc.returncode != 0
     assert "round_bytes (--round-size) must be positive, got 0" in proc.stderr
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_while_a_round_is_built_and_left_as_it_was(sources, tmp_path, enabled):
+    import gc
+
+    seen = []
+
+    def record_collector(s):
+        seen.append(gc.isenabled())
+        if s["id"] == 7 and len(seen) > 300:
+            raise ValueError("seven")
+        return s
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        hpcio.convert(sources, tmp_path / "a", to="lines", num_shards=1, map=record_collector, progress=False)
+        assert gc.isenabled() is enabled
+        with pytest.raises(BadSampleError, match="map failed at .*, sample 7: ValueError: seven"):
+            hpcio.convert(sources, tmp_path / "b", to="lines", num_shards=1, map=record_collector, progress=False)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert len(seen) > 360 and not any(seen)
