@@ -8,7 +8,8 @@
    size (:func:`.plan.write_rounds`).  In a round every rank reads one contiguous share of
    the round's samples (:func:`.plan.read_shares`), so each block of the sources (a
    Parquet row group) is read by one rank once, not by every rank for every shard; it
-   maps and filters them, and the samples are exchanged so each rank holds its shards'.
+   maps and filters them, and the samples are exchanged so each rank holds its shards'
+   (as the records the shards' writers store, for formats with the encoded-record hook).
    The format's writer puts each shard into a private temporary directory, the files are
    fsynced and renamed into the staging directory, then the shard's index part is written
    (:mod:`.resume`).
@@ -523,9 +524,9 @@ class _ShardWriter:
                 time.sleep(self.slow)
 
     def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
-        """Turn every parcel's samples into ``records`` as the
-        shards' writers would store them; returns ``{shard: writer options}`` fixed from
-        each shard's first sample, the same on every rank.  Collective."""
+        """Turn every parcel's samples into ``records`` as the shards' writers would
+        store them; returns ``{shard: writer options}`` fixed from each shard's first
+        sample that fixes them, the same on every rank.  Collective."""
         first = {}  # shard -> (gid, options) of this rank's first sample that fixes them
         failed = {}  # gid -> the error of a sample that could not fix them
         for parcel in parcels:
@@ -695,11 +696,13 @@ def _exchange(comm: Comm, parcels: list[dict], encoded: bool) -> list[dict]:
     for r, parcel in enumerate(received):
         if r == comm.rank:
             continue
-        at = 0
+        view, at = data[r], 0
         for part in parcel.values():
-            ends = np.cumsum(part["records"]) + at
-            part["records"] = [data[r][a:b] for a, b in zip([at, *ends[:-1].tolist()], ends.tolist())]
-            at = int(ends[-1]) if len(ends) else at
+            records = []
+            for length in part["records"].tolist():
+                records.append(view[at : at + length])
+                at += length
+            part["records"] = records
     received[comm.rank] = mine
     return received
 

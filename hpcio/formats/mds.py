@@ -1457,18 +1457,20 @@ class Writer(base.Writer):
         """The ``{name: encoding}`` columns (None until known)."""
         return None if self._columns is None else dict(self._columns)
 
-    def encode(self, sample: Mapping) -> bytes:
-        """The record bytes of ``sample`` (before sample-level compression)."""
+    def _encoder_for(self, sample: Mapping) -> RecordEncoder:
+        """The encoder, with the columns of ``sample`` when none are set yet."""
         if self._columns is None:
             self._set_columns(infer_columns(sample, self.allow_pickle))
-        return self._encoder.encode(sample, self.count)
+        return self._encoder
+
+    def encode(self, sample: Mapping) -> bytes:
+        """The record bytes of ``sample`` (before sample-level compression)."""
+        return self._encoder_for(sample).encode(sample, self.count)
 
     def write(self, sample: Mapping) -> None:
         if self._closed:
             raise ValueError("write to a closed MDS writer")
-        if self._columns is None:
-            self._set_columns(infer_columns(sample, self.allow_pickle))
-        self.write_record(self._encoder.record(sample, self.count))
+        self.write_record(self._encoder_for(sample).record(sample, self.count))
 
     def write_record(self, record) -> None:
         """Append a record as :meth:`RecordEncoder.record` made it (bytes-like), for
