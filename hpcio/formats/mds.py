@@ -1306,6 +1306,21 @@ def _warn_sample_compression(spec: str) -> None:
     )
 
 
+def _check_columns(columns: Mapping[str, str], allow_pickle: bool) -> None:
+    """Raise what a writer raises for these columns: names that are not str, unknown
+    encodings, ``pkl`` without ``allow_pickle``."""
+    for name in sorted(columns):
+        encoding = columns[name]
+        if not isinstance(name, str):
+            raise SchemaError(f"column names must be str, got {name!r}")
+        codec = column_codec(encoding, column=name)
+        if codec.unsafe and not allow_pickle:
+            raise UnsupportedValueError(
+                f"column {name!r} uses the pkl encoding; readers of it run pickle (code from "
+                "the file): pass allow_pickle=True to write it anyway"
+            )
+
+
 def infer_columns(sample: Mapping, allow_pickle: bool = False) -> dict:
     """The ``{name: encoding}`` columns a writer takes from its first sample."""
     return {key: infer_encoding(value, key, allow_pickle) for key, value in sample.items()}
@@ -1321,23 +1336,14 @@ class RecordEncoder:
 
     def __init__(self, columns: Mapping[str, str], *, compression=None, allow_pickle: bool = False,
                  path=None):
+        _check_columns(columns, allow_pickle)
         names = sorted(columns)
         encodings = [columns[n] for n in names]
-        for name, encoding in zip(names, encodings):
-            if not isinstance(name, str):
-                raise SchemaError(f"column names must be str, got {name!r}")
-            codec = column_codec(encoding, column=name)
-            if codec.unsafe and not allow_pickle:
-                raise UnsupportedValueError(
-                    f"column {name!r} uses the pkl encoding; readers of it run pickle (code from "
-                    "the file): pass allow_pickle=True to write it anyway"
-                )
         self.layout = _Layout(names, encodings, [column_codec(e).size for e in encodings])
         self.path = path
         self.compression = compression if isinstance(compression, Compression) else parse_compression(compression)
         self._names = set(names)
         self._plan = list(zip(names, self.layout.codecs, [s is None for s in self.layout.sizes]))
-        self._head = struct.Struct(f"<{self.layout.nvar}I")
 
     def encode(self, sample: Mapping, number: int = 0) -> bytes:
         """The record of ``sample`` before sample-level compression (``number`` names the
@@ -1356,7 +1362,7 @@ class RecordEncoder:
             if variable:
                 sizes.append(len(datum))
             data.append(datum)
-        data[0] = self._head.pack(*sizes)
+        data[0] = self.layout._head_fmt.pack(*sizes)
         return b"".join(data)
 
     def record(self, sample: Mapping, number: int = 0) -> bytes:
@@ -1588,7 +1594,7 @@ def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,
     if columns is not None:
         return {}
     fixed = infer_columns(sample, allow_pickle)
-    RecordEncoder(fixed, allow_pickle=allow_pickle)  # the writer's checks of its columns
+    _check_columns(fixed, allow_pickle)
     return {"columns": fixed}
 
 
