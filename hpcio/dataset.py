@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ._gc import cyclic_gc_paused
 from .errors import IndexOutOfRangeError
 from .formats.base import DEFAULT_BATCH, Reader
 from .registry import get_format, sniff_format
@@ -90,7 +91,9 @@ class Dataset(Sequence):
 
     def get_batch(self, indices) -> list:
         """Many samples in one vectorised call (the batch read API)."""
-        return self.reader.read_many(self._positions(indices), self.fields)
+        positions = self._positions(indices)
+        with cyclic_gc_paused():
+            return self.reader.read_many(positions, self.fields)
 
     def get_columns(self, indices) -> dict:
         """Many samples as one column per field (the columnar batch read API).
@@ -109,7 +112,9 @@ class Dataset(Sequence):
         >>> cols["id"], cols["text"].to_pylist(), cols["text"].str_lengths()
         (array([3, 0, 2]), ['ééé', '', 'éé'], array([3, 0, 2]))
         """
-        return self.reader.read_columns(self._positions(indices), self.fields)
+        positions = self._positions(indices)
+        with cyclic_gc_paused():
+            return self.reader.read_columns(positions, self.fields)
 
     def __iter__(self) -> Iterator[Mapping]:
         if self.indices is None:

@@ -24,8 +24,6 @@ rank alike.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import importlib
 import json
 import os
@@ -37,6 +35,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .._durable import fsync_dir
+from .._gc import cyclic_gc_paused
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format
 from . import plan as planning
@@ -508,7 +507,9 @@ class _ShardWriter:
         parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
         encoded = self.encodes and comm.size > 1
-        with _cyclic_gc_paused():
+        # A round's samples all stay alive until written: collections meanwhile free
+        # nothing (a quarter of a text round's reading time).
+        with cyclic_gc_paused():
             self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
             fixed = self._encode(comm, parcels) if encoded else {}
             received = _exchange(comm, parcels, encoded)
@@ -638,24 +639,6 @@ class _ShardWriter:
         directory and record the shard's part (what ``--resume`` trusts)."""
         part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
         write_json_atomic(part_path(self.staging, shard), part)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Pause Python's cyclic garbage collector while a round's samples are built.
-
-    They all stay alive until the round is written, so every collection that runs meanwhile
-    walks a growing heap to free nothing: a quarter of a text round's reading time.
-    Reference counting still frees everything acyclic; cycles made meanwhile (by a map
-    function) are collected once the round is written.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:

@@ -302,6 +302,48 @@ def test_pkl_needs_opt_in_on_both_sides(tmp_path):
     assert hpcio.open(path, allow_pickle=True)[0] == {"o": {1, 2}}
 
 
+class CollectorWitness:
+    """Unpickled inside a read: records whether the cyclic collector was running."""
+
+    seen: list = []
+
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    def __setstate__(self, state):
+        import gc
+
+        CollectorWitness.seen.append(gc.isenabled())
+        if state["fail"]:
+            raise ValueError("witness failed")
+        self.__dict__.update(state)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_batch_reads_pause_the_collector_and_leave_it_as_it_was(tmp_path, enabled):
+    import gc
+
+    path = write(tmp_path / "d", [{"o": CollectorWitness(fail=i == 3)} for i in range(4)],
+                 allow_pickle=True)
+    ds = hpcio.open(path, allow_pickle=True)
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    CollectorWitness.seen = []
+    try:
+        assert len(ds.get_batch([0, 2, 1])) == 3
+        assert len(ds.get_columns([1, 0])["o"]) == 2
+        assert gc.isenabled() is enabled
+        with pytest.raises(Exception, match="witness failed"):
+            ds.get_batch([0, 3])
+        assert gc.isenabled() is enabled
+        assert ds[0]["o"].fail is False
+    finally:
+        (gc.enable if was else gc.disable)()
+    # Batch reads unpickle with the collector paused; a single sample read does not pause it.
+    *in_batches, single = CollectorWitness.seen
+    assert len(in_batches) >= 7 and not any(in_batches) and single is enabled
+
+
 def test_streaming_pkl_fixture():
     ds = hpcio.open(os.path.join(FIXTURES, "streaming-pkl"), allow_pickle=True)
     assert [s["obj"] for s in ds] == [{"pair": (i, str(i)), "set": {i}} for i in range(3)]
