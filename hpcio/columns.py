@@ -112,8 +112,8 @@ class VarColumn(_Column):
 
             from ._core import _records
 
-            # One parse of "[v0,v1,...]" when every value is one JSON document; otherwise
-            # a parse per value, which reports the bad one.
+            # One compiled loop of orjson calls; when a value does not decode (NaN, which
+            # orjson refuses, or a broken value), a parse per value here, which reports it.
             values = _records.loads_json_values(self.data, np.ascontiguousarray(self.offsets, np.int64),
                                                 orjson.loads)
             if values is not None:

@@ -52,7 +52,7 @@ def test_json_column_decodes_what_orjson_cannot():
 
 @pytest.mark.parametrize("bad", [b"1,2", b"", b"[1"])
 def test_json_column_value_that_is_not_a_document_alone(bad):
-    # joined into one array, "1,2" would parse as two values: each value is parsed alone
+    # "1,2" is two values in an array: each value must be parsed alone
     raw = [b"0", bad, b"3"]
     col = VarColumn("json", np.frombuffer(b"".join(raw), np.uint8),
                     np.cumsum([0] + [len(r) for r in raw]).astype(np.int64))
@@ -79,7 +79,7 @@ _JSON = st.recursive(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(_JSON, st.booleans()), max_size=12))
-def test_json_values_decoded_together_match_python(values):
+def test_json_values_decoded_in_one_call_match_python(values):
     from hpcio._core import _records
 
     raw = [json.dumps(v, ensure_ascii=ascii).encode() for v, ascii in values]
@@ -87,7 +87,7 @@ def test_json_values_decoded_together_match_python(values):
     assert _records.loads_json_values(b"".join(raw), offsets, orjson.loads) == [json.loads(r) for r in raw]
 
 
-def test_json_values_decoded_together_match_one_by_one():
+def test_json_values_decoded_in_one_call_match_one_by_one():
     from hpcio._core import _records
 
     raw = [b'{"a": "x,]}\\"[", "b": [1, {"c": []}]}', b' "\\\"" ', b"[]", b"null", b' -7e2 ',
@@ -96,12 +96,14 @@ def test_json_values_decoded_together_match_one_by_one():
     data = b"".join(raw)
     assert _records.loads_json_values(data, offsets, orjson.loads) == [orjson.loads(r) for r in raw]
     assert _records.loads_json_values(data, offsets[:1], orjson.loads) == []
-    # a value with a comma or an unclosed bracket at its top level is left to the caller
+    # a value that is not one document alone is left to the caller
     for bad in ([b"1,2", b"3"], [b"[1", b"2]"], [b'"a', b'b"'], [b"1]", b"[2"]):
         assert _records.loads_json_values(b"".join(bad), np.array([0, len(bad[0]), len(bad[0]) + len(bad[1])]),
                                           orjson.loads) is None
     with pytest.raises(ValueError, match=r"^loads_json_values: offset 99 outside the 3 bytes$"):
         _records.loads_json_values(b"[1]", np.array([0, 99]), orjson.loads)
+    with pytest.raises(ValueError, match=r"^loads_json_values: offset 1 below the one before it$"):
+        _records.loads_json_values(b"[1]", np.array([0, 2, 1]), orjson.loads)
 
 
 def test_to_arrow_shares_the_buffers():

