@@ -168,3 +168,34 @@ def test_asv_quick_run_has_no_failures(tmp_path):
     assert proc.returncode == 0, log[-4000:]
     assert "failed" not in log.lower(), log[-4000:]
     assert "time_read" in log and "track_page_cache_read_MBps" in log
+
+
+def test_touch_counts_every_kind_of_value_as_the_general_rule_does():
+    """The exact-type fast paths of touch() count what the general rule counts: sized
+    values by length, mappings (dicts or proxies) through their values plus one, anything
+    else one."""
+    import types
+    from collections import OrderedDict
+
+    from hpcio.bench.worker import touch, touch_values
+
+    def rule(v):
+        if isinstance(v, (bytes, bytearray, memoryview, str, list, tuple)):
+            return len(v)
+        if hasattr(v, "keys"):
+            return sum(rule(v[k]) for k in v.keys()) + 1
+        return 1
+
+    class Text(str):
+        pass
+
+    nested = {"a": [1, 2], "b": {"c": "xyz", "d": None}}
+    values = [
+        "héllo", b"ab", bytearray(b"abc"), memoryview(b"abcd"), [1, [2]], (1, 2, 3), 7, 2.5,
+        True, None, nested, types.MappingProxyType(nested), OrderedDict(x=b"12"), Text("ab"),
+        {1, 2}, 10**30,
+    ]
+    sample = {f"f{i}": v for i, v in enumerate(values)}
+    assert touch_values(values) == sum(rule(v) for v in values) == 46
+    assert touch(sample, None) == rule(sample) - 1
+    assert touch(sample, ["f0", "f10"]) == 5 + 8

@@ -50,22 +50,37 @@ def touch(sample, fields):
     as mapping proxies (not ``dict``), and reading only their length would skip the
     decoding that eager readers pay for.
     """
-    keys = sample.keys() if fields is None else fields
-    return touch_values([sample[k] for k in keys])
+    total = 0
+    for k in (sample.keys() if fields is None else fields):
+        total += _touch_value(sample[k])
+    return total
 
 
 def touch_values(values):
-    """touch()'s count for a sequence of values: a length for sized values, nested
-    mappings through their values (plus one), one for anything else."""
+    """touch()'s count for a sequence of values."""
     total = 0
     for v in values:
-        if isinstance(v, (bytes, bytearray, memoryview, str, list, tuple)):
-            total += len(v)
-        elif hasattr(v, "keys"):
-            total += touch(v, None) + 1
-        else:
-            total += 1
+        total += _touch_value(v)
     return total
+
+
+def _touch_value(v):
+    """A length for sized values, nested mappings through their values (plus one), one
+    for anything else.  The exact types readers return are dispatched on first: the
+    harness's own cost is the same for every system, and it was 1.5 us of a text
+    sample's 2.7 us when every value went through ``isinstance`` and ``hasattr``."""
+    t = type(v)
+    if t is str or t is bytes or t is list or t is memoryview:
+        return len(v)
+    if t is int or t is float or t is bool or v is None:
+        return 1
+    if t is dict:
+        return touch(v, None) + 1
+    if isinstance(v, (bytes, bytearray, memoryview, str, list, tuple)):
+        return len(v)
+    if hasattr(v, "keys"):
+        return touch(v, None) + 1
+    return 1
 
 
 def touch_columns(columns):
