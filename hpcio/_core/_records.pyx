@@ -625,4 +625,3 @@ def utf8_lengths(data, const uint64_t[::1] offsets):
                                 &counts[0] if m else NULL, &err)
     check(st, &err, None, -1, -1)
     return out
-

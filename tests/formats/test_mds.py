@@ -11,6 +11,7 @@ import shutil
 import struct
 import warnings
 from decimal import Decimal
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -305,7 +306,7 @@ def test_pkl_needs_opt_in_on_both_sides(tmp_path):
 class CollectorWitness:
     """Unpickled inside a read: records whether the cyclic collector was running."""
 
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def __init__(self, fail=False):
         self.fail = fail
