@@ -53,6 +53,6 @@ def utf8_lengths(data, offsets: NDArray[np.uint64]) -> NDArray[np.int64]:
     raises DecodeError naming the value and byte where one is not UTF-8."""
 
 def loads_json_values(buf, offsets: NDArray[np.int64], json_loads: Callable) -> list | None:
-    """The JSON values ``buf[offsets[j]:offsets[j + 1]]`` decoded by one ``json_loads`` call
-    on ``[v0,v1,...]``, or None when some value is not one JSON document (decode them one by
+    """The JSON values ``buf[offsets[j]:offsets[j + 1]]``, each decoded by its own
+    ``json_loads`` call from C, or None when one of them does not decode (decode them one by
     one to find it)."""

@@ -480,14 +480,14 @@ class _ShardWriter:
         try:
             return list(enumerate(reader.read_many(gids - base, self.fields)))
         except Exception as exc:
-            if isinstance(exc, OSError) or not _is_sample_error(exc):
+            if not _is_sample_error(exc):
                 raise
         out = []  # find the failing sample(s) one by one
         for k, gid in enumerate(gids.tolist()):
             try:
                 out.append((k, reader.read(gid - base, self.fields)))
             except Exception as exc:
-                if isinstance(exc, OSError) or not _is_sample_error(exc):
+                if not _is_sample_error(exc):
                     raise
                 bad.append(self._bad(exc, gid, "read", int(shards[k])))
         return out
@@ -537,7 +537,7 @@ class _ShardWriter:
                         first[k] = (gid, self.fmt.record_options(sample, **self.writer_options))
                         break
                     except Exception as exc:
-                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                        if not _is_sample_error(exc):
                             raise
                         failed[gid] = exc
         chosen = {}
@@ -559,7 +559,7 @@ class _ShardWriter:
                             raise failed[gid]
                         records.append(encoder.record(sample, number))
                     except Exception as exc:
-                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                        if not _is_sample_error(exc):
                             raise
                         part["bad"].append(self._bad(exc, gid, _write_stage(exc), k))
                 part.update(samples=None, records=records)
@@ -620,7 +620,7 @@ class _ShardWriter:
                     try:
                         writer.write(sample)
                     except Exception as exc:
-                        if isinstance(exc, OSError) or not _is_sample_error(exc):
+                        if not _is_sample_error(exc):
                             raise
                         bad.append(self._bad(exc, gid, _write_stage(exc), shard))
                         continue
@@ -699,8 +699,9 @@ def _portable(sample):
 
 
 def _is_sample_error(exc: BaseException) -> bool:
-    """Errors that belong to one sample's content, not to the machine or the code."""
-    return isinstance(exc, (HpcioError, ValueError, KeyError, TypeError))
+    """Errors that belong to one sample's content, not to the machine (``OSError``, some
+    of which are HpcioErrors too) or the code."""
+    return isinstance(exc, (HpcioError, ValueError, KeyError, TypeError)) and not isinstance(exc, OSError)
 
 
 def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan) -> dict:
