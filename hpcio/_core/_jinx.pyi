@@ -16,3 +16,7 @@ def a85encode(data: bytes) -> str:
 def locate_footer(buf, *, path: str | None = None) -> tuple[int, int]:
     """(footer_offset, footer_end) of a whole JINX file in ``buf``; the footer JSON is
     ``buf[footer_offset:footer_end]``.  CorruptShardError/TruncatedShardError otherwise."""
+def plain_value(value, sep: str, lazy, shard, sample: int):
+    """A stored value without type suffix as a lazy reader returns it: objects with a
+    suffixed key become ``lazy(object, shard, sample)``, other objects new dicts and lists
+    new lists (nested values alike), anything else itself."""

@@ -371,13 +371,8 @@ class _Shard:
             raise DecodeError(f"value {raw_key!r}: not JSON: {exc}", path=self.path, offset=offset, sample=sample) from None
 
     def plain(self, value, sample):
-        """A value stored without suffix: nested objects may still hold encoded keys."""
-        t = type(value)
-        if t is dict:
-            return JinxSample(value, self, sample)
-        if t is list:
-            return [self.plain(v, sample) if type(v) in (dict, list) else v for v in value]
-        return value
+        """A value stored without suffix: nested objects with encoded keys stay lazy."""
+        return _jinx.plain_value(value, self.ext_sep, JinxSample, self, sample)
 
     def materialize(self, raw: dict, sample: int) -> dict:
         """Every value of ``raw`` decoded: the eager sample."""
@@ -504,6 +499,10 @@ class JinxSample(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._shard.keymap(self._raw))
 
+    def keys(self):
+        # the cached key map's own view: Mapping.keys() would iterate through __iter__
+        return self._shard.keymap(self._raw).keys()
+
     def __len__(self) -> int:
         return len(self._raw)
 
@@ -522,27 +521,32 @@ class JinxSample(Mapping):
 
     def project(self, fields: Sequence[str]) -> "JinxSample":
         """A lazy sample holding only ``fields`` (KeyError for a missing one)."""
-        raw = self._raw
-        km = None
-        sub = {}
-        for f in fields:
-            if f in raw:
-                sub[f] = raw[f]
-                continue
-            if km is None:
-                km = self._shard.keymap(raw)
-            rk = km.get(f)
-            if rk is None:
-                raise KeyError(f)
-            sub[rk] = raw[rk]
-        return JinxSample(sub, self._shard, self._sample)
+        return JinxSample(_project(self._raw, self._shard, fields), self._shard, self._sample)
 
     def __repr__(self):
         return f"JinxSample({self._raw!r})"
 
 
-def _lazy_run(shard: _Shard, a: int, b: int):
-    """Lazy samples a..b-1 of one shard: the per-sample cost is one orjson.loads."""
+def _project(raw: dict, shard: _Shard, fields: Sequence[str]) -> dict:
+    """The stored items of ``raw`` that hold ``fields`` (KeyError for a missing one)."""
+    km = None
+    sub = {}
+    for f in fields:
+        if f in raw:
+            sub[f] = raw[f]
+            continue
+        if km is None:
+            km = shard.keymap(raw)
+        rk = km.get(f)
+        if rk is None:
+            raise KeyError(f)
+        sub[rk] = raw[rk]
+    return sub
+
+
+def _lazy_run(shard: _Shard, a: int, b: int, fields: Sequence[str] | None = None):
+    """Lazy samples a..b-1 of one shard (holding only ``fields`` when given): the
+    per-sample cost is one orjson.loads."""
     buf, off, loads = shard.buf, shard.offsets, orjson.loads
     j = a
     try:
@@ -550,7 +554,7 @@ def _lazy_run(shard: _Shard, a: int, b: int):
             raw = loads(buf[off[j] : off[j + 1]])
             if type(raw) is not dict:
                 break
-            yield JinxSample(raw, shard, j)
+            yield JinxSample(raw if fields is None else _project(raw, shard, fields), shard, j)
         else:
             return
     except orjson.JSONDecodeError:
@@ -639,7 +643,7 @@ class Reader(base.Reader):
             s = JinxSample(raw, shard, local)
             return s if fields is None else s.project(fields)
         if fields is not None:
-            raw = JinxSample(raw, shard, local).project(fields)._raw
+            raw = _project(raw, shard, fields)
         return shard.materialize(raw, local)
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
@@ -665,8 +669,8 @@ class Reader(base.Reader):
         sample = self._sample
         for shard, lo in zip(self.shards, self._starts):
             a, b = max(start - lo, 0), min(stop - lo, shard.num_samples)
-            if self.lazy and fields is None:
-                yield from _lazy_run(shard, a, b)
+            if self.lazy:
+                yield from _lazy_run(shard, a, b, fields)
             else:
                 for j in range(a, b):
                     yield sample(shard, j, fields)

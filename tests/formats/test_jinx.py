@@ -149,6 +149,43 @@ def test_lazy_sample_decodes_only_what_is_accessed(zst_file, monkeypatch):
     assert "text" in s and "nope" not in s and len(s) == len(raw_before)
 
 
+def test_lazy_nested_objects_without_suffixed_keys_are_new_plain_dicts(tmp_path):
+    path = tmp_path / "chat.jinx"
+    sample = {"id": "a", "messages": [{"role": "user", "content": "x" * 300},
+                                      {"role": "assistant", "content": "hi", "tags": [{"k": 1}]}]}
+    with hpcio.open_writer(path, format="jinx", compression="zst", compress_threshold=64) as w:
+        w.write(sample)
+    s = hpcio.open(path)[0]
+    raw_before = orjson.dumps(dict(s.raw_items()))
+    messages = s["messages"]
+    # the long content was stored as content.str.zst: that object stays lazy
+    assert isinstance(messages[0], jinx.JinxSample) and "content.str.zst" in dict(messages[0].raw_items())
+    assert type(messages[1]) is dict and type(messages[1]["tags"][0]) is dict
+    assert S.to_jsonable(messages) == S.to_jsonable(sample["messages"])
+    assert s["messages"] is messages  # decoded once, then cached
+    messages[1]["tags"][0]["k"] = 2  # the caller's copy: the stored form is unchanged
+    assert orjson.dumps(dict(s.raw_items())) == raw_before
+
+
+def test_lazy_keys_are_the_logical_keys_in_file_order(zst_file):
+    s = hpcio.open(zst_file)[1]
+    expected = list(S.make_samples(6)[1])
+    assert list(s.keys()) == expected == list(s)
+    assert len(s.keys()) == len(expected) and "text" in s.keys()
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_iterating_a_selection_reads_only_its_fields(zst_file, lazy):
+    ds = hpcio.open(zst_file, lazy=lazy)
+    got = list(ds.select(["text", "id"]))
+    exp = S.make_samples(6)
+    assert [list(g) for g in got] == [["text", "id"]] * 6
+    assert [S.to_jsonable(dict(g)) for g in got] == [S.to_jsonable({"text": e["text"], "id": e["id"]}) for e in exp]
+    assert all(isinstance(g, jinx.JinxSample) == lazy for g in got)
+    with pytest.raises(KeyError, match="nope"):
+        list(ds.select(["id", "nope"]))
+
+
 def test_eager_samples_are_plain_dicts(zst_file):
     s = hpcio.open(zst_file, lazy=False)[2]
     assert type(s) is dict and type(s["meta"]) is dict
