@@ -48,7 +48,7 @@ def _configs(profile: str) -> dict:
         columns = {"id": "str", "messages": "json", "image": "bytes"}
     else:
         columns = {"id": "int", "text": "str", "meta": "json"}
-    return {
+    configs = {
         "mds": ("mds", {"columns": columns}),
         "mds-sample-zstd": ("mds", {"columns": columns, "compression": "sample::zstd"}),
         "jinx": ("jinx", {}),
@@ -58,6 +58,11 @@ def _configs(profile: str) -> dict:
         ),
         "webdataset": ("webdataset", {}),
     }
+    if profile == "vlm":
+        # images in the sidecar, text uncompressed: the metadata lines hold plain JSON
+        # (text samples have no binary values, so there it would repeat "jinx")
+        configs["jinx-bin"] = ("jinx", {"binary_threshold": 256, "index_compression": None})
+    return configs
 
 
 def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=print) -> list[BenchDataset]:

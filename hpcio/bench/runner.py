@@ -82,7 +82,7 @@ def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> l
                 out.append(System(f"mldataforge {mds} ram", "mdf-mds", mds, {"reader": "ram"}, py))
                 out.append(System(f"mldataforge {mds} bulk", "mdf-mds", mds, {"reader": "bulk"}, py,
                                   ops=("iterate", "iterate-meta")))
-        for jx in ("jinx", "jinx-zst-bin"):
+        for jx in ("jinx", "jinx-bin", "jinx-zst-bin"):
             if jx in names:
                 out.append(System(f"mldataforge {jx} lazy", "mdf-jinx", jx, {"lazy": True}, py))
                 out.append(System(f"mldataforge {jx} eager", "mdf-jinx", jx, {"lazy": False}, py))
