@@ -1,4 +1,5 @@
-"""JINX kernels: Ascii85/base64/hex decoding and the footer locator (compiled)."""
+"""JINX kernels: Ascii85/base64/hex decoding, the footer locator and the plain values of
+lazy samples (compiled)."""
 
 ENCODINGS: dict[str, int]  # "a85" -> 0, "b64" -> 1, "hex" -> 2
 

@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""JINX kernels: Ascii85/base64/hex decoding and the footer locator (compiled).
+"""JINX kernels: Ascii85/base64/hex decoding, the footer locator and the plain values of
+lazy samples (compiled).
 
 Values arrive as ``str`` straight from ``orjson.loads``; an ASCII ``str`` exposes its
 characters as UTF-8 without a copy, so decoding reads the string in place and writes
