@@ -519,10 +519,6 @@ class JinxSample(Mapping):
         """A plain dict with every value decoded (nested objects too)."""
         return self._shard.materialize(self._raw, self._sample)
 
-    def project(self, fields: Sequence[str]) -> "JinxSample":
-        """A lazy sample holding only ``fields`` (KeyError for a missing one)."""
-        return JinxSample(_project(self._raw, self._shard, fields), self._shard, self._sample)
-
     def __repr__(self):
         return f"JinxSample({self._raw!r})"
 
@@ -562,7 +558,8 @@ def _lazy_run(shard: _Shard, a: int, b: int, fields: Sequence[str] | None = None
     shard.raw(j)  # raises the located error for the line that failed
 
 
-def _lazy_gather(shard: _Shard, indices: list):
+def _lazy_gather(shard: _Shard, indices: list, fields: Sequence[str] | None = None):
+    """Lazy samples ``indices`` of one shard, as _lazy_run."""
     buf, off, loads = shard.buf, shard.offsets, orjson.loads
     for j in indices:
         try:
@@ -571,7 +568,7 @@ def _lazy_gather(shard: _Shard, indices: list):
             raw = None
         if type(raw) is not dict:
             shard.raw(j)  # raises the located error
-        yield JinxSample(raw, shard, j)
+        yield JinxSample(raw if fields is None else _project(raw, shard, fields), shard, j)
 
 
 def _shard_paths(path: str) -> list[str]:
@@ -639,12 +636,9 @@ class Reader(base.Reader):
 
     def _sample(self, shard: _Shard, local: int, fields):
         raw = shard.raw(local)
-        if self.lazy:
-            s = JinxSample(raw, shard, local)
-            return s if fields is None else s.project(fields)
         if fields is not None:
             raw = _project(raw, shard, fields)
-        return shard.materialize(raw, local)
+        return JinxSample(raw, shard, local) if self.lazy else shard.materialize(raw, local)
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         if len(self.shards) == 1:
@@ -655,8 +649,8 @@ class Reader(base.Reader):
     def read_many(self, indices, fields=None) -> list:
         if len(self.shards) == 1:
             shard = self.shards[0]
-            if self.lazy and fields is None:
-                return list(_lazy_gather(shard, np.asarray(indices).tolist()))
+            if self.lazy:
+                return list(_lazy_gather(shard, np.asarray(indices).tolist(), fields))
             return [self._sample(shard, i, fields) for i in np.asarray(indices).tolist()]
         idx = np.asarray(indices, dtype=np.int64)
         which = np.searchsorted(self.cum, idx, side="right") - 1

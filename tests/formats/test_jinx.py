@@ -182,6 +182,8 @@ def test_iterating_a_selection_reads_only_its_fields(zst_file, lazy):
     assert [list(g) for g in got] == [["text", "id"]] * 6
     assert [S.to_jsonable(dict(g)) for g in got] == [S.to_jsonable({"text": e["text"], "id": e["id"]}) for e in exp]
     assert all(isinstance(g, jinx.JinxSample) == lazy for g in got)
+    batch = ds.select(["text", "id"]).get_batch([5, 0])
+    assert [S.to_jsonable(dict(b)) for b in batch] == [S.to_jsonable(dict(got[i])) for i in (5, 0)]
     with pytest.raises(KeyError, match="nope"):
         list(ds.select(["id", "nope"]))
 
