@@ -1,14 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""JINX kernels: Ascii85/base64/hex decoding, the footer locator and the plain values of
-lazy samples (compiled).
+"""JINX kernels: Ascii85/base64/hex decoding, the footer locator, and the hot part of lazy
+samples: the base class of ``JinxSample``, reading runs of sample lines into lazy samples,
+and the plain values they return (compiled).
 
 Values arrive as ``str`` straight from ``orjson.loads``; an ASCII ``str`` exposes its
 characters as UTF-8 without a copy, so decoding reads the string in place and writes
 once into an exactly-sized ``bytes`` object.
 """
 
+from cpython.buffer cimport PyBUF_READ
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport uint8_t, uint64_t
 
@@ -18,6 +21,8 @@ from ._chpcio cimport (
     hpcio_error_clear, hpcio_hex_decode, hpcio_jinx_footer, hpcio_status,
 )
 from ._utils cimport data_ptr, raise_error
+
+import orjson
 
 from ..errors import DecodeError
 
@@ -142,10 +147,10 @@ def plain_value(value, str sep, lazy, shard, long long sample):
     """A stored value without type suffix, as a lazy reader returns it.
 
     A JSON object with a suffixed key (one holding ``sep``) becomes
-    ``lazy(object, shard, sample)``, decoded as accessed; any other object becomes a new
-    dict and a list a new list, their nested values treated the same way; everything
-    else is returned as it is.  Objects without suffixed keys have nothing to decode, and
-    a plain dict costs a fraction of a lazy one to build and to read (chat messages)."""
+    ``lazy(object, shard, sample)``, decoded as accessed.  Lists and objects holding
+    such an object are copied down to it; everything else is the stored value itself
+    (a chat message is returned as parsed: there is nothing to decode, and a copy would
+    cost more than the parse)."""
     if type(value) is dict:
         return _plain_dict(<dict>value, sep, lazy, shard, sample)
     if type(value) is list:
@@ -154,28 +159,198 @@ def plain_value(value, str sep, lazy, shard, long long sample):
 
 
 cdef object _plain_dict(dict d, str sep, lazy, shard, long long sample):
-    cdef object k, v
-    cdef dict out
+    cdef object k, v, w
+    cdef dict out = None
     for k in d:
         if type(k) is not str or sep in <str>k:
             return lazy(d, shard, sample)
-    out = d.copy()
     for k, v in d.items():
         if type(v) is dict:
-            out[k] = _plain_dict(<dict>v, sep, lazy, shard, sample)
+            w = _plain_dict(<dict>v, sep, lazy, shard, sample)
         elif type(v) is list:
-            out[k] = _plain_list(<list>v, sep, lazy, shard, sample)
-    return out
+            w = _plain_list(<list>v, sep, lazy, shard, sample)
+        else:
+            continue
+        if w is not v:
+            if out is None:
+                out = d.copy()
+            out[k] = w
+    return d if out is None else out
 
 
 cdef list _plain_list(list items, str sep, lazy, shard, long long sample):
-    cdef list out = list(items)
+    cdef list out = None
     cdef Py_ssize_t i
-    cdef object v
+    cdef object v, w
     for i in range(len(items)):
         v = items[i]
         if type(v) is dict:
-            out[i] = _plain_dict(<dict>v, sep, lazy, shard, sample)
+            w = _plain_dict(<dict>v, sep, lazy, shard, sample)
         elif type(v) is list:
-            out[i] = _plain_list(<list>v, sep, lazy, shard, sample)
+            w = _plain_list(<list>v, sep, lazy, shard, sample)
+        else:
+            continue
+        if w is not v:
+            if out is None:
+                out = list(items)
+            out[i] = w
+    return items if out is None else out
+
+
+# --- lazy samples -------------------------------------------------------------------------
+cdef object _MISSING = object()
+cdef object _loads = orjson.loads
+cdef object _JSONDecodeError = orjson.JSONDecodeError
+
+
+cdef class LazySample:
+    """The compiled core of :class:`hpcio.formats.jinx.JinxSample`: the stored object,
+    its shard and position, and the decoded values already asked for.
+
+    ``shard`` is the reader's ``_Shard``: it decodes suffixed values (``decode``), maps
+    logical keys to stored ones (``keymap``, cached in ``keymaps`` per key layout) and
+    names the key separator (``ext_sep``).
+
+    ``_lent`` is set once a mutable value (list, object, array) has been handed out: the
+    caller may have changed it, so writers re-encode the sample instead of copying its stored form.
+    """
+
+    cdef readonly dict _raw
+    cdef readonly object _shard
+    cdef readonly Py_ssize_t _sample
+    cdef readonly bint _lent
+    cdef dict _cache
+
+    def __init__(self, dict raw, shard, Py_ssize_t sample):
+        self._raw = raw
+        self._shard = shard
+        self._sample = sample
+
+    def __getitem__(self, key):
+        cdef object v = self._raw.get(key, _MISSING)
+        cdef object value
+        cdef dict cache = self._cache
+        if v is not _MISSING and type(v) is not dict and type(v) is not list:
+            return v  # plain JSON value: the common metadata case, nothing to decode
+        if cache is not None:
+            value = cache.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+        shard = self._shard
+        if v is _MISSING:
+            rk = _keymap(self).get(key)
+            if rk is None:
+                raise KeyError(key)
+            value = shard.decode(rk, self._raw[rk], self._sample)
+            t = type(value)
+            if not (t is bytes or t is str or t is int or t is float or t is bool or value is None):
+                self._lent = True  # a decoded array or JSON container the caller may change
+        else:
+            value = plain_value(v, shard.ext_sep, type(self), shard, self._sample)
+            self._lent = True
+            if value is v:
+                return v  # no copy, nothing to cache
+        if cache is None:
+            cache = self._cache = {}
+        cache[key] = value
+        return value
+
+    def __contains__(self, key):
+        return key in self._raw or key in _keymap(self)
+
+    def __iter__(self):
+        return iter(_keymap(self))
+
+    def keys(self):
+        """The logical keys in file order (a view of the shard's cached key map)."""
+        return _keymap(self).keys()
+
+    def __len__(self):
+        return len(self._raw)
+
+
+cdef dict _keymap(LazySample s):
+    """Logical key -> stored key for the sample's key layout, from the shard's cache."""
+    cdef dict cached = s._shard.keymaps
+    km = cached.get(tuple(s._raw))
+    if km is None:
+        km = s._shard.keymap(s._raw)  # builds and caches the layout's map
+    return km
+
+
+def project(dict raw, shard, fields):
+    """The stored items of ``raw`` that hold ``fields`` (KeyError for a missing one)."""
+    cdef dict sub = {}
+    cdef dict km = None
+    cdef object v
+    for f in fields:
+        v = raw.get(f, _MISSING)
+        if v is not _MISSING:
+            sub[f] = v
+            continue
+        if km is None:
+            km = shard.keymap(raw)
+        rk = km.get(f)
+        if rk is None:
+            raise KeyError(f)
+        sub[rk] = raw[rk]
+    return sub
+
+
+cdef inline LazySample _lazy_sample(object cls, shard, const char *base, const uint64_t[::1] off,
+                                    Py_ssize_t j, fields):
+    """Line ``j`` parsed into a lazy ``cls`` sample; a line that is not a JSON object is
+    read again by ``shard.raw``, which raises the error naming file, offset and sample."""
+    cdef LazySample s
+    try:
+        raw = _loads(PyMemoryView_FromMemory(<char *>base + off[j], <Py_ssize_t>(off[j + 1] - off[j]),
+                                             PyBUF_READ))
+    except _JSONDecodeError:
+        raw = None
+    if type(raw) is not dict:
+        raw = shard.raw(j)
+    if fields is not None:
+        raw = project(raw, shard, fields)
+    s = LazySample.__new__(cls)
+    s._raw = raw
+    s._shard = shard
+    s._sample = j
+    return s
+
+
+def lazy_run(shard, cls, Py_ssize_t a, Py_ssize_t b, fields=None):
+    """Samples ``a..b-1`` of one mapped shard as lazy ``cls`` instances (holding only
+    ``fields`` when given): the per-sample cost is one orjson parse of the line.
+
+    A line that fails ends the run early: the samples before it are returned, and the
+    next run, starting at that line, raises its error.  ``shard.buf`` is the mapped file
+    and ``shard.offsets`` its validated line offsets (strictly increasing, within the
+    file)."""
+    cdef const unsigned char[::1] buf = shard.buf
+    cdef const uint64_t[::1] off = shard.offsets
+    cdef Py_ssize_t j
+    if a < 0 or b > off.shape[0] - 1 or a > b:
+        raise IndexError(f"samples {a}..{b} out of range for {off.shape[0] - 1} in {shard.path}")
+    cdef list out = [None] * (b - a)
+    for j in range(a, b):
+        try:
+            out[j - a] = _lazy_sample(cls, shard, <const char *>&buf[0], off, j, fields)
+        except Exception:
+            if j == a:
+                raise
+            return out[: j - a]
+    return out
+
+
+def lazy_gather(shard, cls, indices, fields=None):
+    """Samples ``indices`` (a list of ints) of one shard, as :func:`lazy_run`."""
+    cdef const unsigned char[::1] buf = shard.buf
+    cdef const uint64_t[::1] off = shard.offsets
+    cdef Py_ssize_t n = off.shape[0] - 1, i, j
+    cdef list out = [None] * len(indices)
+    for i in range(len(indices)):
+        j = indices[i]
+        if j < 0 or j >= n:
+            raise IndexError(f"sample {j} out of range for {n} in {shard.path}")
+        out[i] = _lazy_sample(cls, shard, <const char *>&buf[0], off, j, fields)
     return out

@@ -149,22 +149,51 @@ def test_lazy_sample_decodes_only_what_is_accessed(zst_file, monkeypatch):
     assert "text" in s and "nope" not in s and len(s) == len(raw_before)
 
 
-def test_lazy_nested_objects_without_suffixed_keys_are_new_plain_dicts(tmp_path):
+def test_lazy_nested_values_are_the_parsed_ones_and_writers_keep_their_changes(tmp_path):
     path = tmp_path / "chat.jinx"
     sample = {"id": "a", "messages": [{"role": "user", "content": "x" * 300},
-                                      {"role": "assistant", "content": "hi", "tags": [{"k": 1}]}]}
+                                      {"role": "assistant", "content": "hi", "tags": [{"k": 1}]}],
+              "plain": [{"role": "user", "content": "short"}]}
     with hpcio.open_writer(path, format="jinx", compression="zst", compress_threshold=64) as w:
         w.write(sample)
     s = hpcio.open(path)[0]
-    raw_before = orjson.dumps(dict(s.raw_items()))
+    assert not s._lent
     messages = s["messages"]
-    # the long content was stored as content.str.zst: that object stays lazy
+    # the long content was stored as content.str.zst: that object stays lazy, and the
+    # list holding it is a copy; the other message is the parsed object itself
     assert isinstance(messages[0], jinx.JinxSample) and "content.str.zst" in dict(messages[0].raw_items())
+    assert messages is not dict(s.raw_items())["messages"]
+    assert messages[1] is dict(s.raw_items())["messages"][1]
     assert type(messages[1]) is dict and type(messages[1]["tags"][0]) is dict
     assert S.to_jsonable(messages) == S.to_jsonable(sample["messages"])
-    assert s["messages"] is messages  # decoded once, then cached
-    messages[1]["tags"][0]["k"] = 2  # the caller's copy: the stored form is unchanged
-    assert orjson.dumps(dict(s.raw_items())) == raw_before
+    assert s["messages"] is messages  # built once, then cached
+    assert s["plain"] is dict(s.raw_items())["plain"]  # nothing to decode: no copy
+    assert s._lent
+    # a changed value is what a writer writes: the sample is encoded again, not copied
+    messages[1]["tags"][0]["k"] = 2
+    s["plain"].append({"role": "assistant", "content": "more"})
+    out = tmp_path / "changed.jinx"
+    with hpcio.open_writer(out, format="jinx", compression="zst", compress_threshold=64) as w:
+        w.write(s)
+    expected = dict(sample, plain=sample["plain"] + [{"role": "assistant", "content": "more"}])
+    expected["messages"] = [sample["messages"][0], dict(sample["messages"][1], tags=[{"k": 2}])]
+    assert S.to_jsonable(hpcio.open(out, lazy=False)[0]) == S.to_jsonable(expected)
+
+
+def test_lazy_samples_whose_values_were_not_handed_out_are_copied_as_stored(tmp_path, monkeypatch):
+    path = tmp_path / "chat.jinx"
+    with hpcio.open_writer(path, format="jinx", compression="zst", compress_threshold=16) as w:
+        w.write({"id": "a", "text": "y" * 100, "meta": {"n": 1}})
+    s = hpcio.open(path)[0]
+    assert s["id"] == "a" and s["text"] == "y" * 100 and not s._lent  # str values are immutable
+    _no_decoding(monkeypatch)
+    out = tmp_path / "copy.jinx"
+    with hpcio.open_writer(out, format="jinx", compression="zst", compress_threshold=16) as w:
+        w.write(s)  # passthrough: the compressed text is copied, not decoded
+    monkeypatch.undo()
+    assert out.read_bytes().split(b"\n")[0] == path.read_bytes().split(b"\n")[0]
+    s["meta"]["n"] = 2
+    assert s._lent
 
 
 def test_lazy_keys_are_the_logical_keys_in_file_order(zst_file):
@@ -493,6 +522,23 @@ def test_garbled_sample_line(tmp_path):
     for access in (list, lambda ds: ds.get_batch([1, 0])):
         with pytest.raises(CorruptShardError, match=r"garbled JINX sample line: .*sample 0\)"):
             access(hpcio.open(p))
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_iteration_yields_every_sample_before_a_bad_line(tmp_path, lazy):
+    p = _write(tmp_path / "a.jinx")
+    data = p.read_bytes()
+    lines = data.split(b"\n")
+    bad = b"[" + b" " * (len(lines[2]) - 2) + b"]"  # same length: the index stays valid
+    p.write_bytes(data.replace(lines[2], bad, 1))
+    seen = []
+    with pytest.raises(CorruptShardError, match=r"JINX sample line holds a list, expected an object "
+                       rf"\(.*a\.jinx, byte offset {len(lines[0]) + len(lines[1]) + 2}, sample 2\)"):
+        for s in hpcio.open(p, lazy=lazy):
+            seen.append(s["id"])
+    assert seen == [0, 1]
+    with pytest.raises(KeyError, match="nope"):
+        list(hpcio.open(p, lazy=lazy).select(["id", "nope"]))
 
 
 def test_not_found():
