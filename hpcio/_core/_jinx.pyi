@@ -1,5 +1,8 @@
-"""JINX kernels: Ascii85/base64/hex decoding, the footer locator and the plain values of
-lazy samples (compiled)."""
+"""JINX kernels: Ascii85/base64/hex decoding, the footer locator, and the hot part of lazy
+samples: their base class, runs of sample lines read into them, and the plain values they
+return (compiled)."""
+
+from collections.abc import Iterator, KeysView, Sequence
 
 ENCODINGS: dict[str, int]  # "a85" -> 0, "b64" -> 1, "hex" -> 2
 
@@ -19,5 +22,27 @@ def locate_footer(buf, *, path: str | None = None) -> tuple[int, int]:
     ``buf[footer_offset:footer_end]``.  CorruptShardError/TruncatedShardError otherwise."""
 def plain_value(value, sep: str, lazy, shard, sample: int):
     """A stored value without type suffix as a lazy reader returns it: objects with a
-    suffixed key become ``lazy(object, shard, sample)``, other objects new dicts and lists
-    new lists (nested values alike), anything else itself."""
+    suffixed key become ``lazy(object, shard, sample)``, the lists and objects holding one
+    are copied down to it, anything else is the value itself."""
+
+class LazySample:
+    """Base of ``hpcio.formats.jinx.JinxSample``: the stored object, its shard and line,
+    the decoded values asked for, and whether a mutable value was handed out."""
+    _raw: dict
+    _shard: object
+    _sample: int
+    _lent: bool
+    def __init__(self, raw: dict, shard, sample: int) -> None: ...
+    def __getitem__(self, key: str): ...
+    def __contains__(self, key: object) -> bool: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def keys(self) -> KeysView[str]: ...
+    def __len__(self) -> int: ...
+
+def project(raw: dict, shard, fields: Sequence[str]) -> dict:
+    """The stored items of ``raw`` that hold ``fields`` (KeyError for a missing one)."""
+def lazy_run(shard, cls: type, a: int, b: int, fields: Sequence[str] | None = None) -> list:
+    """Lines ``a..b-1`` of a mapped shard as ``cls`` samples; stops before a line that
+    fails (the next run, starting there, raises its located error)."""
+def lazy_gather(shard, cls: type, indices: list[int], fields: Sequence[str] | None = None) -> list:
+    """Lines ``indices`` of a mapped shard as ``cls`` samples."""

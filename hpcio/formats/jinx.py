@@ -459,11 +459,13 @@ class JinxSample(_jinx.LazySample, Mapping):
     """A lazy JINX sample: values are decoded when accessed, keys keep file order.
 
     Unlike mldataforge's ``LazyDict``, iteration gives the logical keys in the order
-    they were written, and a decoded value is cached without mutating the stored
-    object, so :meth:`raw_items` always shows the bytes as stored (which is what
-    :func:`join` copies without decoding).  Item access, ``keys``, ``in``, iteration and
-    ``len`` are compiled (``hpcio._core._jinx.LazySample``); ``get``, ``items``,
-    ``values`` and ``==`` are the Mapping ones.
+    they were written, and a decoded value is cached without changing the stored object,
+    which :func:`join` copies without decoding.  Lists and objects with nothing to decode
+    are returned as parsed, as a dict returns its values; once such a value (or a decoded
+    array or JSON container) has been handed out, writers encode the sample as it now
+    reads instead of copying it.  Item access, ``keys``, ``in``, iteration and ``len``
+    are compiled (``hpcio._core._jinx.LazySample``); ``get``, ``items``, ``values`` and
+    ``==`` are the Mapping ones.
     """
 
     __slots__ = ()
@@ -484,8 +486,6 @@ class JinxSample(_jinx.LazySample, Mapping):
     def __repr__(self):
         return f"JinxSample({self._raw!r})"
 
-
-_project = _jinx.project
 
 # Lazy samples are built a run of lines at a time, in one compiled call.  Short runs:
 # the samples of a run are alive together, and with 256 a fresh process spent more time
@@ -559,7 +559,7 @@ class Reader(base.Reader):
     def _sample(self, shard: _Shard, local: int, fields):
         raw = shard.raw(local)
         if fields is not None:
-            raw = _project(raw, shard, fields)
+            raw = _jinx.project(raw, shard, fields)
         return JinxSample(raw, shard, local) if self.lazy else shard.materialize(raw, local)
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
