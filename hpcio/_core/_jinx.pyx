@@ -151,11 +151,15 @@ def plain_value(value, str sep, lazy, shard, long long sample):
     such an object are copied down to it; everything else is the stored value itself
     (a chat message is returned as parsed: there is nothing to decode, and a copy would
     cost more than the parse)."""
-    if type(value) is dict:
-        return _plain_dict(<dict>value, sep, lazy, shard, sample)
-    if type(value) is list:
-        return _plain_list(<list>value, sep, lazy, shard, sample)
-    return value
+    return _plain(value, sep, lazy, shard, sample)
+
+
+cdef inline object _plain(object v, str sep, lazy, shard, long long sample):
+    if type(v) is dict:
+        return _plain_dict(<dict>v, sep, lazy, shard, sample)
+    if type(v) is list:
+        return _plain_list(<list>v, sep, lazy, shard, sample)
+    return v
 
 
 cdef object _plain_dict(dict d, str sep, lazy, shard, long long sample):
@@ -165,12 +169,7 @@ cdef object _plain_dict(dict d, str sep, lazy, shard, long long sample):
         if type(k) is not str or sep in <str>k:
             return lazy(d, shard, sample)
     for k, v in d.items():
-        if type(v) is dict:
-            w = _plain_dict(<dict>v, sep, lazy, shard, sample)
-        elif type(v) is list:
-            w = _plain_list(<list>v, sep, lazy, shard, sample)
-        else:
-            continue
+        w = _plain(v, sep, lazy, shard, sample)
         if w is not v:
             if out is None:
                 out = d.copy()
@@ -184,12 +183,7 @@ cdef list _plain_list(list items, str sep, lazy, shard, long long sample):
     cdef object v, w
     for i in range(len(items)):
         v = items[i]
-        if type(v) is dict:
-            w = _plain_dict(<dict>v, sep, lazy, shard, sample)
-        elif type(v) is list:
-            w = _plain_list(<list>v, sep, lazy, shard, sample)
-        else:
-            continue
+        w = _plain(v, sep, lazy, shard, sample)
         if w is not v:
             if out is None:
                 out = list(items)
