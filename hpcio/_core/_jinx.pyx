@@ -240,7 +240,7 @@ cdef class LazySample:
             if not (t is bytes or t is str or t is int or t is float or t is bool or value is None):
                 self._lent = True  # a decoded array or JSON container the caller may change
         else:
-            value = plain_value(v, shard.ext_sep, type(self), shard, self._sample)
+            value = _plain(v, shard.ext_sep, type(self), shard, self._sample)
             self._lent = True
             if value is v:
                 return v  # no copy, nothing to cache
