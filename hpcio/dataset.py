@@ -122,7 +122,7 @@ class Dataset(Sequence):
             return
         step = self.reader.batch_size
         for lo in range(0, len(self.indices), step):
-            yield from self.reader.read_many(self.indices[lo : lo + step], self.fields)
+            yield from self.reader.iter_many(self.indices[lo : lo + step], self.fields)
 
     # --- views -----------------------------------------------------------------------
     def _view(self, positions: np.ndarray) -> "Dataset":

@@ -97,6 +97,12 @@ class Reader(abc.ABC):
         """Samples at ``indices`` (already non-negative and in range), in that order."""
         return [self.read(int(i), fields) for i in indices]
 
+    def iter_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> Iterator[Mapping]:
+        """The samples of :meth:`read_many`, one at a time: what iterating a view reads.
+        Formats whose samples grow when read (lazy ones caching what they decode) hand
+        each out and let go of it, so that only the samples the caller keeps stay alive."""
+        return iter(self.read_many(indices, fields))
+
     def block_starts(self) -> np.ndarray | None:
         """First sample of each unit the format decodes whole (a Parquet row group), when
         reading part of a unit costs as much as reading all of it; None otherwise."""

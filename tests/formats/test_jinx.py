@@ -217,6 +217,21 @@ def test_iterating_a_selection_reads_only_its_fields(zst_file, lazy):
         list(ds.select(["id", "nope"]))
 
 
+@pytest.mark.parametrize("order", ["storage", "shuffled"])
+def test_iterating_lazy_samples_keeps_only_those_the_caller_keeps(zst_file, order):
+    # A lazy sample keeps what it decodes; the reader must not hold the samples it has
+    # already handed out until the end of its batch.
+    ds = hpcio.open(zst_file)
+    view = ds if order == "storage" else ds.shuffle(seed=3)
+    it = iter(view)
+    first = next(it)
+    first["blob"]
+    held = sys.getrefcount(first)
+    next(it)
+    assert sys.getrefcount(first) == held - 1  # only `first` and getrefcount's argument
+    assert held - 1 == 2
+
+
 def test_eager_samples_are_plain_dicts(zst_file):
     s = hpcio.open(zst_file, lazy=False)[2]
     assert type(s) is dict and type(s["meta"]) is dict
