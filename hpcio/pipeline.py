@@ -42,7 +42,7 @@ from .distributed.split import (
     split_indices,
 )
 from .errors import HpcioError
-from .formats.base import Reader
+from .formats.base import Reader, handed_out
 
 __all__ = [
     "Pipeline",
@@ -381,6 +381,10 @@ class _ConcatReader(Reader):
             for k, sample in zip(where.tolist(), got):
                 out[k] = sample
         return out
+
+    def iter_many(self, indices, fields=None):
+        # The parts may be lazy readers: hand the samples out as they do.
+        return handed_out(self.read_many(indices, fields))
 
     def mean_sample_bytes(self):
         hints = [r.mean_sample_bytes() for r in self.readers]

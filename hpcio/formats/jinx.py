@@ -30,7 +30,7 @@ import mmap
 import os
 import warnings
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -493,20 +493,6 @@ class JinxSample(_jinx.LazySample, Mapping):
 _RUN = 16
 
 
-def _handed_out(samples: list) -> Iterator[JinxSample]:
-    """The samples of a list, the list letting go of each as it is handed out.
-
-    A lazy sample keeps what it decodes (a 60 KB image), so a list holding a batch of
-    read samples until its end holds all their values: the heap grows by the batch and
-    shrinks again after it, and the memory returned is faulted in again by the next
-    batch (a vlm pass took 23,000 page faults and four times as long).
-    """
-    for i in range(len(samples)):
-        sample = samples[i]
-        samples[i] = None
-        yield sample
-
-
 def _shard_paths(path: str) -> list[str]:
     if os.path.isdir(path):
         files = sorted(str(p) for p in Path(path).glob(_SHARD_GLOB))
@@ -596,7 +582,7 @@ class Reader(base.Reader):
 
     def iter_many(self, indices, fields=None):
         samples = self.read_many(indices, fields)
-        return _handed_out(samples) if self.lazy else iter(samples)
+        return base.handed_out(samples) if self.lazy else iter(samples)
 
     def iter_range(self, start=0, stop=None, fields=None):
         stop = self._n if stop is None else stop
@@ -607,7 +593,7 @@ class Reader(base.Reader):
                 while a < b:
                     run = _jinx.lazy_run(shard, JinxSample, a, min(a + _RUN, b), fields)
                     a += len(run)
-                    yield from _handed_out(run)
+                    yield from base.handed_out(run)
             else:
                 for j in range(a, b):
                     yield sample(shard, j, fields)
