@@ -252,9 +252,10 @@ def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_
     reports = []
     for out in ("one", "many"):
         with open(str(tmp_path / out) + ".bad-samples.jsonl") as f:
-            # "file" names the shard's temporary directory, under the output's own name
-            reports.append([json.loads(line.replace(f".{out}.hpcio-partial", ".OUT.hpcio-partial")) for line in f])
+            reports.append([json.loads(line) for line in f])
     assert reports[0] == reports[1]
+    # The writers' temporary shards are gone: the report points at the source samples.
+    assert {(r["file"], r["offset"]) for r in reports[0]} == {(None, None)}
     kinds = {(r["stage"], r["error_type"]) for r in reports[0]}
     assert kinds == {("write", "UnsupportedValueError"), ("write", "SchemaError")}
     assert sorted(r["sample"] + 120 * (r["source"] == srcs[1]) for r in reports[0]
