@@ -32,6 +32,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -472,7 +473,7 @@ class _ShardWriter:
         src = int(np.searchsorted(self.first_id, gid, side="right")) - 1
         rec = bad_sample_from(exc, source=self.sources[src].path, sample=gid - int(self.first_id[src]),
                               stage=stage, shard=shard)
-        if rec.file is not None and _within(rec.file, self.staging):
+        if rec.file is not None and Path(os.path.abspath(rec.file)).is_relative_to(os.path.abspath(self.staging)):
             # A writer names its temporary shard, which is gone by the time anyone reads
             # the report: the source sample is where to look.
             rec = dataclasses.replace(rec, file=None, offset=None)
@@ -644,12 +645,6 @@ class _ShardWriter:
         directory and record the shard's part (what ``--resume`` trusts)."""
         part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
         write_json_atomic(part_path(self.staging, shard), part)
-
-
-def _within(path: str, directory: str) -> bool:
-    """Whether ``path`` is ``directory`` or lies under it."""
-    path, directory = os.path.abspath(path), os.path.abspath(directory)
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:
