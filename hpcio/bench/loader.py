@@ -22,7 +22,7 @@ from ..formats.jinx import sidecar_path
 __all__ = ["tier_roots", "run_dataloader_sweep", "LOADER_FORMATS"]
 
 # hpcio configurations with random access (webdataset is stream-only)
-LOADER_FORMATS = ("mds", "mds-sample-zstd", "jinx", "jinx-zst-bin", "parquet")
+LOADER_FORMATS = ("mds", "mds-sample-zstd", "jinx", "jinx-bin", "jinx-zst-bin", "parquet")
 
 
 def tier_roots(env=None) -> dict[str, str]:
