@@ -154,7 +154,7 @@ def make_extensions():
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
         kernel_extension("_jinx", ["encodings.c"]),
         kernel_extension("_tar", ["tar.c"]),
-        kernel_extension("_records", ["columns.c", "fileio.c"]),
+        kernel_extension("_records", ["columns.c", "fileio.c", "json.c"]),
     ]
     pyx = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob("hpcio/_core/_*.pyx")}

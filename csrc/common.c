@@ -106,7 +106,7 @@ int hpcio_build_sanitize(void)
 
 const char *hpcio_kernels(void)
 {
-    return "bisect offset_ranges gather mds_column_offsets mds_column_copy utf8_lengths pread_full pread_records scan_lines "
+    return "bisect offset_ranges gather mds_column_offsets mds_column_copy utf8_lengths json_scan json_fill pread_full pread_records scan_lines "
            "zstd_content_size zstd_decode_known zstd_decode_stream zstd_decode_stream_many "
            "zstd_compress blosc2_content_size blosc2_decode_known blosc2_compress";
 }

@@ -102,6 +102,44 @@ hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t 
                                       int32_t col, int utf8, int64_t *out, int64_t *first,
                                       hpcio_error *err);
 
+/* ---- JSON documents split by key (json.c) ----------------------------------------------
+ * hpcio_json_scan parses the n documents data[offsets[j]..offsets[j+1]): each must be a
+ * JSON object holding the keys of document 0 (in any order, each once; at most
+ * HPCIO_JSON_MAX_KEYS).  It writes *nkeys, key_spans[2k..2k+1] (key k's name in data,
+ * quotes included, escapes kept) and keys[k]: the type its values share and what they
+ * add up to.  *spans (malloc'd, the caller frees it) holds [j][k][2], where document j's
+ * value of key k lies in data.  A document that is not JSON is HPCIO_E_CODEC, one that
+ * is not such an object HPCIO_E_CORRUPT (too many keys: HPCIO_E_LIMIT); err->item is the
+ * document and err->offset the byte in data.
+ * hpcio_json_fill then writes key k's values, by type:
+ *   STR, RAW (values as JSON text): bytes and offsets[0..n] (byte positions);
+ *   INT (int64), FLOAT (double), BOOL (uint8): values[0..n);
+ *   LIST | e: offsets[0..n] (positions in the elements), the elements as values (or,
+ *   for STR elements, bytes and item_offsets[0..items]). */
+#define HPCIO_JSON_MAX_KEYS 256
+enum {
+    HPCIO_JSON_NONE = 0,  /* element type of lists that were all empty */
+    HPCIO_JSON_STR = 1,
+    HPCIO_JSON_INT = 2,   /* integers that int64 holds */
+    HPCIO_JSON_FLOAT = 3, /* numbers with a fraction or exponent, NaN, Infinity */
+    HPCIO_JSON_BOOL = 4,
+    HPCIO_JSON_RAW = 5,   /* anything else, or values of different types */
+    HPCIO_JSON_LIST = 8   /* flag: flat lists of the element type in the low bits */
+};
+typedef struct {
+    int type;           /* HPCIO_JSON_* */
+    uint64_t bytes;     /* UTF-8 bytes of the strings (values or list elements) */
+    uint64_t items;     /* list elements */
+    uint64_t raw_bytes; /* bytes of the values as JSON text */
+} hpcio_json_key;
+hpcio_status hpcio_json_scan(const uint8_t *data, uint64_t len, const uint64_t *offsets,
+                             size_t n, size_t *nkeys, uint64_t *key_spans,
+                             hpcio_json_key *keys, uint64_t **spans, hpcio_error *err);
+hpcio_status hpcio_json_fill(const uint8_t *data, const uint64_t *spans, size_t n,
+                             size_t nkeys, size_t k, int type, uint8_t *bytes,
+                             int64_t *offsets, int64_t *item_offsets, void *values,
+                             hpcio_error *err);
+
 /* ---- buffered file reads (fileio.c) --------------------------------------------------
  * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF
  * early is HPCIO_E_TRUNCATED with err->offset = the file offset where data ended. */

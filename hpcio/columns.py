@@ -10,6 +10,10 @@
   lies (in the shard's mapping or a decompressed batch), as that reader's samples do;
 - any other value (formats or encodings without a columnar path): a list.
 
+A JSON column whose documents are objects with the same keys splits into one column per
+key (:meth:`VarColumn.json_columns`): numbers and booleans as numpy arrays, strings as
+VarColumns, flat lists as :class:`ListColumn` s.
+
 No Python object is made per value until one is asked for, so a batch costs a few copies
 of its bytes, not a dict per sample: the form for tokenisers and collate functions that
 work on whole batches, and for filters over one field.
@@ -17,12 +21,13 @@ work on whole batches, and for filters over one field.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
+__all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
 
@@ -137,6 +142,32 @@ class VarColumn(_Column):
         offsets = np.ascontiguousarray(self.offsets, np.int64).view(np.uint64)
         return _records.utf8_lengths(self.data, offsets)
 
+    def json_columns(self) -> dict:
+        """The JSON objects of a ``json`` column as one column per key, parsed in C with
+        no Python object per document.
+
+        Every document must be an object with the keys of the first (in any order); keys
+        come in the first document's order.  A key's column is, by what its values hold:
+        an int64, float64 or bool numpy array; a ``str`` VarColumn; a :class:`ListColumn`
+        for flat lists of one of those; otherwise (null, nested objects, integers past
+        int64, values of different types) a ``json`` VarColumn of each value's JSON text.
+        Every column's ``to_pylist()`` gives the values ``to_pylist()`` of this column
+        holds under that key.  A document that is not JSON or not such an object raises
+        ValueError naming it and the byte.
+
+        >>> col = VarColumn.from_values("json", [{"lang": "en", "score": 0.5, "tags": ["a"]},
+        ...                                      {"lang": "fr", "score": 1.0, "tags": []}])
+        >>> parts = col.json_columns()
+        >>> parts["lang"].to_pylist(), parts["score"], parts["tags"].to_pylist()
+        (['en', 'fr'], array([0.5, 1. ]), [['a'], []])
+        """
+        from ._core import _records
+
+        if self.kind != "json":
+            raise TypeError(f"json_columns needs a json column, not a {self.kind} column")
+        names, parts = _records.json_columns(self.data, np.ascontiguousarray(self.offsets, np.int64))
+        return {loads_json(name): _json_part(part) for name, part in zip(names, parts)}
+
     def to_arrow(self):
         """The column as a pyarrow ``large_string`` (str, json) or ``large_binary`` array,
         sharing this column's buffers."""
@@ -157,6 +188,60 @@ class VarColumn(_Column):
 
     def __repr__(self):
         return f"<hpcio.VarColumn {self.kind} n={len(self)} bytes={int(self.offsets[-1])}>"
+
+
+class ListColumn(_Column):
+    """Flat lists of one field for a batch: value j is the list of
+    ``values[offsets[j]:offsets[j + 1]]``, the elements of every list back to back in
+    ``values`` (a numpy array or a :class:`VarColumn`; None when every list is empty).
+
+    >>> col = ListColumn(np.array([0, 2, 2, 3]), np.array([1, 2, 3]))
+    >>> len(col), col[0], col.to_pylist(), col.list_lengths().tolist()
+    (3, [1, 2], [[1, 2], [], [3]], [2, 0, 1])
+    """
+
+    __slots__ = ("offsets", "values")
+    kind = "list"
+
+    def __init__(self, offsets: np.ndarray, values):
+        self.offsets = offsets
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _value(self, j: int) -> list:
+        a, b = int(self.offsets[j]), int(self.offsets[j + 1])
+        return [] if a == b else _pylist(self.values[a:b])
+
+    def to_pylist(self) -> list:
+        """Every value as a list."""
+        flat = [] if self.values is None else _pylist(self.values)
+        return [flat[a:b] for a, b in itertools.pairwise(self.offsets.tolist())]
+
+    def list_lengths(self) -> np.ndarray:
+        """Elements of every list (int64)."""
+        return np.diff(self.offsets)
+
+    def __repr__(self):
+        return f"<hpcio.ListColumn n={len(self)} items={int(self.offsets[-1])}>"
+
+
+def _pylist(values) -> list:
+    """The values of a numpy array, a list or a column, as a list."""
+    if isinstance(values, np.ndarray):
+        return values.tolist()
+    return values if isinstance(values, list) else values.to_pylist()
+
+
+def _json_part(part):
+    """A column of :meth:`VarColumn.json_columns` from the compiled split's description."""
+    kind = part[0]
+    if kind == "list":
+        return ListColumn(part[1], None if part[2] is None else _json_part(part[2]))
+    if kind in ("str", "json"):
+        return VarColumn(kind, part[1], part[2])
+    return part[1]
 
 
 class ViewColumn(_Column):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hpcio
-from hpcio.columns import VarColumn, ViewColumn, columns_from_values
+from hpcio.columns import ListColumn, VarColumn, ViewColumn, columns_from_values
 from hpcio.errors import IndexOutOfRangeError
 
 
@@ -195,3 +195,130 @@ def test_mds_columns_views_and_edges(tmp_path):
         ds.get_columns([1, 30])
     with pytest.raises(KeyError, match="no column 'nope'"):
         ds.select(["nope"]).get_columns([0])
+
+
+def _json_column(raw: list[bytes]) -> VarColumn:
+    return VarColumn("json", np.frombuffer(b"".join(raw), np.uint8),
+                     np.cumsum([0] + [len(r) for r in raw]).astype(np.int64))
+
+
+def _typed(v):
+    """v with every number tagged by its type (True == 1 and NaN != NaN otherwise hide
+    differences)."""
+    if isinstance(v, dict):
+        return {k: _typed(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_typed(x) for x in v]
+    return (type(v).__name__, repr(v) if isinstance(v, float) else v)
+
+
+_SCALARS = [st.text(), st.integers(-(2**63), 2**63 - 1), st.floats(), st.booleans()]
+# what one key holds across the documents: one scalar type, flat lists of one, or any mix
+_KEY_VALUES = (st.sampled_from(_SCALARS) | st.sampled_from(_SCALARS).map(lambda s: st.lists(s, max_size=3))
+               | st.just(_JSON) | st.just(st.integers(2**63, 2**64 - 1)))
+
+
+def _expected_column(values: list):
+    """The column type json_columns gives for a key's values (with at least one)."""
+    def kind(v):
+        return type(v) if not isinstance(v, list) else (list, frozenset(type(x) for x in v))
+    kinds = {kind(v) for v in values}
+    scalar = {str: VarColumn, int: np.ndarray, float: np.ndarray, bool: np.ndarray}
+    if len(kinds) == 1 and next(iter(kinds)) in scalar:
+        t = next(iter(kinds))
+        return scalar[t] if t is not int or all(-(2**63) <= v < 2**63 for v in values) else "json"
+    if all(isinstance(k, tuple) for k in kinds):
+        elems = set().union(*(k[1] for k in kinds))
+        if len(elems) <= 1 and elems <= set(scalar) and all(
+                -(2**63) <= x < 2**63 for v in values for x in v if type(x) is int):
+            return ListColumn
+    return "json"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_json_columns_give_back_every_document(data):
+    keys = data.draw(st.lists(st.text(max_size=4), unique=True, max_size=6))
+    holds = {k: data.draw(_KEY_VALUES) for k in keys}
+    n = data.draw(st.integers(0, 6))
+    docs = [{k: data.draw(holds[k]) for k in data.draw(st.permutations(keys))} for _ in range(n)]
+    ascii = data.draw(st.booleans())
+    separators = data.draw(st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", " :\t")]))
+    raw = [json.dumps(d, ensure_ascii=ascii, separators=separators).encode() for d in docs]
+    col = _json_column(raw)
+    parts = col.json_columns()
+    assert list(parts) == (list(docs[0]) if docs else [])
+    rows = [dict(zip(parts, values)) for values in zip(*(
+        p.tolist() if isinstance(p, np.ndarray) else p.to_pylist() for p in parts.values()))]
+    if not parts:  # documents without keys: no column says how many there were
+        rows = [{} for _ in docs]
+    assert _typed(rows) == _typed(col.to_pylist()) == _typed(docs)
+    for k, part in parts.items():
+        expected = _expected_column([d[k] for d in docs])
+        assert (part.kind == "json" if expected == "json" else isinstance(part, expected)), (k, part)
+
+
+def test_json_columns_of_known_documents():
+    raw = [(b'{"s": "x\\u00e9\\\\", "i": 1, "f": 1.5, "b": true, "l": ["p", "q"], "n": null, '
+            b'"e": [], "m": 1, "o": {"z": [1]}}'),
+           ('{"m": 2.0, "o": {}, "e": [], "n": null, "l": [], "b": false, "f": -0.0, "i": -5, '
+            '"s": "yy\U0001F600"}').encode(),
+           (b' {"s":"\\ud83d\\ude00\\n","i":9223372036854775807,"f":1e5,"b":true,"l":["\\u00e9"],'
+            b'"n":null,"e":[],"m":3,"o":{"z":null}} ')]
+    parts = _json_column(raw).json_columns()
+    assert list(parts) == ["s", "i", "f", "b", "l", "n", "e", "m", "o"]
+    assert parts["s"].kind == "str" and parts["s"].to_pylist() == ["xé\\", "yy\U0001F600", "\U0001F600\n"]
+    assert parts["i"].dtype == np.int64 and parts["i"].tolist() == [1, -5, 2**63 - 1]
+    assert parts["f"].dtype == np.float64 and [repr(x) for x in parts["f"].tolist()] == ["1.5", "-0.0", "100000.0"]
+    assert parts["b"].dtype == np.bool_ and parts["b"].tolist() == [True, False, True]
+    assert isinstance(parts["l"], ListColumn) and parts["l"].to_pylist() == [["p", "q"], [], ["é"]]
+    assert parts["l"].list_lengths().tolist() == [2, 0, 1] and parts["l"][2] == ["é"]
+    assert parts["e"].to_pylist() == [[], [], []] and parts["e"].values is None
+    # null, an int and a float under one key, nested objects: each value as its JSON text
+    for k, text in (("n", [b"null"] * 3), ("m", [b"1", b"2.0", b"3"]), ("o", [b'{"z": [1]}', b"{}", b'{"z":null}'])):
+        assert parts[k].kind == "json" and [bytes(parts[k].value_bytes(j)) for j in range(3)] == text
+    assert parts["m"].to_pylist() == [1, 2.0, 3]
+    assert _json_column([]).json_columns() == {}
+
+
+def test_json_columns_keep_what_utf8_cannot_hold_as_json_text():
+    # a lone surrogate is a Python str that UTF-8 cannot hold; NaN and Infinity are read
+    # as Python's json reads them, and integers past int64 stay exact
+    raw = [b'{"s": "\\ud800", "f": NaN, "big": 18446744073709551615}',
+           b'{"s": "ok", "f": -Infinity, "big": 1}']
+    parts = _json_column(raw).json_columns()
+    assert parts["s"].kind == "json" and parts["s"].to_pylist() == ["\ud800", "ok"]
+    assert math.isnan(parts["f"][0]) and parts["f"][1] == -math.inf
+    assert parts["big"].kind == "json" and parts["big"].to_pylist() == [2**64 - 1, 1]
+
+
+def test_json_columns_keys_compare_unescaped():
+    parts = _json_column([b'{"\\u00e9": 1, "a\\"b": 2}', '{"a\\"b": 3, "é": 4}'.encode()]).json_columns()
+    assert {k: v.tolist() for k, v in parts.items()} == {"é": [1, 4], 'a"b': [2, 3]}
+
+
+@pytest.mark.parametrize("raw, message", [
+    ([b'{"a":1}', b"[1]"], "document 1 (byte 7 of the column): not a JSON object"),
+    ([b'{"a":1}', b'{"a":1,"b":2}'], 'document 1 (byte 14 of the column): key "b" is not in the first document'),
+    ([b'{"a":1,"b":2}', b'{"a":1}'], "document 1 (byte 13 of the column): holds 1 of the first document's 2 keys"),
+    ([b'{"a":1,"a":2}'], 'document 0 (byte 7 of the column): key "a" appears twice'),
+    ([b'{"a":1}', b'{"a":1,"a":3}'], 'document 1 (byte 14 of the column): key "a" appears twice'),
+    ([b'{"a":1,}'], "document 0 (byte 7 of the column): not a JSON document: expected a string key in an object"),
+    ([b'{"a":01}'], "document 0 (byte 6 of the column): not a JSON document: expected ',' or '}' in an object"),
+    ([b'{"a":1} x'], "document 0 (byte 7 of the column): not a JSON document: data after the document"),
+    ([b'{"a":"\x01"}'], "document 0 (byte 6 of the column): not a JSON document: control character in a string"),
+    ([b'{"a":"\\q"}'], "document 0 (byte 6 of the column): not a JSON document: bad escape"),
+    ([b'{"a":tru}'], "document 0 (byte 5 of the column): not a JSON document: bad literal"),
+    ([b'{"a":[1 2]}'], "document 0 (byte 8 of the column): not a JSON document: expected ',' or ']' in an array"),
+    ([b'{"a":"x}'], "document 0 (byte 5 of the column): not a JSON document: unterminated string"),
+    ([b'{' + b",".join(b'"k%d":0' % i for i in range(257)) + b"}"],
+     "document 0 (byte 2195 of the column): more than 256 keys"),
+    ([b'{"a":' + b"[" * 1100 + b"]" * 1100 + b"}"], "document 0 (byte 1028 of the column): not a JSON document: nested too deep"),
+])
+def test_json_columns_errors_name_the_document_and_byte(raw, message):
+    with pytest.raises(ValueError) as info:
+        _json_column(raw).json_columns()
+    assert str(info.value) == message
+    with pytest.raises(TypeError, match=r"^json_columns needs a json column, not a str column$"):
+        VarColumn.from_values("str", ["a"]).json_columns()
+

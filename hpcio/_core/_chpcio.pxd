@@ -52,6 +52,28 @@ cdef extern from "hpcio.h" nogil:
                                           int32_t col, int utf8, int64_t *out, int64_t *first,
                                           hpcio_error *err)
 
+    enum: HPCIO_JSON_MAX_KEYS
+    enum:
+        HPCIO_JSON_NONE
+        HPCIO_JSON_STR
+        HPCIO_JSON_INT
+        HPCIO_JSON_FLOAT
+        HPCIO_JSON_BOOL
+        HPCIO_JSON_RAW
+        HPCIO_JSON_LIST
+    ctypedef struct hpcio_json_key:
+        int type
+        uint64_t bytes
+        uint64_t items
+        uint64_t raw_bytes
+    hpcio_status hpcio_json_scan(const uint8_t *data, uint64_t len, const uint64_t *offsets,
+                                 size_t n, size_t *nkeys, uint64_t *key_spans,
+                                 hpcio_json_key *keys, uint64_t **spans, hpcio_error *err)
+    hpcio_status hpcio_json_fill(const uint8_t *data, const uint64_t *spans, size_t n,
+                                 size_t nkeys, size_t k, int type, uint8_t *bytes,
+                                 int64_t *offsets, int64_t *item_offsets, void *values,
+                                 hpcio_error *err)
+
     hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
                                   hpcio_error *err)
     hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t *ends,

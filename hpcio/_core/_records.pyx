@@ -25,9 +25,11 @@ from posix.uio cimport iovec, preadv
 import numpy as np
 
 from ._chpcio cimport (
-    HPCIO_MDS_MAX_COLUMNS, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_mds_column_copy,
-    hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_pread_full, hpcio_status,
-    hpcio_utf8_lengths,
+    HPCIO_E_NOMEM, HPCIO_JSON_BOOL, HPCIO_JSON_FLOAT, HPCIO_JSON_INT, HPCIO_JSON_LIST,
+    HPCIO_JSON_MAX_KEYS, HPCIO_JSON_NONE, HPCIO_JSON_RAW, HPCIO_JSON_STR, HPCIO_MDS_MAX_COLUMNS,
+    HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_json_fill, hpcio_json_key, hpcio_json_scan,
+    hpcio_mds_column_copy, hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_pread_full,
+    hpcio_status, hpcio_utf8_lengths,
 )
 from ._utils cimport byte_view, check, data_ptr
 
@@ -625,3 +627,94 @@ def utf8_lengths(data, const uint64_t[::1] offsets):
                                 &counts[0] if m else NULL, &err)
     check(st, &err, None, -1, -1)
     return out
+
+
+cdef object _json_error(hpcio_status st, hpcio_error *err):
+    if st == HPCIO_E_NOMEM:
+        return MemoryError(err.msg.decode("utf-8", "replace"))
+    where = f"document {err.item}" if err.item >= 0 else "the documents"
+    if err.offset >= 0:
+        where += f" (byte {err.offset} of the column)"
+    return ValueError(f"{where}: {err.msg.decode('utf-8', 'replace')}")
+
+
+_JSON_SCALARS = {HPCIO_JSON_INT: ("int", np.int64), HPCIO_JSON_FLOAT: ("float", np.float64),
+                 HPCIO_JSON_BOOL: ("bool", np.bool_)}
+
+
+def json_columns(data, const int64_t[::1] offsets):
+    """The JSON objects ``data[offsets[j]:offsets[j + 1]]`` split into one column per key,
+    parsed in C without the GIL.
+
+    Returns ``(names, parts)``: each key's name as it is written in the first document
+    (JSON string, quotes included) and its values as ``("str" | "json", data, offsets)``
+    (``"json"``: each value's JSON text), ``("int" | "float" | "bool", array)`` or
+    ``("list", offsets, elements)`` with elements one of those (None when every list is
+    empty).  Raises ValueError naming the document and byte when a document is not JSON
+    or not an object with the first document's keys.
+    """
+    cdef const uint8_t[::1] view = byte_view(data)
+    cdef Py_ssize_t n = offsets.shape[0] - 1
+    cdef size_t k
+    if n < 0:
+        raise ValueError("json_columns: offsets must hold at least one position")
+    cdef const uint8_t *base = data_ptr(view)
+    cdef size_t nkeys = 0
+    cdef uint64_t key_spans[2 * HPCIO_JSON_MAX_KEYS]
+    cdef hpcio_json_key keys[HPCIO_JSON_MAX_KEYS]
+    cdef uint64_t *spans = NULL
+    cdef hpcio_error err
+    cdef hpcio_status st
+    cdef int typ, elem
+    cdef uint8_t[::1] bytes_out
+    cdef int64_t[::1] offs_out, items_out
+    cdef uint8_t *bytes_p
+    cdef int64_t *offs_p
+    cdef int64_t *items_p
+    cdef void *values_p
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_json_scan(base, view.shape[0], <const uint64_t *>&offsets[0], n, &nkeys,
+                             key_spans, keys, &spans, &err)
+    if st != HPCIO_OK:
+        raise _json_error(st, &err)
+    try:
+        names = [bytes(view[key_spans[2 * k]:key_spans[2 * k + 1]]) for k in range(nkeys)]
+        parts = []
+        for k in range(nkeys):
+            typ = keys[k].type
+            elem = typ & ~HPCIO_JSON_LIST
+            bytes_p = offs_p = items_p = values_p = NULL
+            count = keys[k].items if typ & HPCIO_JSON_LIST else n
+            if typ == HPCIO_JSON_RAW or elem == HPCIO_JSON_STR:
+                bytes_arr = np.empty(keys[k].raw_bytes if typ == HPCIO_JSON_RAW else keys[k].bytes,
+                                     np.uint8)
+                bytes_out = bytes_arr
+                bytes_p = &bytes_out[0] if bytes_out.shape[0] else NULL
+                text_offsets = np.empty(count + 1, np.int64)
+                offs_out = text_offsets
+                if typ & HPCIO_JSON_LIST:
+                    items_p = &offs_out[0]
+                else:
+                    offs_p = &offs_out[0]
+                elements = ("json" if typ == HPCIO_JSON_RAW else "str", bytes_arr, text_offsets)
+            elif elem == HPCIO_JSON_NONE:
+                elements = None
+            else:
+                name, dtype = _JSON_SCALARS[elem]
+                values = np.empty(count, dtype)
+                values_p = <void *><size_t>values.ctypes.data
+                elements = (name, values)
+            if typ & HPCIO_JSON_LIST:
+                list_offsets = np.empty(n + 1, np.int64)
+                offs_out = list_offsets
+                offs_p = &offs_out[0]
+            with nogil:
+                st = hpcio_json_fill(base, spans, n, nkeys, k, typ, bytes_p, offs_p, items_p,
+                                     values_p, &err)
+            if st != HPCIO_OK:
+                raise _json_error(st, &err)
+            parts.append(("list", list_offsets, elements) if typ & HPCIO_JSON_LIST else elements)
+        return names, parts
+    finally:
+        free(spans)
