@@ -322,3 +322,22 @@ def test_json_columns_errors_name_the_document_and_byte(raw, message):
     with pytest.raises(TypeError, match=r"^json_columns needs a json column, not a str column$"):
         VarColumn.from_values("str", ["a"]).json_columns()
 
+
+def test_large_column_batches_reuse_freed_memory_and_never_live_columns(tmp_path):
+    # text columns of 1 MiB and more are built in memory kept from freed batches
+    d = str(tmp_path / "big")
+    texts = [f"{i:06d}" + "x" * 2000 for i in range(1200)]
+    with hpcio.open_writer(d, format="mds", columns={"text": "str"}) as w:
+        for t in texts:
+            w.write({"text": t})
+    ds = hpcio.open(d)
+    first = ds.get_columns(np.arange(600))["text"]
+    second = ds.get_columns(np.arange(600, 1200))["text"]
+    assert second.data.nbytes > 1 << 20
+    freed_at = second.data.ctypes.data
+    del second
+    third = ds.get_columns(np.arange(1199, 599, -1))["text"]
+    assert third.data.ctypes.data == freed_at  # the freed batch's memory, not a new one
+    assert third.data.ctypes.data != first.data.ctypes.data
+    assert first.to_pylist() == texts[:600] and third.to_pylist() == texts[:599:-1]
+    assert third.data.flags.writeable
