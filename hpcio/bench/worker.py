@@ -85,8 +85,10 @@ def _touch_value(v):
 
 def touch_columns(columns):
     """touch() for a column batch (``{field: column}``): the same total, counted a column
-    at a time.  Text counts characters as ``len(str)`` does, JSON is decoded and its values
-    touched, numbers count one each."""
+    at a time.  Text counts characters as ``len(str)`` does, lists their elements, numbers
+    one each.  JSON objects are split into a column per key (``json_columns``, which parses
+    every value) and counted as touch() counts a mapping: its values plus one; other JSON
+    is decoded and its values touched."""
     total = 0
     for col in columns.values():
         kind = getattr(col, "kind", None)
@@ -94,8 +96,15 @@ def touch_columns(columns):
             total += int(col.str_lengths().sum())
         elif kind == "bytes":
             total += int(col.byte_lengths().sum())
+        elif kind == "list":
+            total += int(col.list_lengths().sum())
         elif kind == "json":
-            total += touch_values(col.to_pylist())
+            try:
+                parts = col.json_columns()
+            except ValueError:  # not objects with the same keys
+                total += touch_values(col.to_pylist())
+            else:
+                total += len(col) + touch_columns(parts)
         elif isinstance(col, np.ndarray) and col.ndim == 1:
             total += len(col)
         else:
