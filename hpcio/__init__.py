@@ -10,7 +10,7 @@ split across ranks and dataloader workers.
 """
 
 from ._version import __version__
-from .columns import VarColumn, ViewColumn
+from .columns import ListColumn, VarColumn, ViewColumn
 from .dataset import Dataset, open, open_writer
 from .errors import (
     CapabilityError,
@@ -35,6 +35,7 @@ from .registry import Capabilities, available_formats, get_format, register_form
 __all__ = [
     "__version__",
     "Dataset",
+    "ListColumn",
     "VarColumn",
     "ViewColumn",
     "open",

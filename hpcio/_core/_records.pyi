@@ -56,3 +56,9 @@ def loads_json_values(buf, offsets: NDArray[np.int64], json_loads: Callable) -> 
     """The JSON values ``buf[offsets[j]:offsets[j + 1]]``, each decoded by its own
     ``json_loads`` call from C, or None when one of them does not decode (decode them one by
     one to find it)."""
+
+def json_columns(data, offsets: NDArray[np.int64]) -> tuple[list[bytes], list[tuple]]:
+    """The JSON objects ``data[offsets[j]:offsets[j + 1]]`` split into one column per key
+    (key names as JSON strings; ``("str" | "json", data, offsets)``, ``("int" | "float" |
+    "bool", array)`` or ``("list", offsets, elements)`` per key).  ValueError names the
+    document and byte of one that is not JSON or lacks the first document's keys."""
