@@ -122,8 +122,7 @@ static int64_t utf8_count(const uint8_t *p, uint64_t n)
 
     while (i < n) {
         uint64_t word, w1, w2, w3;
-        uint8_t c, lo = 0x80, hi = 0xBF;
-        uint64_t need;
+        int k;
 
         if (n - i >= 32) {
             memcpy(&word, p + i, 8);
@@ -144,35 +143,15 @@ static int64_t utf8_count(const uint8_t *p, uint64_t n)
                 continue;
             }
         }
-        c = p[i];
-        if (c < 0x80) {
+        if (p[i] < 0x80) {
             i++;
             count++;
             continue;
         }
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            if (c == 0xE0)
-                lo = 0xA0; /* overlong */
-            else if (c == 0xED)
-                hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            if (c == 0xF0)
-                lo = 0x90; /* overlong */
-            else if (c == 0xF4)
-                hi = 0x8F; /* past U+10FFFF */
-        } else {
+        k = hpcio_utf8_seq(p + i, n - i);
+        if (k == 0)
             return -1 - (int64_t)i;
-        }
-        if (n - i - 1 < need || p[i + 1] < lo || p[i + 1] > hi)
-            return -1 - (int64_t)i;
-        for (uint64_t k = 2; k <= need; k++)
-            if ((p[i + k] & 0xC0) != 0x80)
-                return -1 - (int64_t)i;
-        i += need + 1;
+        i += (uint64_t)k;
         count++;
     }
     return count;

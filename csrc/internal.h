@@ -43,6 +43,39 @@ static inline uint64_t hpcio_load_le64(const uint8_t *p)
     return v;
 }
 
+/* Length of the multi-byte UTF-8 sequence at p (avail bytes readable, p[0] >= 0x80) when
+ * Python's strict decoder accepts it (no overlong forms, surrogates or code points past
+ * U+10FFFF), else 0. */
+static inline int hpcio_utf8_seq(const uint8_t *p, uint64_t avail)
+{
+    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
+    uint64_t need;
+
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (avail - 1 < need || p[1] < lo || p[1] > hi)
+        return 0;
+    for (uint64_t k = 2; k <= need; k++)
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+    return (int)need + 1;
+}
+
 /* ---- parallel loop over items (threads.c) ---------------------------------------------
  * Runs task(shared, thread_ctx, j, err) for every j < m on up to nthreads threads (the
  * calling thread is one of them).  Each thread gets its own context from ctx_new (freed

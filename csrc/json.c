@@ -61,33 +61,6 @@ static int hex4(const uint8_t *p, const uint8_t *end, uint32_t *cp)
     return 1;
 }
 
-/* Length of the UTF-8 sequence at p that Python's strict decoder accepts, else 0. */
-static int utf8_seq(const uint8_t *p, const uint8_t *end)
-{
-    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
-    int need;
-
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        lo = c == 0xE0 ? 0xA0 : lo;
-        hi = c == 0xED ? 0x9F : hi;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        lo = c == 0xF0 ? 0x90 : lo;
-        hi = c == 0xF4 ? 0x8F : hi;
-    } else {
-        return 0;
-    }
-    if (end - p <= need || p[1] < lo || p[1] > hi)
-        return 0;
-    for (int k = 2; k <= need; k++)
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-    return need + 1;
-}
-
 static size_t put_utf8(uint8_t *out, uint32_t cp)
 {
     if (cp < 0x80) {
@@ -138,7 +111,7 @@ static hpcio_status json_string(scan_ctx *s, const uint8_t **pp, const uint8_t *
         if (*p < 0x20)
             return bad_json(s, p, "control character in a string");
         if (*p >= 0x80) {
-            int k = utf8_seq(p, end);
+            int k = hpcio_utf8_seq(p, (uint64_t)(end - p));
 
             if (k == 0) {
                 *plain = 0;
