@@ -107,8 +107,8 @@ hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t 
  * JSON object holding the keys of document 0 (in any order, each once; at most
  * HPCIO_JSON_MAX_KEYS).  It writes *nkeys, key_spans[2k..2k+1] (key k's name in data,
  * quotes included, escapes kept) and keys[k]: the type its values share and what they
- * add up to.  *spans (malloc'd, the caller frees it) holds [j][k][2], where document j's
- * value of key k lies in data.  A document that is not JSON is HPCIO_E_CODEC, one that
+ * add up to.  *spans (malloc'd, NULL for no document; the caller frees it) holds
+ * [j][k][2], where document j's value of key k lies in data.  A document that is not JSON is HPCIO_E_CODEC, one that
  * is not such an object HPCIO_E_CORRUPT (too many keys: HPCIO_E_LIMIT); err->item is the
  * document and err->offset the byte in data.
  * hpcio_json_fill then writes key k's values, by type:

@@ -588,12 +588,10 @@ hpcio_status hpcio_json_scan(const uint8_t *data, uint64_t len, const uint64_t *
         }
     }
     *nkeys = st.nkeys;
-    if (n == 0)
-        st.spans = malloc(2 * sizeof(uint64_t));
-    *spans = st.spans;
-    st.spans = NULL;
-    if (*spans == NULL)
-        status = hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "no memory");
+    if (n > 0) {
+        *spans = st.spans;
+        st.spans = NULL;
+    }
 done:
     if (st.spans != first_spans)
         free(st.spans);

@@ -536,9 +536,6 @@ cdef class _ColumnBytes:
         view.suboffsets = NULL
         view.internal = NULL
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
     def __dealloc__(self):
         cdef int k, spot = -1
         if self.cap <= _POOL_MAX:
@@ -744,7 +741,7 @@ def json_columns(data, const int64_t[::1] offsets):
     cdef hpcio_status st
     cdef int typ, elem
     cdef uint8_t[::1] bytes_out
-    cdef int64_t[::1] offs_out, items_out
+    cdef int64_t[::1] offs_out
     cdef uint8_t *bytes_p
     cdef int64_t *offs_p
     cdef int64_t *items_p
