@@ -297,50 +297,53 @@ static hpcio_status json_array(scan_ctx *s, const uint8_t **pp, const uint8_t *e
     return HPCIO_OK;
 }
 
-/* Checks the object at *pp and calls member() with each member's key (quotes included)
- * and value; a nested object is only checked (member NULL).  hint(), when given, says
- * which key's text (quotes included) the next member most likely starts with: bytes
- * that match it are that whole string, and need no parse. */
-typedef hpcio_status (*member_fn)(void *arg, scan_ctx *s, const uint8_t *key,
-                                  const uint8_t *key_end, const uint8_t *value,
-                                  const uint8_t *value_end, const value_info *v);
-typedef const uint8_t *(*hint_fn)(void *arg, size_t *len);
+/* The scan of a document's top-level members (below): st NULL for a nested object,
+ * which is only checked. */
+typedef struct scan_state scan_state;
+static const uint8_t *scan_hint(const scan_state *st, size_t *len);
+static hpcio_status scan_member(scan_state *st, scan_ctx *s, const uint8_t *key,
+                                const uint8_t *key_end, int hinted, const uint8_t *value,
+                                const uint8_t *value_end, const value_info *v);
 
+/* Checks the object at *pp; with st, passes each member's key (quotes included) and
+ * value to scan_member.  scan_hint says which key's text the next member most likely
+ * starts with: bytes that match it are that whole string, and need no parse. */
 static hpcio_status json_object(scan_ctx *s, const uint8_t **pp, const uint8_t *end,
-                                int depth, member_fn member, hint_fn hint, void *arg)
+                                int depth, scan_state *st)
 {
     const uint8_t *p = skip_ws(*pp + 1, end);
-    hpcio_status st;
+    hpcio_status status;
 
     if (p < end && *p == '}') {
         *pp = p + 1;
         return HPCIO_OK;
     }
     for (;;) {
-        const uint8_t *key = p, *key_end, *value;
+        const uint8_t *key = p, *key_end, *value, *expect;
         uint64_t klen;
-        int plain;
-        value_info v;
-
-        const uint8_t *expect;
+        int plain, hinted = 0;
         size_t elen;
+        value_info v;
 
         if (p >= end || *p != '"')
             return bad_json(s, p, "expected a string key in an object");
-        if (hint != NULL && (expect = hint(arg, &elen)) != NULL && (size_t)(end - p) >= elen
-            && memcmp(p, expect, elen) == 0)
+        if (st != NULL && (expect = scan_hint(st, &elen)) != NULL && (size_t)(end - p) >= elen
+            && memcmp(p, expect, elen) == 0) {
             p += elen;
-        else if ((st = json_string(s, &p, end, NULL, &klen, &plain)) != HPCIO_OK)
-            return st;
+            hinted = 1;
+        } else if ((status = json_string(s, &p, end, NULL, &klen, &plain)) != HPCIO_OK) {
+            return status;
+        }
         key_end = p;
         p = skip_ws(p, end);
         if (p >= end || *p != ':')
             return bad_json(s, p, "expected ':' after an object key");
         value = p = skip_ws(p + 1, end);
-        if ((st = json_value(s, &p, end, depth + 1, &v)) != HPCIO_OK)
-            return st;
-        if (member != NULL && (st = member(arg, s, key, key_end, value, p, &v)) != HPCIO_OK)
-            return st;
+        if ((status = json_value(s, &p, end, depth + 1, &v)) != HPCIO_OK)
+            return status;
+        if (st != NULL
+            && (status = scan_member(st, s, key, key_end, hinted, value, p, &v)) != HPCIO_OK)
+            return status;
         p = skip_ws(p, end);
         if (p < end && *p == ',') {
             p = skip_ws(p + 1, end);
@@ -378,7 +381,7 @@ static hpcio_status json_value(scan_ctx *s, const uint8_t **pp, const uint8_t *e
         return json_array(s, pp, end, depth, v);
     case '{':
         v->type = HPCIO_JSON_RAW;
-        return json_object(s, pp, end, depth, NULL, NULL, NULL);
+        return json_object(s, pp, end, depth, NULL);
     case 't':
     case 'f':
         v->type = HPCIO_JSON_BOOL;
@@ -397,7 +400,7 @@ static hpcio_status json_value(scan_ctx *s, const uint8_t **pp, const uint8_t *e
 
 /* ---- the scan ------------------------------------------------------------------------ */
 
-typedef struct {
+struct scan_state {
     const uint8_t *data;
     size_t nkeys, member;  /* keys known; members seen in the current document */
     int first;             /* scanning document 0, which names the keys */
@@ -406,7 +409,7 @@ typedef struct {
     size_t stride;         /* keys per document in spans */
     uint64_t *seen;        /* [k]: 1 + the last document that held key k */
     hpcio_json_key *keys;
-} scan_state;
+};
 
 /* The unescaped name of the key string at [a, b) (quotes included) into out (which
  * holds b - a bytes); its length. */
@@ -460,11 +463,12 @@ static hpcio_status twice(scan_ctx *s, const uint8_t *key, const uint8_t *key_en
                       "key %.*s appears twice", KEY_SHOWN(key, key_end));
 }
 
-static hpcio_status scan_member(void *arg, scan_ctx *s, const uint8_t *key,
-                                const uint8_t *key_end, const uint8_t *value,
+/* Member st->member of document s->doc: key [key, key_end) (hinted: known to be that
+ * member's key in document 0), value [value, value_end). */
+static hpcio_status scan_member(scan_state *st, scan_ctx *s, const uint8_t *key,
+                                const uint8_t *key_end, int hinted, const uint8_t *value,
                                 const uint8_t *value_end, const value_info *v)
 {
-    scan_state *st = arg;
     size_t k = st->member, found = st->nkeys;
 
     if (st->first) {
@@ -484,6 +488,10 @@ static hpcio_status scan_member(void *arg, scan_ctx *s, const uint8_t *key,
         st->key_spans[2 * found] = (uint64_t)(key - st->data);
         st->key_spans[2 * found + 1] = (uint64_t)(key_end - st->data);
         st->keys[found].type = -1;
+    } else if (hinted) {
+        found = k;
+        if (st->seen[found] == s->doc + 1)
+            return twice(s, key, key_end);
     } else {
         /* documents usually list their keys in the same order: try that one first */
         for (size_t t = 0; t < st->nkeys && found == st->nkeys; t++) {
@@ -519,10 +527,8 @@ static hpcio_status scan_member(void *arg, scan_ctx *s, const uint8_t *key,
 }
 
 /* Documents list their keys in the first document's order, as a rule. */
-static const uint8_t *scan_hint(void *arg, size_t *len)
+static const uint8_t *scan_hint(const scan_state *st, size_t *len)
 {
-    const scan_state *st = arg;
-
     if (st->first || st->member >= st->nkeys)
         return NULL;
     *len = (size_t)(st->key_spans[2 * st->member + 1] - st->key_spans[2 * st->member]);
@@ -564,7 +570,7 @@ hpcio_status hpcio_json_scan(const uint8_t *data, uint64_t len, const uint64_t *
         }
         st.member = 0;
         st.first = j == 0;
-        if ((status = json_object(&s, &p, end, 1, scan_member, scan_hint, &st)) != HPCIO_OK)
+        if ((status = json_object(&s, &p, end, 1, &st)) != HPCIO_OK)
             goto done;
         if (skip_ws(p, end) != end) {
             status = bad_json(&s, p, "data after the document");
@@ -654,9 +660,11 @@ static int fast_double(const uint8_t *p, const uint8_t *end, double *out)
     return 1;
 }
 
+/* Writes the value at *pp (of the scanned type) as value i, and sets *pp past it.  With
+ * whole, the value is all of [*pp, end): a key's value, where the scan found its end. */
 static hpcio_status put_scalar(scan_ctx *s, const uint8_t **pp, const uint8_t *end,
-                               int type, locale_t c_locale, uint8_t *bytes, uint64_t *used,
-                               void *values, uint64_t i)
+                               int whole, int type, locale_t c_locale, uint8_t *bytes,
+                               uint64_t *used, void *values, uint64_t i)
 {
     const uint8_t *p = *pp;
 
@@ -668,8 +676,11 @@ static hpcio_status put_scalar(scan_ctx *s, const uint8_t **pp, const uint8_t *e
         const uint8_t *close = p + 1;
 
         /* a string without escapes is its bytes between the quotes */
-        while (close < end && *close != '"' && *close != '\\')
-            close++;
+        if (whole)
+            close = memchr(p + 1, '\\', (size_t)(end - p - 2)) == NULL ? end - 1 : end;
+        else
+            while (close < end && *close != '"' && *close != '\\')
+                close++;
         if (close < end && *close == '"') {
             memcpy(bytes + *used, p + 1, (size_t)(close - p - 1));
             *used += (uint64_t)(close - p - 1);
@@ -698,10 +709,12 @@ static hpcio_status put_scalar(scan_ctx *s, const uint8_t **pp, const uint8_t *e
         char *stop;
         int t;
         const uint8_t *q = p;
-        hpcio_status st = json_number(s, &q, end, &t);
+        hpcio_status st = whole ? HPCIO_OK : json_number(s, &q, end, &t);
 
         if (st != HPCIO_OK)
             return st;
+        if (whole)
+            q = end;
         if (!fast_double(p, q, (double *)values + i)) {
             ((double *)values)[i] = strtod_l((const char *)p, &stop, c_locale);
             if ((const uint8_t *)stop != q)
@@ -744,13 +757,13 @@ hpcio_status hpcio_json_fill(const uint8_t *data, const uint64_t *spans, size_t 
             used += (uint64_t)(end - p);
             offsets[j + 1] = (int64_t)used;
         } else if (!(type & HPCIO_JSON_LIST)) {
-            st = put_scalar(&s, &p, end, type, c_locale, bytes, &used, values, j);
+            st = put_scalar(&s, &p, end, 1, type, c_locale, bytes, &used, values, j);
             if (offsets != NULL)
                 offsets[j + 1] = (int64_t)used;
         } else {
             p = skip_ws(p + 1, end);
             while (st == HPCIO_OK && p < end && *p != ']') {
-                st = put_scalar(&s, &p, end, elem, c_locale, bytes, &used, values, items);
+                st = put_scalar(&s, &p, end, 0, elem, c_locale, bytes, &used, values, items);
                 items++;
                 if (item_offsets != NULL)
                     item_offsets[items] = (int64_t)used;
