@@ -504,7 +504,9 @@ cdef Py_ssize_t _failed_record(hpcio_status st, const hpcio_error *err) except -
 # Column batches of the same fields come back at about the same size, call after call.
 # Their bytes are kept, when freed, in a few slots for the next batch: memory the process
 # has touched already, where a fresh allocation of megabytes costs a page fault per 4 KiB
-# (a quarter of a text column batch's time).  Small buffers go to numpy as usual.
+# (a quarter of a text column batch's time).  A batch takes the smallest kept buffer that
+# holds it, up to four times its size (a pass's short last batch).  Small buffers go to
+# numpy as usual.
 cdef enum:
     _POOL_SLOTS = 4
 cdef size_t _POOL_MIN = 1 << 20    # smaller buffers are cheap to allocate
@@ -557,7 +559,7 @@ cdef object _column_bytes(size_t n):
     cdef int k, best = -1
     cdef _ColumnBytes buf = _ColumnBytes.__new__(_ColumnBytes)
     for k in range(_POOL_SLOTS):
-        if _pool_ptr[k] != NULL and n <= _pool_cap[k] <= 2 * n and (
+        if _pool_ptr[k] != NULL and n <= _pool_cap[k] <= 4 * n and (
                 best < 0 or _pool_cap[k] < _pool_cap[best]):
             best = k
     if best >= 0:
