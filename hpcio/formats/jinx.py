@@ -26,7 +26,6 @@ import binascii
 import bisect
 import io
 import math
-import mmap
 import os
 import warnings
 from array import array
@@ -38,7 +37,7 @@ import orjson
 
 from .. import codecs as _codecs_table
 from .._core import _codecs as _zstd_kernels
-from .._core import _jinx
+from .._core import _io, _jinx
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -157,7 +156,7 @@ class _Shard:
         size = os.fstat(self._file.fileno()).st_size
         if size == 0:
             raise TruncatedShardError("empty file: no JINX offset line", path=path, offset=0)
-        self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._mm = _io.map_file(self._file.fileno())
         self._file.close()  # the map holds its own descriptor
         self.buf = memoryview(self._mm)
         self.size = size
@@ -252,7 +251,7 @@ class _Shard:
             if os.fstat(self._binx_file.fileno()).st_size == 0:
                 self._binx = memoryview(b"")
             else:
-                self._binx_mm = mmap.mmap(self._binx_file.fileno(), 0, access=mmap.ACCESS_READ)
+                self._binx_mm = _io.map_file(self._binx_file.fileno())
                 self._binx = memoryview(self._binx_mm)
             self._binx_file.close()
         return self._binx

@@ -19,7 +19,6 @@ Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 from collections.abc import Mapping, Sequence
 
@@ -115,7 +114,9 @@ class Reader(base.Reader):
         if data_path is not None:
             with open(data_path, "rb") as f:  # the map holds its own descriptor
                 if os.fstat(f.fileno()).st_size:
-                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    from .._core import _io
+
+                    self._mm = _io.map_file(f.fileno())
                     self.buf = memoryview(self._mm)
                 else:
                     self.buf = memoryview(b"")

@@ -184,6 +184,8 @@ class Reader(_Reader):
     """Random-access reader of MessagePack map streams (a file or a directory of them)."""
 
     def __init__(self, path, **options):
+        from .._core import _io
+
         super().__init__(path)
         self.paths = list_files(self.path)
         self.maps, self.files, self.offsets = [], [], []
@@ -193,7 +195,7 @@ class Reader(_Reader):
                 f = open(p, "rb")
                 self.files.append(f)
                 size = os.fstat(f.fileno()).st_size
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                m = _io.map_file(f.fileno()) if size else b""
                 self.maps.append(m)
                 table = build_index(m, path=p, sample_base=sum(counts))
                 self.offsets.append(table)

@@ -169,7 +169,7 @@ class _Shard:
     """The member index of one tar file, grouped into samples."""
 
     def __init__(self, path: str, key_dots: int):
-        from .._core import _tar
+        from .._core import _io, _tar
 
         self.path = path
         try:
@@ -177,7 +177,7 @@ class _Shard:
         except FileNotFoundError:
             raise ShardNotFoundError("WebDataset shard is missing", path=path) from None
         size = os.fstat(self.file.fileno()).st_size
-        self.map = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.map = _io.map_file(self.file.fileno()) if size else b""
         names, _headers, data_offsets, sizes, _end, error = _tar.scan(
             memoryview(self.map), path=path, partial=True)
         keys, suffixes, starts = [], [], []

@@ -207,6 +207,45 @@ def test_mapped_bounds(shard):
             m.gather([0], [200_001], sample_base=7)
 
 
+def _vm_flags(address: int) -> list[str]:
+    """The kernel's flags for the mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+needs_thp = pytest.mark.skipif(not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+                               reason="the kernel has no transparent huge pages")
+
+
+@needs_thp
+@pytest.mark.parametrize("size, advised", [(2 << 20, True), ((2 << 20) - 1, False)])
+def test_map_file_advises_huge_pages_from_2_mib(tmp_path, size, advised):
+    path = tmp_path / "shard.bin"
+    data = np.random.default_rng(size).bytes(size)
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        m = _io.map_file(f.fileno())
+    address = np.frombuffer(m, np.uint8).ctypes.data
+    assert m[:] == data and ("hg" in _vm_flags(address)) == advised
+    m.close()
+
+
+@needs_thp
+def test_mapped_shard_uses_map_file(tmp_path):
+    path = tmp_path / "shard.bin"
+    path.write_bytes(bytes(3 << 20))
+    with _io.MappedShard(str(path)) as m:
+        assert "hg" in _vm_flags(np.frombuffer(m.buffer(), np.uint8).ctypes.data)
+
+
 def test_mapped_empty_file(tmp_path):
     path = tmp_path / "empty.bin"
     path.write_bytes(b"")
