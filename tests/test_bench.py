@@ -201,3 +201,48 @@ def test_touch_counts_every_kind_of_value_as_the_general_rule_does():
     assert touch_values(values) == sum(rule(v) for v in values) == 46
     assert touch(sample, None) == rule(sample) - 1
     assert touch(sample, ["f0", "f10"]) == 5 + 8
+
+
+def _resident_pages(path) -> tuple[int, int]:
+    """(pages of ``path`` in the page cache, pages of the file), by mincore(2)."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    pages = -(-len(m) // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * pages)()
+    view = np.frombuffer(m, np.uint8)
+    assert libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(len(m)), vec) == 0, ctypes.get_errno()
+    del view
+    m.close()
+    return sum(v & 1 for v in vec), pages
+
+
+def test_settle_page_cache_reads_every_file_back_unchanged(tmp_path):
+    import numpy as np
+
+    from hpcio.bench.limits import settle_page_cache
+
+    rng = np.random.default_rng(5)
+    files = {tmp_path / "shard.0.mds": rng.bytes(3 << 20), tmp_path / "sub" / "shard.1.mds": rng.bytes(5000),
+             tmp_path / "empty": b""}
+    for path, data in files.items():
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())  # clean pages, which the kernel can drop
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    big = tmp_path / "shard.0.mds"
+    if _resident_pages(big)[0] == _resident_pages(big)[1]:
+        pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
+    settle_page_cache(str(tmp_path))
+    for path, data in files.items():
+        if data:  # before reading it here, which would bring it back too
+            resident, pages = _resident_pages(path)
+            assert resident == pages, path
+        assert path.read_bytes() == data

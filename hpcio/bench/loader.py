@@ -18,6 +18,7 @@ import tempfile
 import time
 
 from ..formats.jinx import sidecar_path
+from .limits import settle_page_cache
 
 __all__ = ["tier_roots", "run_dataloader_sweep", "LOADER_FORMATS"]
 
@@ -123,6 +124,7 @@ def run_dataloader_sweep(
                     shutil.copy(d.path, path)
                     if os.path.exists(sidecar_path(d.path)):
                         shutil.copy(sidecar_path(d.path), sidecar_path(path))
+                settle_page_cache(path)  # as the comparison's datasets are
                 options = {"lazy": True} if d.name.startswith("jinx") else {}
                 for w in workers:
                     for bs in batch_sizes:
