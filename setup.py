@@ -152,7 +152,7 @@ def make_extensions():
         kernel_extension("_index", ["bisect.c", "offsets.c", "scan.c"]),
         kernel_extension("_io", ["offsets.c", "fileio.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
-        kernel_extension("_jinx", ["encodings.c"]),
+        kernel_extension("_jinx", ["encodings.c", "json.c"]),
         kernel_extension("_tar", ["tar.c"]),
         kernel_extension("_records", ["columns.c", "fileio.c", "json.c"]),
     ]

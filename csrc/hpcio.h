@@ -140,6 +140,12 @@ hpcio_status hpcio_json_fill(const uint8_t *data, const uint64_t *spans, size_t 
                              int64_t *offsets, int64_t *item_offsets, void *values,
                              hpcio_error *err);
 
+/* 1 when the JSON text p[0..n) may hold an integer below -2^63 or of 2^64 or more (a run
+ * of digits, after a minus sign or not, out of that range), which orjson reads as a float
+ * and Python's json as an int; else 0.  Runs inside strings and fractions count too: a
+ * caller then decodes with Python's json, which reads those the same way. */
+int hpcio_json_wide_int(const uint8_t *p, size_t n);
+
 /* ---- buffered file reads (fileio.c) --------------------------------------------------
  * pread exactly len bytes at offset, retrying on EINTR and short reads.  Reaching EOF
  * early is HPCIO_E_TRUNCATED with err->offset = the file offset where data ended. */

@@ -778,3 +778,48 @@ hpcio_status hpcio_json_fill(const uint8_t *data, const uint64_t *spans, size_t 
         freelocale(c_locale);
     return st;
 }
+
+/* ---- integers orjson cannot hold ------------------------------------------------------ */
+
+/* A word of eight ASCII digits: every byte is 0x30..0x39. */
+static int all_digits(uint64_t w)
+{
+    const uint64_t t = w ^ 0x3030303030303030ULL;
+
+    return ((t | (t + 0x0606060606060606ULL)) & 0xF0F0F0F0F0F0F0F0ULL) == 0;
+}
+
+/* Whether the n digits at p, after a minus sign when neg, are an integer orjson cannot
+ * hold: below -2^63 = -9223372036854775808, or above 2^64 - 1 = 18446744073709551615. */
+static int wide_digits(const uint8_t *p, size_t n, int neg)
+{
+    if (neg)
+        return n > 19 || (n == 19 && memcmp(p, "9223372036854775808", 19) > 0);
+    return n > 20 || (n == 20 && memcmp(p, "18446744073709551615", 20) > 0);
+}
+
+int hpcio_json_wide_int(const uint8_t *p, size_t n)
+{
+    /* Such a run has 19 digits or more, so it holds a whole aligned word of digits: find
+     * such words eight bytes at a time, and only around them look at the run. */
+    size_t i = 0;
+
+    while (i + 8 <= n) {
+        uint64_t w;
+        size_t a, b;
+
+        memcpy(&w, p + i, 8);
+        if (!all_digits(w)) {
+            i += 8;
+            continue;
+        }
+        for (a = i; a > 0 && p[a - 1] >= '0' && p[a - 1] <= '9'; a--)
+            ;
+        for (b = i + 8; b < n && p[b] >= '0' && p[b] <= '9'; b++)
+            ;
+        if (wide_digits(p + a, b - a, a > 0 && p[a - 1] == '-'))
+            return 1;
+        i = b;
+    }
+    return 0;
+}

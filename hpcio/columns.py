@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
+__all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_exact", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
 
@@ -311,14 +311,25 @@ class ViewColumn(_Column):
         return f"<hpcio.ViewColumn bytes n={len(self)} bytes={int(self.byte_lengths().sum())}>"
 
 
-def loads_json(raw) -> object:
-    """The JSON document in ``raw`` (UTF-8 bytes-like): orjson, or Python's json for what
-    orjson refuses (NaN, Infinity)."""
+def loads_exact(raw) -> object:
+    """The JSON document in ``raw`` (UTF-8 bytes-like) as Python's json reads it: orjson,
+    unless the text may hold an integer orjson would turn into a float (below -2^63, or
+    2^64 and more), which Python's json reads.  Raises ``json.JSONDecodeError`` (orjson's
+    is a subclass) for text that is not JSON."""
     import orjson
 
+    from ._core import _records
+
+    if _records.json_wide_int(raw):
+        return json.loads(bytes(raw))
+    return orjson.loads(raw)
+
+
+def loads_json(raw) -> object:
+    """:func:`loads_exact`, which also reads what orjson refuses (NaN, Infinity)."""
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        return loads_exact(raw)
+    except json.JSONDecodeError:
         return json.loads(str(raw, "utf-8"))
 
 

@@ -73,6 +73,7 @@ cdef extern from "hpcio.h" nogil:
                                  size_t nkeys, size_t k, int type, uint8_t *bytes,
                                  int64_t *offsets, int64_t *item_offsets, void *values,
                                  hpcio_error *err)
+    int hpcio_json_wide_int(const uint8_t *p, size_t n) nogil
 
     hpcio_status hpcio_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t offset,
                                   hpcio_error *err)

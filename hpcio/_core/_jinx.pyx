@@ -18,7 +18,7 @@ from libc.stdint cimport uint8_t, uint64_t
 from ._chpcio cimport (
     HPCIO_OK, hpcio_a85_decode, hpcio_a85_decoded_size, hpcio_a85_encode,
     hpcio_a85_encoded_bound, hpcio_b64_decode, hpcio_b64_decoded_size, hpcio_error,
-    hpcio_error_clear, hpcio_hex_decode, hpcio_jinx_footer, hpcio_status,
+    hpcio_error_clear, hpcio_hex_decode, hpcio_jinx_footer, hpcio_json_wide_int, hpcio_status,
 )
 from ._utils cimport data_ptr, raise_error
 
@@ -296,11 +296,14 @@ cdef inline LazySample _lazy_sample(object cls, shard, const char *base, const u
     """Line ``j`` parsed into a lazy ``cls`` sample; a line that is not a JSON object is
     read again by ``shard.raw``, which raises the error naming file, offset and sample."""
     cdef LazySample s
-    try:
-        raw = _loads(PyMemoryView_FromMemory(<char *>base + off[j], <Py_ssize_t>(off[j + 1] - off[j]),
-                                             PyBUF_READ))
-    except _JSONDecodeError:
-        raw = None
+    if hpcio_json_wide_int(<const uint8_t *>base + off[j], off[j + 1] - off[j]):
+        raw = None  # an integer orjson would read as a float: shard.raw reads it exactly
+    else:
+        try:
+            raw = _loads(PyMemoryView_FromMemory(<char *>base + off[j], <Py_ssize_t>(off[j + 1] - off[j]),
+                                                 PyBUF_READ))
+        except _JSONDecodeError:
+            raw = None
     if type(raw) is not dict:
         raw = shard.raw(j)
     if fields is not None:

@@ -30,7 +30,7 @@ from ._chpcio cimport (
     HPCIO_JSON_MAX_KEYS, HPCIO_JSON_NONE, HPCIO_JSON_RAW, HPCIO_JSON_STR, HPCIO_MDS_MAX_COLUMNS,
     HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_json_fill, hpcio_json_key, hpcio_json_scan,
     hpcio_mds_column_copy, hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_pread_full,
-    hpcio_status, hpcio_utf8_lengths,
+    hpcio_json_wide_int, hpcio_status, hpcio_utf8_lengths,
 )
 from ._utils cimport byte_view, check, data_ptr
 
@@ -160,8 +160,9 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
 
 def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     """The JSON values ``buf[offsets[j]:offsets[j + 1]]``, each decoded by its own
-    ``json_loads`` call from C, or None when one of them does not decode: the caller then
-    decodes them one by one its own way, which reports the bad one.
+    ``json_loads`` call from C, or None when one of them does not decode or holds an
+    integer orjson would read as a float (:func:`json_wide_int`): the caller then decodes
+    them one by one its own way, which reports the bad one.
 
     Parsing each value alone cannot merge neighbours or split a value, and it costs less
     than checking that the values can be joined into one array and parsing that: 1.6 ms
@@ -180,12 +181,26 @@ def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     values = PyList_New(m)
     try:
         for j in range(m):
+            if hpcio_json_wide_int(<const uint8_t *>base + offsets[j], offsets[j + 1] - offsets[j]):
+                return None  # an integer orjson would read as a float
             value = json_loads(PyBytes_FromStringAndSize(base + offsets[j], offsets[j + 1] - offsets[j]))
             Py_INCREF(value)
             PyList_SET_ITEM(values, j, value)
     except Exception:
         return None
     return values
+
+
+def json_wide_int(buf) -> bool:
+    """Whether the JSON text in ``buf`` may hold an integer below -2^63 or of 2^64 or
+    more, which orjson reads as a float where Python's json (and so streaming's MDS
+    reader) keeps the int: a run of digits (after a minus sign or not) out of that
+    range, inside a string or a fraction too."""
+    cdef const uint8_t[::1] view = byte_view(buf)
+    cdef int wide
+    with nogil:
+        wide = hpcio_json_wide_int(data_ptr(view), view.shape[0])
+    return wide != 0
 
 
 cdef inline void _place(list out, Py_ssize_t j, dict d):
@@ -208,6 +223,8 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
         memcpy(&v, p, 8)
         return PyLong_FromLongLong(v)
     if k == KIND_JSON:
+        if hpcio_json_wide_int(<const uint8_t *>p, n):
+            raise ValueError("an integer orjson would read as a float")
         return json_loads(PyBytes_FromStringAndSize(p, n))
     raise ValueError(f"no direct construction for value kind {k}")
 

@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from io import BytesIO
 
 import numpy as np
-import orjson
 
-from ..columns import loads_json
+from ..columns import loads_exact, loads_json
 from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
 
 __all__ = [
@@ -313,11 +312,10 @@ class ColumnCodec:
                 return [mv[a:b] for a, b in pairs]
             return [mv[a:b].tobytes() for a, b in pairs]
         if kind == "json":
-            loads = orjson.loads
             try:
-                return [loads(mv[a:b]) for a, b in pairs]
-            except orjson.JSONDecodeError:
-                pairs = zip(starts.tolist(), ends.tolist())  # NaN, big ints: Python's json
+                return [loads_exact(mv[a:b]) for a, b in pairs]
+            except json.JSONDecodeError:
+                pairs = zip(starts.tolist(), ends.tolist())  # NaN: Python's json
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 

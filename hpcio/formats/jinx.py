@@ -25,6 +25,7 @@ from __future__ import annotations
 import binascii
 import bisect
 import io
+import json
 import math
 import os
 import warnings
@@ -38,6 +39,7 @@ import orjson
 from .. import codecs as _codecs_table
 from .._core import _codecs as _zstd_kernels
 from .._core import _io, _jinx
+from ..columns import loads_exact
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -286,8 +288,8 @@ class _Shard:
         off = self.offsets
         a = off[i]
         try:
-            obj = orjson.loads(self.buf[a : off[i + 1]])
-        except orjson.JSONDecodeError as exc:
+            obj = loads_exact(self.buf[a : off[i + 1]])
+        except json.JSONDecodeError as exc:
             raise CorruptShardError(f"garbled JINX sample line: {exc}", path=self.path, offset=a, sample=i) from None
         if type(obj) is not dict:
             raise CorruptShardError(
@@ -365,8 +367,8 @@ class _Shard:
                 raise DecodeError(f"value {raw_key!r}: cannot decode {ext}: {exc}", path=self.path, offset=offset, sample=sample) from None
             raise DecodeError(f"value {raw_key!r}: unsupported extension {ext!r}", path=self.path, offset=offset, sample=sample)
         try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            return loads_exact(data)
+        except json.JSONDecodeError as exc:
             raise DecodeError(f"value {raw_key!r}: not JSON: {exc}", path=self.path, offset=offset, sample=sample) from None
 
     def plain(self, value, sample):

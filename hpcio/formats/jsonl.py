@@ -19,6 +19,7 @@ Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 
@@ -26,6 +27,7 @@ import numpy as np
 import orjson
 
 from .. import codecs as _codecs_table
+from ..columns import loads_exact
 from ..errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
 from ..registry import Capabilities
 from . import base
@@ -146,8 +148,8 @@ class Reader(base.Reader):
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         a = self._s[i]
         try:
-            obj = orjson.loads(self.buf[a : self._e[i]])
-        except orjson.JSONDecodeError as exc:
+            obj = loads_exact(self.buf[a : self._e[i]])
+        except json.JSONDecodeError as exc:
             raise CorruptShardError(f"garbled JSON line: {exc}", path=self.path, offset=a, sample=i) from None
         if type(obj) is not dict:
             raise CorruptShardError(

@@ -118,3 +118,28 @@ def test_streaming_written_read_by_hpcio(tmp_path, compression):
                     assert type(g[name]) is type(o[name]) and g[name].tobytes() == o[name].tobytes()
                 else:
                     assert g[name] == o[name] and type(g[name]) is type(o[name]), (i, name)
+
+
+def test_json_integers_past_64_bits_both_ways(tmp_path):
+    # orjson would read these as floats; streaming (json.loads) keeps the ints
+    from streaming import MDSWriter
+
+    wide = [2**64, -(2**63) - 1, 10**40]
+    samples = [{"id": i, "meta": {"big": v, "list": [v, 1.5]}} for i, v in enumerate(wide)]
+    columns = {"id": "int", "meta": "json"}
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    with hpcio.open_writer(ours, format="mds", columns=columns) as w:
+        for s in samples:
+            w.write(s)
+    with MDSWriter(out=theirs, columns=columns) as w:
+        for s in samples:
+            w.write(s)
+    for got in streaming_read(ours, copy_to=tmp_path / "copy"):
+        want = samples[got["id"]]["meta"]
+        assert got["meta"] == want and type(got["meta"]["big"]) is int
+    ds = hpcio.open(theirs)
+    order = np.arange(len(samples))[::-1]
+    for got in (list(ds), ds.get_batch(order)[::-1], ds.get_columns(order)["meta"].to_pylist()[::-1]):
+        metas = [g["meta"] if "meta" in g else g for g in got]
+        assert metas == [s["meta"] for s in samples]
+        assert all(type(m["big"]) is int and type(m["list"][0]) is int for m in metas)
