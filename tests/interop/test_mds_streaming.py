@@ -140,6 +140,6 @@ def test_json_integers_past_64_bits_both_ways(tmp_path):
     ds = hpcio.open(theirs)
     order = np.arange(len(samples))[::-1]
     for got in (list(ds), ds.get_batch(order)[::-1], ds.get_columns(order)["meta"].to_pylist()[::-1]):
-        metas = [g["meta"] if "meta" in g else g for g in got]
+        metas = [g.get("meta", g) for g in got]  # samples, or the column's values
         assert metas == [s["meta"] for s in samples]
         assert all(type(m["big"]) is int and type(m["list"][0]) is int for m in metas)
