@@ -314,8 +314,9 @@ class ViewColumn(_Column):
 def loads_exact(raw) -> object:
     """The JSON document in ``raw`` (UTF-8 bytes-like) as Python's json reads it: orjson,
     unless the text may hold an integer orjson would turn into a float (below -2^63, or
-    2^64 and more), which Python's json reads.  Raises ``json.JSONDecodeError`` (orjson's
-    is a subclass) for text that is not JSON."""
+    2^64 and more), which Python's json reads.  Raises ValueError for text that is not
+    JSON (``json.JSONDecodeError``, of which orjson's is a subclass) or, read by Python's
+    json, not UTF-8."""
     import orjson
 
     from ._core import _records

@@ -314,8 +314,8 @@ class ColumnCodec:
         if kind == "json":
             try:
                 return [loads_exact(mv[a:b]) for a, b in pairs]
-            except json.JSONDecodeError:
-                pairs = zip(starts.tolist(), ends.tolist())  # NaN: Python's json
+            except ValueError:  # NaN, or bad text: decode_one reads or reports it
+                pairs = zip(starts.tolist(), ends.tolist())
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 

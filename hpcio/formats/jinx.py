@@ -25,7 +25,6 @@ from __future__ import annotations
 import binascii
 import bisect
 import io
-import json
 import math
 import os
 import warnings
@@ -289,7 +288,7 @@ class _Shard:
         a = off[i]
         try:
             obj = loads_exact(self.buf[a : off[i + 1]])
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or (decoded by Python's json) not UTF-8
             raise CorruptShardError(f"garbled JINX sample line: {exc}", path=self.path, offset=a, sample=i) from None
         if type(obj) is not dict:
             raise CorruptShardError(
@@ -368,7 +367,7 @@ class _Shard:
             raise DecodeError(f"value {raw_key!r}: unsupported extension {ext!r}", path=self.path, offset=offset, sample=sample)
         try:
             return loads_exact(data)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or (decoded by Python's json) not UTF-8
             raise DecodeError(f"value {raw_key!r}: not JSON: {exc}", path=self.path, offset=offset, sample=sample) from None
 
     def plain(self, value, sample):

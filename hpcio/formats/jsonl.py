@@ -19,7 +19,6 @@ Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 
@@ -149,7 +148,7 @@ class Reader(base.Reader):
         a = self._s[i]
         try:
             obj = loads_exact(self.buf[a : self._e[i]])
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or (decoded by Python's json) not UTF-8
             raise CorruptShardError(f"garbled JSON line: {exc}", path=self.path, offset=a, sample=i) from None
         if type(obj) is not dict:
             raise CorruptShardError(
