@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_exact", "loads_json"]
+__all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
 
@@ -311,25 +311,14 @@ class ViewColumn(_Column):
         return f"<hpcio.ViewColumn bytes n={len(self)} bytes={int(self.byte_lengths().sum())}>"
 
 
-def loads_exact(raw) -> object:
-    """The JSON document in ``raw`` (UTF-8 bytes-like) as Python's json reads it: orjson,
-    unless the text may hold an integer orjson would turn into a float (below -2^63, or
-    2^64 and more), which Python's json reads.  Raises ValueError for text that is not
-    JSON (``json.JSONDecodeError``, of which orjson's is a subclass) or, read by Python's
-    json, not UTF-8."""
-    import orjson
-
+def loads_json(raw) -> object:
+    """The JSON document in ``raw`` (UTF-8 bytes-like):
+    :func:`hpcio._core._records.loads_exact` (orjson, or Python's json for integers past
+    64 bits), or Python's json for what orjson refuses (NaN, Infinity)."""
     from ._core import _records
 
-    if _records.json_wide_int(raw):
-        return json.loads(bytes(raw))
-    return orjson.loads(raw)
-
-
-def loads_json(raw) -> object:
-    """:func:`loads_exact`, which also reads what orjson refuses (NaN, Infinity)."""
     try:
-        return loads_exact(raw)
+        return _records.loads_exact(raw)
     except json.JSONDecodeError:
         return json.loads(str(raw, "utf-8"))
 

@@ -52,6 +52,10 @@ def utf8_lengths(data, offsets: NDArray[np.uint64]) -> NDArray[np.int64]:
     """Characters (``len(str)``) of the UTF-8 values ``data[offsets[j]:offsets[j + 1]]``;
     raises DecodeError naming the value and byte where one is not UTF-8."""
 
+def loads_exact(buf) -> object:
+    """The JSON document in ``buf`` as Python's json reads it: orjson, or Python's json
+    for text that may hold an integer orjson would read as a float."""
+
 def json_wide_int(buf) -> bool:
     """Whether the JSON text in ``buf`` may hold an integer orjson would read as a float
     (below -2^63, or 2^64 and more): a run of digits out of that range."""

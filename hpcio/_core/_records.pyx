@@ -23,7 +23,12 @@ from libc.string cimport memcpy
 from posix.types cimport off_t
 from posix.uio cimport iovec, preadv
 
+import json as _py_json
+
 import numpy as np
+import orjson
+
+_orjson_loads = orjson.loads
 
 from ._chpcio cimport (
     HPCIO_E_NOMEM, HPCIO_JSON_BOOL, HPCIO_JSON_FLOAT, HPCIO_JSON_INT, HPCIO_JSON_LIST,
@@ -189,6 +194,18 @@ def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     except Exception:
         return None
     return values
+
+
+def loads_exact(buf):
+    """The JSON document in ``buf`` (UTF-8 bytes-like) as Python's json reads it: orjson,
+    unless the text may hold an integer orjson would turn into a float
+    (:func:`json_wide_int`), which Python's json reads.  Raises ValueError for text that
+    is not JSON (``json.JSONDecodeError``, of which orjson's is a subclass) or, read by
+    Python's json, not UTF-8."""
+    cdef const uint8_t[::1] view = byte_view(buf)
+    if hpcio_json_wide_int(data_ptr(view), view.shape[0]):
+        return _py_json.loads(bytes(buf))
+    return _orjson_loads(buf)
 
 
 def json_wide_int(buf) -> bool:

@@ -29,7 +29,8 @@ from io import BytesIO
 
 import numpy as np
 
-from ..columns import loads_exact, loads_json
+from .._core._records import loads_exact
+from ..columns import loads_json
 from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
 
 __all__ = [

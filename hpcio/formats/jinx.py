@@ -38,7 +38,7 @@ import orjson
 from .. import codecs as _codecs_table
 from .._core import _codecs as _zstd_kernels
 from .._core import _io, _jinx
-from ..columns import loads_exact
+from .._core._records import loads_exact
 from ..errors import (
     CorruptShardError,
     DecodeError,

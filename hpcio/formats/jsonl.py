@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from .. import codecs as _codecs_table
-from ..columns import loads_exact
+from .._core._records import loads_exact
 from ..errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
 from ..registry import Capabilities
 from . import base

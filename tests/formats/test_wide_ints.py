@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 import hpcio
 from hpcio._core import _records
-from hpcio.columns import VarColumn, loads_exact, loads_json
+from hpcio._core._records import loads_exact
+from hpcio.columns import VarColumn, loads_json
 
 WIDE = [2**64, -(2**63) - 1, 10**40, -(10**30), 123456789012345678901234567890]
 DOCS = [{"id": i, "big": big, "nested": {"list": [1, big, 2.5]}, "text": "x"} for i, big in enumerate(WIDE)]
