@@ -162,6 +162,16 @@ hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t 
                                  uint64_t *out_offsets, size_t *n_done,
                                  hpcio_error *err);
 
+/* ---- mapping state (mapping.c) -------------------------------------------------------
+ * Probe how a read-only mapping base[0..size) of a file maps its pages, in up to `regions`
+ * 2 MiB regions spread over it whose first page and the page 1 MiB further are both in
+ * the page cache (regions not cached are skipped: probing them would read the disk).
+ * Each probed region is touched at both pages; it counts as cheap when the second touch
+ * took no page fault (the first mapped a huge page, or a large folio mapped whole).
+ * *probed = regions probed; returns the cheap ones.  Touches only pages not touched
+ * before by this thread count correctly: probe a fresh mapping. */
+int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed);
+
 /* ---- newline scanning (scan.c) -------------------------------------------------------
  * Record starts of the lines in buf[0..len): out[0] = 0, out[k] = byte after the k-th
  * '\n'; a final line without '\n' still counts, and out[count] = len.  With out == NULL

@@ -82,6 +82,8 @@ cdef extern from "hpcio.h" nogil:
                                      uint64_t *out_offsets, size_t *n_done,
                                      hpcio_error *err)
 
+    int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed)
+
     hpcio_status hpcio_scan_lines(const uint8_t *buf, uint64_t len, uint64_t base,
                                   uint64_t *out, size_t cap, size_t *count,
                                   hpcio_error *err)

@@ -35,6 +35,9 @@ class MappedShard:
         """The whole mapping (zero-copy, read-only)."""
     def view(self, start: int, end: int) -> memoryview:
         """Zero-copy view of [start, end); bounds-checked (TruncatedShardError)."""
+    def probe_pages(self, regions: int = 8) -> tuple[int, int]:
+        """``(cheap, probed)``: of up to ``regions`` cached 2 MiB regions, how many map
+        1 MiB or more with one page fault.  Call it on a fresh mapping."""
     def gather(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *,
                sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
         """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""

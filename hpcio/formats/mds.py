@@ -79,9 +79,10 @@ INDEX_NAME = "index.json"
 DEFAULT_SIZE_LIMIT = 1 << 26
 
 # Mean record size above which the sequential path maps the shard instead of reading it
-# through the pread buffer (which costs a second copy of every value), and sample dicts
-# are built from reads of each record's values rather than from the mapping: records this
-# large share no pages, so the mapping takes a page fault or two per record.
+# through the pread buffer (which costs a second copy of every value).  Records this large
+# share no pages: where the mapping maps small pages it takes a page fault or two per
+# record, and sample dicts are then built from reads of each record's values instead
+# (see _OpenShard.pread_values).
 _LARGE_RECORD = 16 << 10
 # Samples decoded per step of the sequential path: small enough that a batch's record
 # bytes and new value objects stay in cache while the caller consumes them.  Large records
@@ -591,13 +592,22 @@ class _Layout:
 class _OpenShard:
     """A shard's bytes (mmap or decompressed memory) with its checked header."""
 
-    __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file", "_fd")
+    __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file", "_fd",
+                 "pread_values")
 
     def __init__(self, info: _ShardInfo, path: str, buf: memoryview, mapped, base: int, in_file: bool):
         self.info = info
         self.path = path  # the file the offsets refer to (the zip file when decompressed)
         self.buf = buf
         self.mapped = mapped
+        # Large records read value by value with pread (read_fd), not through the mapping:
+        # where the file's cached pages are small, each record would cost a page fault or
+        # two (1-3 us each in a virtual machine) against two reads of well under 1 us.
+        # Where they are huge pages, one fault maps 2 MiB (some 30 vlm records) and the
+        # mapping is faster: a fresh process's shuffled vlm pass took 6.4 ms against 8.4.
+        self.pread_values = (mapped is not None and info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+                             and (info.compression is None or not info.compression.per_sample)
+                             and not _maps_cheaply(mapped))
         self.size = len(buf)
         self.base = base  # global id of local sample 0
         self.in_file = in_file  # offsets are file offsets (False: into decompressed bytes)
@@ -636,6 +646,13 @@ class _OpenShard:
         if self.mapped is not None:
             self.mapped.close()
             self.mapped = None
+
+
+def _maps_cheaply(mapped) -> bool:
+    """Most of the cached regions probed in a fresh mapping map 1 MiB or more per page
+    fault (``MappedShard.probe_pages``); False when none is cached."""
+    cheap, probed = mapped.probe_pages()
+    return 2 * cheap > probed
 
 
 def _check_header(info: _ShardInfo, path: str, size: int, read, base: int) -> int:
@@ -957,22 +974,19 @@ class Reader(base.Reader):
         return {self._layout.names[c]: out[self._layout.names[c]] for c in cols}
 
     def _columns_pread(self, ids: np.ndarray, copied: list[int], viewed: list[int], kinds: dict) -> dict | None:
-        """:meth:`read_columns` for shards of large records: the column sizes and the copied
-        values are read with ``pread``, and the views (``zero_copy``) point into the mapping
-        without touching it.  Reading a record through the mapping makes the kernel map
-        the 64 KiB around it (fault-around): for 80 KB image records that was most of a
-        column batch's time and 100 MB of RSS.  None when a shard the batch touches has
-        small records, is compressed per sample or is held in memory."""
+        """:meth:`read_columns` for shards of large records in small pages: the column
+        sizes and the copied values are read with ``pread``, and the views (``zero_copy``)
+        point into the mapping without touching it.  Reading a record through such a
+        mapping makes the kernel map the 64 KiB around it (fault-around): for 80 KB image
+        records that was most of a column batch's time and 100 MB of RSS.  None unless
+        every shard the batch touches reads its values with pread
+        (``_OpenShard.pread_values``)."""
         from .._core import _io, _records
 
         layout = self._layout
         groups, order = self._shard_groups(ids)
-        for k, _lidx, _a, _b in groups:
-            info = self.shards[k]
-            codec = info.compression
-            if ((codec is not None and codec.per_sample) or (info.whole_shard and self.cache_dir is None)
-                    or info.raw_bytes <= _LARGE_RECORD * max(info.samples, 1)):
-                return None
+        if not all(self._shard(k).pread_values for k, _lidx, _a, _b in groups):
+            return None
         sorted_ids = ids if order is None else ids[order]
         wanted = copied + viewed
         copies: dict = {c: [] for c in copied}
@@ -1157,7 +1171,7 @@ class Reader(base.Reader):
         fd = None
         if codec is None or not codec.per_sample:
             buf, lo, hi = sh.buf, starts, ends
-            if sh.info.raw_bytes > _LARGE_RECORD * max(sh.info.samples, 1):
+            if sh.pread_values:
                 fd = sh.read_fd()
         else:
             buf, pos = self._records(sh, starts, ends, lidx)

@@ -638,7 +638,15 @@ def test_sort_by_length_counts_in_place(tmp_path, compression):
     assert ds.reader.field_lengths(np.array([], np.int64), "text").tolist() == []
 
 
-# --- large records: values read with pread, not faulted in through the mapping -------------
+# --- large records: values read with pread where the mapping maps small pages ------------
+@pytest.fixture(params=["pread", "mapping"])
+def value_reads(request, monkeypatch):
+    """Large records' values read with pread (the file cached in small pages) or through
+    the mapping (huge pages), whatever the page cache holds."""
+    monkeypatch.setattr(mds, "_maps_cheaply", lambda mapped: request.param == "mapping")
+    return request.param
+
+
 @pytest.fixture
 def large_records(tmp_path):
     """Records of ~40 KB (past mds._LARGE_RECORD) with small values on both sides of a blob
@@ -653,7 +661,7 @@ def large_records(tmp_path):
 
 
 @pytest.mark.parametrize("zero_copy", [False, True])
-def test_large_records_read_the_same_on_every_path(large_records, zero_copy):
+def test_large_records_read_the_same_on_every_path(large_records, value_reads, zero_copy):
     path, samples = large_records
     ds = hpcio.open(path, zero_copy=zero_copy)
     assert ds.reader.shards[0].raw_bytes > mds._LARGE_RECORD * ds.reader.shards[0].samples
@@ -675,13 +683,14 @@ def test_large_records_read_the_same_on_every_path(large_records, zero_copy):
 
 @pytest.mark.parametrize("zero_copy", [False, True])
 def test_large_record_columns_are_read_from_the_file(large_records, zero_copy, monkeypatch):
-    """Column batches of large records read the column sizes and the copied values with
-    pread and view the rest, rather than touching every record through the mapping (the
-    record table over the maps); copying blobs still goes through the mapping."""
+    """Column batches of large records in small pages read the column sizes and the copied
+    values with pread and view the rest, rather than touching every record through the
+    mapping (the record table over the maps); copying blobs still goes through the mapping."""
     from hpcio.columns import VarColumn, ViewColumn
 
     path, samples = large_records
     ds = hpcio.open(path, zero_copy=zero_copy)
+    assert ds.reader._shard(0).pread_values  # shards under 2 MiB: never in huge pages
     order = np.random.default_rng(2).permutation(len(samples))[:25]
     assert len(ds.reader._shard_groups(order)[0]) > 1
     small = ds.select(["meta", "a_id"]).get_columns(order)
@@ -706,7 +715,75 @@ def test_large_record_columns_are_read_from_the_file(large_records, zero_copy, m
             ds.get_columns(order)
 
 
-def test_large_record_column_sizes_are_checked(large_records):
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_large_records_in_huge_pages_are_read_through_the_mapping(large_records, zero_copy, monkeypatch):
+    """Where one page fault maps 2 MiB, records are sliced out of the mapping as small
+    ones are: no pread at all."""
+    from hpcio._core import _records
+
+    monkeypatch.setattr(mds, "_maps_cheaply", lambda mapped: True)
+    path, samples = large_records
+    ds = hpcio.open(path, zero_copy=zero_copy)
+    order = np.random.default_rng(3).permutation(len(samples))
+
+    def no_pread(*args, **kwargs):
+        raise AssertionError("read with pread")
+
+    for name in ("mds_samples_pread", "mds_columns_pread"):
+        monkeypatch.setattr(_records, name, no_pread)
+    assert [{k: bytes(v) if k == "blob" else v for k, v in s.items()} for s in ds.get_batch(order)] == \
+        [samples[i] for i in order]
+    cols = ds.get_columns(order)
+    assert cols["meta"].to_pylist() == [samples[i]["meta"] for i in order]
+    assert [bytes(v) for v in cols["blob"].to_pylist()] == [samples[i]["blob"] for i in order]
+    assert [s["a_id"] for s in ds.select(["a_id"])] == [s["a_id"] for s in samples]
+    assert all(not sh.pread_values and sh._fd < 0 for sh in ds.reader._maps.values())
+
+
+def _drop_from_page_cache(path) -> None:
+    for name in os.listdir(path):
+        fd = os.open(os.path.join(path, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_large_record_reads_follow_the_page_cache(tmp_path):
+    """The real probe: a shard of large records cached in single pages reads its values
+    with pread, the same shard cached in huge pages reads them through the mapping."""
+    from hpcio.bench.limits import settle_page_cache
+
+    rng = np.random.default_rng(8)
+    samples = [{"a_id": f"s{i}", "blob": rng.bytes(60_000), "meta": {"n": i}} for i in range(120)]
+    path = write(tmp_path / "large", samples, columns={"a_id": "str", "blob": "bytes", "meta": "json"})
+    shard = os.path.join(path, "shard.00000.mds")
+    assert os.path.getsize(shard) > 4 << 20
+    _drop_from_page_cache(path)
+    fd = os.open(shard, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for off in range(0, os.path.getsize(shard), 4096):
+            os.pread(fd, 4096, off)
+    finally:
+        os.close(fd)
+    ds = hpcio.open(path)
+    assert ds.reader._shard(0).pread_values
+    assert ds.select(["meta"]).get_batch([5, 1])[1] == {"meta": {"n": 1}}
+    ds.close()
+    settle_page_cache(path)
+    ds = hpcio.open(path)
+    if ds.reader._shard(0).pread_values:
+        sum(np.frombuffer(ds.reader._shard(0).buf, np.uint8)[:: 2 << 20])  # touch it all
+        with open("/proc/self/smaps") as f:
+            pmd_kib = sum(int(line.split()[1]) for line in f if line.startswith("FilePmdMapped:"))
+        assert pmd_kib == 0, "the shard is in huge pages but its values are read with pread"
+        pytest.skip("the kernel caches this filesystem's files in small pages only")
+    assert ds.select(["meta"]).get_batch([5, 1])[1] == {"meta": {"n": 1}}
+
+
+def test_large_record_column_sizes_are_checked(large_records, value_reads):
     path, samples = large_records
     shard = f"{path}/shard.00000.mds"
     data = bytearray(read_file(shard))
@@ -725,7 +802,7 @@ def test_large_record_column_sizes_are_checked(large_records):
                 access()
 
 
-def test_large_record_errors_name_file_offset_and_sample(large_records):
+def test_large_record_errors_name_file_offset_and_sample(large_records, value_reads):
     path, samples = large_records
     shard = f"{path}/shard.00000.mds"
     data = bytearray(read_file(shard))

@@ -207,18 +207,28 @@ def test_mapped_bounds(shard):
             m.gather([0], [200_001], sample_base=7)
 
 
-def _vm_flags(address: int) -> list[str]:
-    """The kernel's flags for the mapping holding ``address`` (/proc/self/smaps)."""
-    inside = False
+def _smaps(address: int) -> dict[str, list[str]]:
+    """The kernel's account of the mapping holding ``address`` (/proc/self/smaps):
+    ``{"VmFlags": [...], "FilePmdMapped": ["2048", "kB"], ...}``."""
+    fields = None
     with open("/proc/self/smaps") as f:
         for line in f:
-            head = line.split()[0]
+            head, *rest = line.split()
             if "-" in head and not head.endswith(":"):
+                if fields is not None:
+                    break
                 lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == "VmFlags:":
-                return line.split()[1:]
-    raise AssertionError(f"no mapping holds {address:#x}")
+                if lo <= address < hi:
+                    fields = {}
+            elif fields is not None:
+                fields[head.rstrip(":")] = rest
+    if fields is None:
+        raise AssertionError(f"no mapping holds {address:#x}")
+    return fields
+
+
+def _vm_flags(address: int) -> list[str]:
+    return _smaps(address)["VmFlags"]
 
 
 needs_thp = pytest.mark.skipif(not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
@@ -244,6 +254,84 @@ def test_mapped_shard_uses_map_file(tmp_path):
     path.write_bytes(bytes(3 << 20))
     with _io.MappedShard(str(path)) as m:
         assert "hg" in _vm_flags(np.frombuffer(m.buffer(), np.uint8).ctypes.data)
+
+
+def _cached_file(tmp_path, size: int):
+    """A file of ``size`` random bytes written to disk and dropped from the page cache
+    (skips where the filesystem keeps it)."""
+    path = tmp_path / "shard.bin"
+    data = np.random.default_rng(size).bytes(size)
+    with open(path, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return str(path), data
+
+
+def _probe(path: str) -> tuple[tuple[int, int], int, int]:
+    """probe_pages() of a fresh mapping, then the huge pages the mapping maps and the
+    major faults (reads from disk) the probe took."""
+    import resource
+
+    with _io.MappedShard(path) as m:
+        majflt = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+        got = m.probe_pages()
+        majflt = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - majflt
+        address = np.frombuffer(m.buffer(), np.uint8).ctypes.data
+        pmd_kib = int(_smaps(address)["FilePmdMapped"][0])
+    return got, pmd_kib, majflt
+
+
+def test_probe_pages_reads_no_uncached_region(tmp_path):
+    path, _ = _cached_file(tmp_path, 9 << 20)
+    got, pmd_kib, majflt = _probe(path)
+    if got[1]:
+        pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
+    assert got == (0, 0) and majflt == 0 and pmd_kib == 0
+
+
+def test_probe_pages_finds_small_pages(tmp_path):
+    """Read 4 KiB at a time without readahead, the file is cached in single pages: every
+    probed region takes a fault 1 MiB in."""
+    path, data = _cached_file(tmp_path, 9 << 20)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        assert b"".join(os.pread(fd, 4096, off) for off in range(0, len(data), 4096)) == data
+    finally:
+        os.close(fd)
+    got, pmd_kib, _ = _probe(path)
+    assert got == (0, 4) and pmd_kib == 0
+
+
+@needs_thp
+def test_probe_pages_finds_huge_pages(tmp_path):
+    """Read back through a huge-page mapping, the file is cached in 2 MiB pages: every
+    probed region is mapped whole by its first fault (checked against smaps)."""
+    from hpcio.bench.limits import settle_page_cache
+
+    path, _ = _cached_file(tmp_path, 9 << 20)
+    settle_page_cache(path)
+    got, pmd_kib, _ = _probe(path)
+    if pmd_kib == 0:
+        pytest.skip("the kernel caches this filesystem's files in small pages only")
+    assert got == (4, 4) and pmd_kib >= 4 * 2048
+
+
+def test_probe_pages_of_small_and_empty_files(tmp_path):
+    for size in (0, (2 << 20) - 1):
+        path = tmp_path / f"f{size}"
+        path.write_bytes(bytes(size))
+        with _io.MappedShard(str(path)) as m:
+            assert m.probe_pages() == (0, 0)
+    with _io.MappedShard(str(path)) as m:
+        m.close()
+        with pytest.raises(ValueError, match="closed mapped shard"):
+            m.probe_pages()
 
 
 def test_mapped_empty_file(tmp_path):
