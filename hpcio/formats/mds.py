@@ -604,7 +604,7 @@ class _OpenShard:
         # where the file's cached pages are small, each record would cost a page fault or
         # two (1-3 us each in a virtual machine) against two reads of well under 1 us.
         # Where they are huge pages, one fault maps 2 MiB (some 30 vlm records) and the
-        # mapping is faster: a fresh process's shuffled vlm pass took 6.4 ms against 8.4.
+        # mapping is faster: a fresh process's shuffled vlm pass took 6.4 ms against 8.7.
         self.pread_values = (mapped is not None and info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
                              and (info.compression is None or not info.compression.per_sample)
                              and not _maps_cheaply(mapped))
