@@ -92,11 +92,8 @@ hpcio_status hpcio_mds_column_offsets(const uint8_t *const *rec, const uint64_t 
     return st;
 }
 
-/* Ask for the first COPY_AHEAD_BYTES of each selected value of record r (length n).  A
- * prefetch never faults: sizes in the header that do not add up cost nothing here, and
- * the copy reports them. */
-static void prefetch_values(const uint8_t *r, uint64_t n, const int64_t *fixed, size_t ncols,
-                            const int32_t *sel, size_t nsel)
+void hpcio_mds_prefetch_values(const uint8_t *r, uint64_t n, const int64_t *fixed,
+                               size_t ncols, const int32_t *sel, size_t nsel)
 {
     uint64_t lo[HPCIO_MDS_MAX_COLUMNS], hi[HPCIO_MDS_MAX_COLUMNS], pos = 0;
     size_t var_i = 0;
@@ -136,8 +133,8 @@ hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *le
             for (uint64_t b = 0; b < len[j + 1]; b += 64)
                 __builtin_prefetch(rec[j + 1] + b);
         if (j + LARGE_COPY_AHEAD < m && len[j + LARGE_COPY_AHEAD] > COPY_AHEAD_BYTES)
-            prefetch_values(rec[j + LARGE_COPY_AHEAD], len[j + LARGE_COPY_AHEAD], fixed, ncols,
-                            sel, nsel);
+            hpcio_mds_prefetch_values(rec[j + LARGE_COPY_AHEAD], len[j + LARGE_COPY_AHEAD], fixed,
+                                      ncols, sel, nsel);
         st = column_bounds(rec[j], len[j], fixed, ncols, nvar, lo, hi, j, err);
         for (size_t s = 0; st == HPCIO_OK && s < nsel; s++) {
             const uint64_t *o = offsets + s * (m + 1);

@@ -83,6 +83,11 @@ hpcio_status hpcio_mds_column_copy(const uint8_t *const *rec, const uint64_t *le
                                    const int64_t *fixed, size_t ncols, const int32_t *sel,
                                    size_t nsel, const uint64_t *offsets, uint8_t *const *out,
                                    hpcio_error *err);
+/* Ask the CPU for the first 4 KiB of the values of columns sel[s] of record r (length n),
+ * found from its header.  A prefetch never faults: sizes in the header that do not add up
+ * cost nothing here (a record too short for its header is skipped). */
+void hpcio_mds_prefetch_values(const uint8_t *r, uint64_t n, const int64_t *fixed,
+                               size_t ncols, const int32_t *sel, size_t nsel);
 
 /* Characters of the UTF-8 values data[offsets[j]..offsets[j+1]) for j < m, as Python's
  * len(str) counts them, counted without decoding.  A range outside data is HPCIO_E_ARG,

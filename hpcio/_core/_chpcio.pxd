@@ -45,6 +45,8 @@ cdef extern from "hpcio.h" nogil:
                                        const int64_t *fixed, size_t ncols, const int32_t *sel,
                                        size_t nsel, const uint64_t *offsets, uint8_t *const *out,
                                        hpcio_error *err)
+    void hpcio_mds_prefetch_values(const uint8_t *r, uint64_t n, const int64_t *fixed,
+                                   size_t ncols, const int32_t *sel, size_t nsel)
     hpcio_status hpcio_utf8_lengths(const uint8_t *data, uint64_t len, const uint64_t *offsets,
                                     size_t m, int64_t *out, hpcio_error *err)
     hpcio_status hpcio_mds_column_lengths(const uint8_t *const *rec, const uint64_t *len,

@@ -19,7 +19,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from posix.types cimport off_t
 from posix.uio cimport iovec, preadv
 
@@ -34,8 +34,9 @@ from ._chpcio cimport (
     HPCIO_E_NOMEM, HPCIO_JSON_BOOL, HPCIO_JSON_FLOAT, HPCIO_JSON_INT, HPCIO_JSON_LIST,
     HPCIO_JSON_MAX_KEYS, HPCIO_JSON_NONE, HPCIO_JSON_RAW, HPCIO_JSON_STR, HPCIO_MDS_MAX_COLUMNS,
     HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_json_fill, hpcio_json_key, hpcio_json_scan,
-    hpcio_mds_column_copy, hpcio_mds_column_lengths, hpcio_mds_column_offsets, hpcio_pread_full,
-    hpcio_json_wide_int, hpcio_status, hpcio_utf8_lengths,
+    hpcio_mds_column_copy, hpcio_mds_column_lengths, hpcio_mds_column_offsets,
+    hpcio_mds_prefetch_values, hpcio_pread_full, hpcio_json_wide_int, hpcio_status,
+    hpcio_utf8_lengths,
 )
 from ._utils cimport byte_view, check, data_ptr
 
@@ -62,13 +63,12 @@ DEF _PREFETCH_AHEAD = 4
 DEF _PREFETCH_BYTES = 4096
 # A record larger than that (an image between its metadata) is fetched _LARGE_HEAD bytes
 # at first (its column sizes and small leading values), and _VALUE_AHEAD records ahead,
-# once those have arrived, the values the samples need that lie further in, up to
-# _PREFETCH_VALUE_BYTES each: not 4 KiB of an image that is viewed in place, but the
-# 690-byte chat transcript after it that is parsed.  vlm, fresh processes, medians of 9
-# to 11: iteration 5.1 -> 4.7 ms, get_batch 7.8 -> 7.0 ms for 2,000 samples.
+# once those have arrived, the values the samples need (hpcio_mds_prefetch_values, up to
+# 4 KiB each): not 4 KiB of an image that is viewed in place, but the 690-byte chat
+# transcript after it that is parsed.  vlm, fresh processes, medians of 9 to 11:
+# iteration 5.1 -> 4.7 ms, get_batch 7.8 -> 7.0 ms for 2,000 samples.
 DEF _LARGE_HEAD = 128
 DEF _VALUE_AHEAD = 2
-DEF _PREFETCH_VALUE_BYTES = 4096
 
 
 cdef struct _Columns:
@@ -99,32 +99,6 @@ cdef int _unpack_layout(str who, Py_ssize_t m, Py_ssize_t m_ends, tuple sizes, t
         if not 0 <= L.sel[c] < L.ncols:
             raise ValueError(f"{who}: column {L.sel[c]} of {L.ncols}")
     return 0
-
-
-cdef inline void _prefetch_values(const uint8_t *base, int64_t a, int64_t b, int64_t head,
-                                  const _Columns *L, const char *fetch) noexcept nogil:
-    """Ask for the values of the columns ``fetch`` of the large record ``[a, b)`` of
-    ``base`` past its first _LARGE_HEAD bytes (fetched with its header, which this reads).
-    A prefetch never faults: a malformed header costs nothing here and is reported when
-    the record is built."""
-    cdef uint32_t n32
-    cdef Py_ssize_t c, var_i = 0
-    cdef int64_t pos = a + head, end, p, stop
-    cdef int64_t first = a + _LARGE_HEAD
-    for c in range(L.ncols):
-        if L.fixed[c] < 0:
-            memcpy(&n32, base + a + 4 * var_i, 4)
-            var_i += 1
-            end = pos + n32
-        else:
-            end = pos + L.fixed[c]
-        if fetch[c] and end > first:
-            p = max(pos, first) & ~63
-            stop = min(end, b, p + _PREFETCH_VALUE_BYTES)
-            while p < stop:
-                __builtin_prefetch(base + p)
-                p += 64
-        pos = end
 
 
 cdef inline int64_t _bounds(const uint8_t *head, int64_t pos, _Columns *L) noexcept nogil:
@@ -169,10 +143,12 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     cdef dict d
     cdef object value
     cdef int64_t p, stop
-    cdef char fetch[_MAXCOL]
-    memset(fetch, 0, sizeof(fetch))
+    cdef int32_t fetch[_MAXCOL]  # the selected columns built from the record's bytes
+    cdef size_t nfetch = 0
     for c in range(L.nsel):
-        fetch[L.sel[c]] = L.kind[L.sel[c]] != KIND_VIEW
+        if L.kind[L.sel[c]] != KIND_VIEW:
+            fetch[nfetch] = L.sel[c]
+            nfetch += 1
     for j in range(m):
         a = starts[j]
         b = ends[j]
@@ -188,8 +164,8 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
         if j + _VALUE_AHEAD < m:
             p = starts[j + _VALUE_AHEAD]
             stop = ends[j + _VALUE_AHEAD]
-            if 0 <= p and p + head <= stop <= size and stop - p > _PREFETCH_BYTES:
-                _prefetch_values(base, p, stop, head, &L, fetch)
+            if 0 <= p and stop <= size and stop - p > _PREFETCH_BYTES:
+                hpcio_mds_prefetch_values(base + p, stop - p, L.fixed, L.ncols, fetch, nfetch)
         if _bounds(base + a, a + head, &L) != b:
             return None, j
         d = PyDict_New()
