@@ -157,9 +157,25 @@ def test_resume_redoes_only_missing_or_damaged_shards(sources, tmp_path):
     os.remove(os.path.join(staging, ".hpcio", "parts", "shard-000002.json"))  # never recorded
     with open(os.path.join(staging, "part-00004.lines"), "r+b") as f:  # damaged on disk
         f.truncate(10)
+    with open(os.path.join(staging, "part-00005.lines"), "r+b") as f:  # same size, one byte
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 1]))
     summary = hpcio.convert(sources, out, to="lines", num_shards=6, resume=True, progress=False)
-    assert (summary["shards_kept"], summary["shards_written"]) == (4, 2)
+    assert (summary["shards_kept"], summary["shards_written"]) == (3, 3)
     assert tree_bytes(out) == tree_bytes(ref)
+
+
+@pytest.mark.parametrize("size", [0, 1, 3 << 20])
+def test_file_digest_is_the_xxh3_of_the_bytes(tmp_path, size):
+    import xxhash
+
+    from hpcio.convert.resume import file_digest
+
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert file_digest(str(path)) == xxhash.xxh3_64_hexdigest(data)
 
 
 def test_resume_with_other_options_is_refused(sources, tmp_path):
