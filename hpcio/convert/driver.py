@@ -557,7 +557,9 @@ class _ShardWriter:
                 encoder = None if first_gid is None else self.fmt.record_encoder(
                     _shard_tmpdir(self.staging, k), **self.writer_options, **options)
                 records = []
-                for number, (gid, sample) in enumerate(part["samples"]):
+                samples = part["samples"]
+                for number, (gid, sample) in enumerate(samples):
+                    samples[number] = None  # freed as encoded: its record reuses the memory
                     try:
                         if first_gid is None or gid < first_gid:
                             # The writer would have tried to fix its options from this
@@ -622,7 +624,9 @@ class _ShardWriter:
                         writer.write_record(record)
                     written += len(parcel["records"])
                     continue
-                for gid, sample in parcel["samples"]:
+                samples = parcel["samples"]
+                for at, (gid, sample) in enumerate(samples):
+                    samples[at] = None  # freed as written: the records reuse its memory
                     try:
                         writer.write(sample)
                     except Exception as exc:
