@@ -4,7 +4,9 @@ A format is a module under :mod:`hpcio.formats` exposing the same names (so the 
 the tests never special-case one): ``NAME``, ``CAPABILITIES``, ``sniff(path)``,
 ``Reader`` and ``Writer``.  Built-in formats are registered by module path and imported
 on first use, so ``import hpcio`` stays cheap and optional backends (zarr, h5py) are only
-imported when their format is used.
+imported when their format is used.  A format whose reader or writer imports a library
+on first use may also offer ``load_libraries()``, which imports it at once
+(:func:`load_libraries`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "get_format",
     "available_formats",
     "sniff_format",
+    "load_libraries",
 ]
 
 
@@ -133,3 +136,12 @@ def sniff_format(path: str | os.PathLike) -> ModuleType:
     raise FormatSniffError(
         f"cannot tell the format; pass format= one of {', '.join(_registered)}", path=path
     )
+
+
+def load_libraries(names) -> None:
+    """Import now the libraries the formats ``names`` would import on first use (their
+    optional ``load_libraries()``), e.g. before a timed job starts."""
+    for name in sorted(set(names)):
+        hook = getattr(get_format(name), "load_libraries", None)
+        if hook is not None:
+            hook()

@@ -196,7 +196,7 @@ def pipeline_markdown(rows: list[dict]) -> str:
     if conversion:
         out.write("\n## Conversion (Parquet to shards)\n\n")
         out.write("Whole process from launch to exit; for hpcio also the job alone (planning, writing, "
-                  "publishing; without interpreter and MPI start-up).\n\n")
+                  "publishing; without interpreter and MPI start-up, and without importing the formats' libraries).\n\n")
         out.write("| profile | writer | ranks | samples/s | samples/s per rank | job alone samples/s "
                   "| 1→2 rank scaling (process / job) | hpcio (1 rank) / writer |\n|---|---|---|---|---|---|---|---|\n")
         for r in conversion:

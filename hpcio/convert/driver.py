@@ -39,7 +39,7 @@ import numpy as np
 from .._durable import fsync_dir
 from .._gc import cyclic_gc_paused
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
-from ..registry import get_format
+from ..registry import get_format, load_libraries
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .faults import BadSample, BadSampleError, bad_sample_from, write_report
@@ -226,13 +226,10 @@ def convert(
     -------
     dict
         The summary (same on every rank): shard and sample counts, bad samples,
-        bytes, ranks, and seconds from the moment every rank had called ``convert``.
+        bytes, ranks, and seconds from the moment every rank had the sources listed and
+        their formats' libraries imported.
     """
     comm = get_comm(comm)
-    # The clock starts when every rank is here: launchers start ranks at different times,
-    # and the job's own time should not count another rank's interpreter start-up.
-    comm.barrier()
-    started = time.monotonic()
     fmt = get_format(to)
     if not hasattr(fmt, "merge_index"):
         raise CapabilityError(
@@ -262,6 +259,12 @@ def convert(
         return expand_sources(src, from_format)
 
     sources: list[Source] = _collective(comm, list_sources)
+    # The formats' libraries are imported on every rank before the clock starts (pyarrow:
+    # 35-50 ms): like the interpreter's start-up they are the process's, not the job's.
+    # The clock starts when every rank is past that point: launchers start ranks at
+    # different times, and the job's own time should not count another rank's start-up.
+    _collective(comm, lambda: load_libraries([fmt.NAME, *(s.format for s in sources)]), root_only=False)
+    started = time.monotonic()
     mine = list(range(comm.rank, len(sources), comm.size))
     # The readers opened to measure stay open for writing (opening may scan a file).
     readers = ReaderCache(sources, reader_options=reader_options)
@@ -279,11 +282,6 @@ def convert(
         return sizes, block_starts(reader, sizes)
 
     def measure_share():
-        if not mine and sources:
-            # A rank with no source to measure opens one it reads from later anyway:
-            # opening loads the format's libraries (pyarrow: 35-50 ms), which then
-            # happens while the other ranks measure instead of after the plan.
-            readers.get(comm.rank % len(sources))
         return {i: measure(i) for i in mine}
 
     measured = closing_readers_on_error(lambda: _collective(comm, measure_share, root_only=False))

@@ -35,7 +35,7 @@ from .base import Reader as _Reader
 from .base import PendingFiles
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries"]
 
 NAME = "hdf5"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -56,6 +56,11 @@ def _h5py():
     except ImportError:
         pass
     return h5py
+
+
+def load_libraries() -> None:
+    """Import h5py now rather than when the first file is opened (:func:`hpcio.registry.load_libraries`)."""
+    _h5py()
 
 
 def compression_filter(name: str | None = "blosc", clevel: int = 5) -> dict:

@@ -25,7 +25,7 @@ from .base import Reader as _Reader
 from .base import PendingFiles
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries"]
 
 NAME = "parquet"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -45,6 +45,11 @@ def _pa():
             "the parquet format needs pyarrow: pip install pyarrow (or pip install 'hpcio[formats]')"
         ) from exc
     return pa, pq
+
+
+def load_libraries() -> None:
+    """Import pyarrow now rather than when the first file is opened (:func:`hpcio.registry.load_libraries`)."""
+    _pa()
 
 
 def list_files(path) -> list[str]:

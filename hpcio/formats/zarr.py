@@ -39,7 +39,7 @@ from . import _layout
 from .base import Reader as _Reader
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries"]
 
 NAME = "zarr"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -55,6 +55,11 @@ def _zarr():
             "the zarr format needs zarr>=3: pip install zarr (or pip install 'hpcio[formats]')"
         ) from exc
     return zarr
+
+
+def load_libraries() -> None:
+    """Import zarr now rather than when the first file is opened (:func:`hpcio.registry.load_libraries`)."""
+    _zarr()
 
 
 def _read_attrs(path: str) -> dict | None:

@@ -178,6 +178,23 @@ def test_file_digest_is_the_xxh3_of_the_bytes(tmp_path, size):
     assert file_digest(str(path)) == xxhash.xxh3_64_hexdigest(data)
 
 
+def test_format_libraries_load_once_before_any_reader_opens(sources, tmp_path, monkeypatch):
+    # They are imported before the job's clock starts (the summary's seconds).
+    import linesfmt
+
+    events = []
+    monkeypatch.setattr(linesfmt, "load_libraries", lambda: events.append("load"), raising=False)
+    opened = linesfmt.Reader.__init__
+
+    def reader_init(self, *args, **kwargs):
+        events.append("open")
+        opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(linesfmt.Reader, "__init__", reader_init)
+    hpcio.convert(sources, tmp_path / "out", to="lines", num_shards=2, progress=False)
+    assert events[0] == "load" and events.count("load") == 1 and "open" in events
+
+
 def test_resume_with_other_options_is_refused(sources, tmp_path):
     out = tmp_path / "out"
     with pytest.MonkeyPatch.context() as mp:

@@ -1,7 +1,9 @@
 """Round trips between every pair of formats: byte-exact for bytes, str, int, float,
-JSON and ndarray fields."""
+JSON and ndarray fields; the libraries a format imports on first use."""
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -44,3 +46,14 @@ def test_round_trip(tmp_path, src, dst):
         assert_sample_equal(got, SAMPLES[i], f"{src} -> {dst}, sample {i}")
         assert type(got["count"]) is int and type(got["score"]) is float
         assert got["emb"].dtype == np.float32
+
+
+@pytest.mark.parametrize("fmt, module", [("parquet", "pyarrow.parquet"), ("zarr", "zarr"), ("hdf5", "h5py")])
+def test_load_libraries_imports_what_the_format_would_import_on_first_use(fmt, module):
+    script = (
+        "import sys; from hpcio import registry; registry.get_format(sys.argv[1]); "
+        "before = sys.argv[2] in sys.modules; registry.load_libraries([sys.argv[1], 'mds']); "
+        "print(before, sys.argv[2] in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script, fmt, module], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
