@@ -67,10 +67,11 @@ class Comm:
         """Send ``objs[r]`` to rank ``r``; returns what each rank sent to this one."""
         return list(objs)
 
-    def exchange_bytes(self, chunks: list) -> list:
-        """Send the bytes-like ``chunks[r]`` to rank ``r`` as raw bytes (no pickling);
-        returns what each rank sent to this one, as memoryviews."""
-        return [memoryview(c).cast("B") for c in chunks]
+    def exchange_bytes(self, pieces: list) -> list:
+        """Send the bytes-like objects ``pieces[r]`` to rank ``r``, back to back as raw
+        bytes (no pickling, no joined copy); returns what each rank sent to this one, one
+        memoryview per rank."""
+        return [memoryview(b"".join(p)).cast("B") for p in pieces]
 
     def barrier(self) -> None:
         pass
@@ -104,6 +105,24 @@ _EXCHANGE_TAG = 7342
 _MESSAGE_BYTES = 1 << 30
 
 
+def _messages(pieces: list) -> list[list[memoryview]]:
+    """``pieces`` (bytes-like) cut into messages of at most ``_MESSAGE_BYTES``: lists of
+    byte views, a piece longer than that split over several; empty pieces are left out."""
+    messages, current, size = [], [], 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        for lo in range(0, len(view), _MESSAGE_BYTES):
+            part = view[lo : lo + _MESSAGE_BYTES]
+            if size + len(part) > _MESSAGE_BYTES:
+                messages.append(current)
+                current, size = [], 0
+            current.append(part)
+            size += len(part)
+    if current:
+        messages.append(current)
+    return messages
+
+
 class MPIComm(Comm):
     """An mpi4py communicator (``COMM_WORLD`` by default)."""
 
@@ -131,28 +150,37 @@ class MPIComm(Comm):
     def alltoall(self, objs):
         return self.comm.alltoall(objs)
 
-    def exchange_bytes(self, chunks):
+    def exchange_bytes(self, pieces):
         import numpy as np
 
-        chunks = [memoryview(c).cast("B") for c in chunks]
-        sizes = self.comm.alltoall([len(c) for c in chunks])
-        received = [np.empty(n, np.uint8) for n in sizes]
-        received[self.rank] = np.frombuffer(chunks[self.rank], np.uint8)
-        requests = []
+        MPI = self._MPI
+        # Each destination's pieces travel as messages of at most _MESSAGE_BYTES, each
+        # described by an MPI datatype over the pieces' own memory: MPI reads them where
+        # they are, where joining them first would copy them all into fresh pages.
+        messages = [_messages(p) if dest != self.rank else [] for dest, p in enumerate(pieces)]
+        sizes = self.comm.alltoall([[sum(len(v) for v in m) for m in msgs] for msgs in messages])
+        received = [np.empty(sum(n), np.uint8) for n in sizes]
+        received[self.rank] = np.frombuffer(b"".join(pieces[self.rank]), np.uint8)
+        requests, types = [], []
         # In messages below MPI's int count limit: libraries older than MPI-4 cannot
         # count a 2 GiB message in bytes.  Messages of one sender and tag arrive in order.
         for source, into in enumerate(received):
             if source != self.rank:
-                into = memoryview(into)
-                for lo in range(0, len(into), _MESSAGE_BYTES):
-                    requests.append(self.comm.Irecv([into[lo : lo + _MESSAGE_BYTES], self._MPI.BYTE],
-                                                    source, _EXCHANGE_TAG))
-        for dest, out in enumerate(chunks):
-            if dest != self.rank:
-                for lo in range(0, len(out), _MESSAGE_BYTES):
-                    requests.append(self.comm.Isend([out[lo : lo + _MESSAGE_BYTES], self._MPI.BYTE],
-                                                    dest, _EXCHANGE_TAG))
-        self._MPI.Request.Waitall(requests)
+                into, at = memoryview(into), 0
+                for n in sizes[source]:
+                    requests.append(self.comm.Irecv([into[at : at + n], MPI.BYTE], source, _EXCHANGE_TAG))
+                    at += n
+        for dest, msgs in enumerate(messages):
+            for views in msgs:
+                kind = MPI.BYTE.Create_hindexed([len(v) for v in views],
+                                                [MPI.Get_address(v) for v in views]).Commit()
+                types.append(kind)
+                requests.append(self.comm.Isend([MPI.BOTTOM, 1, kind], dest, _EXCHANGE_TAG))
+        try:
+            MPI.Request.Waitall(requests)
+        finally:
+            for kind in types:
+                kind.Free()
         return [memoryview(r) for r in received]
 
     def barrier(self):

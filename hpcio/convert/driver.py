@@ -666,24 +666,23 @@ def _exchange(comm: Comm, parcels: list[dict], encoded: bool) -> list[dict]:
     """Send ``parcels[r]`` to rank ``r``; returns the parcels every rank sent this one.
 
     This rank's own parcel stays here rather than being pickled to itself.  Encoded
-    parcels travel as pickled bookkeeping plus one raw message of their records; the
-    records received are memoryviews of that message."""
+    parcels travel as pickled bookkeeping plus their records' bytes, sent from where they
+    are; the records received are memoryviews of one buffer per sender."""
     mine = parcels[comm.rank]
     parcels[comm.rank] = None
     if not encoded:
         received = comm.alltoall(parcels)
         received[comm.rank] = mine
         return received
-    chunks = [b""] * comm.size
+    pieces = [[] for _ in range(comm.size)]
     for r, parcel in enumerate(parcels):
         if parcel is not None:
-            records = [rec for part in parcel.values() for rec in part["records"]]
-            chunks[r] = b"".join(records)
+            pieces[r] = [rec for part in parcel.values() for rec in part["records"]]
             for part in parcel.values():
                 part["records"] = np.array([len(rec) for rec in part["records"]], np.int64)
     received = comm.alltoall(parcels)
-    data = comm.exchange_bytes(chunks)
-    del chunks
+    data = comm.exchange_bytes(pieces)
+    del pieces
     for r, parcel in enumerate(received):
         if r == comm.rank:
             continue

@@ -8,6 +8,7 @@ import sys
 import pytest
 from convert_helpers import env
 
+from hpcio.convert import _comm
 from hpcio.convert._comm import SerialComm, get_comm, launcher_world_size
 
 
@@ -51,7 +52,13 @@ _comm._MESSAGE_BYTES = 5  # several messages per chunk, and the remainders
 comm = _comm.get_comm()
 def payload(src, dst):
     return bytes((src * 31 + dst * 7 + k) % 256 for k in range(src * 6 + dst * 4))
-got = comm.exchange_bytes([payload(comm.rank, r) for r in range(comm.size)])
+def pieces(data):
+    # pieces of 0 to 7 bytes, so some span a message boundary and some are longer than one
+    cuts = [0]
+    while cuts[-1] < len(data):
+        cuts.append(min(len(data), cuts[-1] + len(cuts) % 8))
+    return [data[a:b] for a, b in zip(cuts, cuts[1:])] + [b""]
+got = comm.exchange_bytes([pieces(payload(comm.rank, r)) for r in range(comm.size)])
 assert [bytes(g) for g in got] == [payload(r, comm.rank) for r in range(comm.size)], got
 assert all(g.format == "B" for g in got)
 everyone = comm.gather([len(g) for g in got])
@@ -63,8 +70,8 @@ if comm.rank == 0:
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_exchange_bytes_between_ranks(ranks):
-    """Raw chunks of any length, empty ones included, arrive whole and in order, also
-    when they travel as several messages."""
+    """Raw pieces of any length, empty ones included, arrive back to back and in order,
+    also when they travel as several messages and a piece is split between two."""
     from convert_helpers import MPIEXEC
 
     out = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-c", EXCHANGE],
@@ -74,5 +81,12 @@ def test_exchange_bytes_between_ranks(ranks):
     assert out.stdout.splitlines() == [f"exchanged {lengths}"]
 
 
-def test_serial_exchange_bytes_returns_the_chunk():
-    assert [bytes(v) for v in SerialComm().exchange_bytes([b"abc"])] == [b"abc"]
+def test_serial_exchange_bytes_returns_the_pieces_joined():
+    assert [bytes(v) for v in SerialComm().exchange_bytes([[b"ab", b"", memoryview(b"c")]])] == [b"abc"]
+
+
+def test_pieces_are_cut_into_messages_of_at_most_the_limit(monkeypatch):
+    monkeypatch.setattr(_comm, "_MESSAGE_BYTES", 4)
+    messages = _comm._messages([b"abcdefghij", b"", b"kl", b"mnop"])
+    assert [[bytes(v) for v in m] for m in messages] == [[b"abcd"], [b"efgh"], [b"ij", b"kl"], [b"mnop"]]
+    assert _comm._messages([]) == []
