@@ -48,6 +48,7 @@ __all__ = [
     "load_part",
 ]
 
+
 class ResumeError(HpcioError, RuntimeError):
     """A previous partial run is in the way, or cannot be resumed with these inputs."""
 
