@@ -4,6 +4,10 @@ from numpy.typing import NDArray
 
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
+def start_writeback(path: str) -> None:
+    """Start writing the file's dirty pages to storage without waiting (Linux
+    ``sync_file_range``; elsewhere nothing is done); a later fsync waits only for the rest."""
+
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).
 

@@ -13,7 +13,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_map_probe,
-    hpcio_pread_full, hpcio_pread_records, hpcio_status,
+    hpcio_pread_full, hpcio_pread_records, hpcio_start_writeback, hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
 
@@ -105,6 +105,25 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
     ``sample_base`` is given, sample ``sample_base + j``.
     """
     return _gather(src, starts, ends, path, sample_base)
+
+
+def start_writeback(path):
+    """Have the kernel start writing the dirty pages of the file at ``path`` to storage,
+    without waiting for them (Linux ``sync_file_range``; elsewhere nothing is done).
+
+    A later ``fsync`` then waits only for what is still in flight, so storage works
+    while the caller goes on.  Errors name ``path``.
+    """
+    cdef hpcio_error err
+    cdef hpcio_status st
+    cdef int fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        hpcio_error_clear(&err)
+        with nogil:
+            st = hpcio_start_writeback(fd, &err)
+        check(st, &err, path, -1, -1)
+    finally:
+        os.close(fd)
 
 
 cdef class ShardFile:

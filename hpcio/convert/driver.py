@@ -52,6 +52,7 @@ from .resume import (
     part_path,
     publish_files,
     staging_path,
+    start_writeback_files,
     state_dir,
     verify_part,
     write_json_atomic,
@@ -633,6 +634,7 @@ class _ShardWriter:
                         bad.append(self._bad(exc, gid, _write_stage(exc), shard))
                         continue
                     written += 1
+        start_writeback_files(tmpdir)
         bad.sort(key=lambda item: item[0])  # report order: the shard's sample order
         return shard, {
             "shard": shard,

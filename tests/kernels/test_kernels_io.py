@@ -484,3 +484,26 @@ def test_utf8_lengths_bounds():
     assert _records.utf8_lengths(data, np.array([0], np.uint64)).tolist() == []
     with pytest.raises(ValueError, match=r"^value 0 spans bytes 0..11 of 10"):
         _records.utf8_lengths(data, np.array([0, 11], np.uint64))
+
+
+# ---- start_writeback --------------------------------------------------------------------
+
+def test_start_writeback_leaves_the_bytes(shard):
+    path, data = shard
+    with open(path, "r+b") as f:  # dirty pages for it to start on
+        f.write(data[::-1])
+    _io.start_writeback(path)
+    with open(path, "rb") as f:
+        assert f.read() == data[::-1]
+
+
+def test_start_writeback_on_a_file_with_nothing_to_write(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    _io.start_writeback(str(empty))
+    _io.start_writeback(os.devnull)  # a device: nothing to write back, no error
+
+
+def test_start_writeback_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        _io.start_writeback(str(tmp_path / "missing"))
