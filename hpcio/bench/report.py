@@ -183,20 +183,24 @@ def pipeline_markdown(rows: list[dict]) -> str:
         out.write("`hpcio.stage` timed inside its process (imports excluded; whole process in brackets), "
                   "checksums verified in both modes. Without fsync (the default for a node-local destination) "
                   "against `cp -r`; with `fsync=True` (the default for a shared one) against `cp -r && sync`, "
-                  "the same durability.\n\n")
+                  "the same durability. Medians of alternating runs; the ratio of the best runs in brackets.\n\n")
         out.write("| profile | dataset | bytes | hpcio stage MB/s | cp -r MB/s | stage / cp "
                   "| hpcio stage fsync MB/s | cp -r + sync MB/s | stage fsync / (cp + sync) |\n"
                   "|---|---|---|---|---|---|---|---|---|\n")
         for r in staging:
+            if r.get("error"):
+                out.write(f"| {r['profile']} | {r['dataset']} | {r['error']} | | | | | | |\n")
+                continue
             mb = lambda seconds: f"{r['bytes'] / seconds / 1e6:,.0f}"  # noqa: E731
             out.write(f"| {r['profile']} | {r['dataset']} | {r['bytes']:,} | {mb(r['stage_s'])} "
-                      f"({mb(r['stage_process_s'])}) | {mb(r['cp_s'])} | {r['ratio']:.2f} | "
+                      f"({mb(r['stage_process_s'])}) | {mb(r['cp_s'])} | {r['ratio']:.2f} ({r['ratio_best']:.2f}) | "
                       f"{mb(r['stage_fsync_s'])} ({mb(r['stage_fsync_process_s'])}) | {mb(r['cp_sync_s'])} | "
-                      f"{r['ratio_sync']:.2f} |\n")
+                      f"{r['ratio_sync']:.2f} ({r['ratio_sync_best']:.2f}) |\n")
     if conversion:
         out.write("\n## Conversion (Parquet to shards)\n\n")
         out.write("Whole process from launch to exit; for hpcio also the job alone (planning, writing, "
-                  "publishing; without interpreter and MPI start-up, and without importing the formats' libraries).\n\n")
+                  "publishing; without interpreter and MPI start-up, and without importing the formats' libraries). "
+                  "Medians of alternating runs; the job-alone scaling of the best runs in brackets.\n\n")
         out.write("| profile | writer | ranks | samples/s | samples/s per rank | job alone samples/s "
                   "| 1→2 rank scaling (process / job) | hpcio (1 rank) / writer |\n|---|---|---|---|---|---|---|---|\n")
         for r in conversion:
@@ -206,6 +210,8 @@ def pipeline_markdown(rows: list[dict]) -> str:
             scaling = ""
             if r.get("scaling_1_to_2"):
                 scaling = f"{_fmt(r['scaling_1_to_2'])} / {_fmt(r.get('job_scaling_1_to_2'))}"
+                if r.get("job_scaling_1_to_2_best"):
+                    scaling += f" ({_fmt(r['job_scaling_1_to_2_best'])})"
             out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {_fmt(r['samples_per_s'])} | "
                       f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('job_samples_per_s'))} | {scaling} | "
                       f"{_fmt(r.get('hpcio_ratio'))} |\n")
