@@ -95,10 +95,10 @@ hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t 
     return HPCIO_OK;
 }
 
-hpcio_status hpcio_start_writeback(int fd, hpcio_error *err)
+hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpcio_error *err)
 {
 #ifdef SYNC_FILE_RANGE_WRITE
-    while (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0) {
+    while (sync_file_range(fd, (off64_t)offset, (off64_t)nbytes, SYNC_FILE_RANGE_WRITE) != 0) {
         if (errno == EINTR)
             continue;
         /* Not a file whose pages can be written back (a pipe, a file system without
@@ -106,11 +106,13 @@ hpcio_status hpcio_start_writeback(int fd, hpcio_error *err)
         if (errno == ESPIPE || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)
             return HPCIO_OK;
         err->sys_errno = errno;
-        return hpcio_fail(err, HPCIO_E_IO, -1, -1, "starting writeback failed: %s",
+        return hpcio_fail(err, HPCIO_E_IO, -1, (int64_t)offset, "starting writeback failed: %s",
                           strerror(errno));
     }
 #else
     (void)fd;
+    (void)offset;
+    (void)nbytes;
     (void)err;
 #endif
     return HPCIO_OK;

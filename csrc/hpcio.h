@@ -167,11 +167,12 @@ hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t 
                                  uint64_t *out_offsets, size_t *n_done,
                                  hpcio_error *err);
 
-/* Ask the kernel to start writing fd's dirty pages to storage and return without
- * waiting (Linux sync_file_range, SYNC_FILE_RANGE_WRITE), so a later fsync waits only
- * for what is still in flight.  Where the call does not exist or does not apply to fd,
- * nothing is done and HPCIO_OK returned. */
-hpcio_status hpcio_start_writeback(int fd, hpcio_error *err);
+/* Ask the kernel to start writing the dirty pages of bytes [offset, offset + nbytes) of
+ * fd (nbytes 0: to the end of the file) to storage and return without waiting (Linux
+ * sync_file_range, SYNC_FILE_RANGE_WRITE), so a later fsync waits only for what is still
+ * in flight.  Where the call does not exist or does not apply to fd, nothing is done and
+ * HPCIO_OK returned. */
+hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpcio_error *err);
 
 /* ---- mapping state (mapping.c) -------------------------------------------------------
  * Probe how a read-only mapping base[0..size) of a file maps its pages, in up to `regions`

@@ -83,7 +83,7 @@ cdef extern from "hpcio.h" nogil:
                                      size_t m, uint8_t *buf, uint64_t cap,
                                      uint64_t *out_offsets, size_t *n_done,
                                      hpcio_error *err)
-    hpcio_status hpcio_start_writeback(int fd, hpcio_error *err)
+    hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpcio_error *err)
 
     int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed)
 

@@ -1,12 +1,15 @@
 """Shard file access: buffered pread and mmap (compiled)."""
+import os
+
 import numpy as np
 from numpy.typing import NDArray
 
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
-def start_writeback(path: str) -> None:
-    """Start writing the file's dirty pages to storage without waiting (Linux
-    ``sync_file_range``; elsewhere nothing is done); a later fsync waits only for the rest."""
+def start_writeback(target: str | os.PathLike | int, offset: int = 0, length: int = 0) -> None:
+    """Start writing a file's dirty pages (of ``length`` bytes at ``offset``; 0: to the
+    end) to storage without waiting (Linux ``sync_file_range``; elsewhere nothing is
+    done); a later fsync waits only for the rest.  ``target``: a path or an open fd."""
 
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).

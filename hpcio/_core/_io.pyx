@@ -107,23 +107,28 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
     return _gather(src, starts, ends, path, sample_base)
 
 
-def start_writeback(path):
-    """Have the kernel start writing the dirty pages of the file at ``path`` to storage,
-    without waiting for them (Linux ``sync_file_range``; elsewhere nothing is done).
+def start_writeback(target, uint64_t offset=0, uint64_t length=0):
+    """Have the kernel start writing the dirty pages of a file to storage, without
+    waiting for them (Linux ``sync_file_range``; elsewhere nothing is done).
 
-    A later ``fsync`` then waits only for what is still in flight, so storage works
-    while the caller goes on.  Errors name ``path``.
+    ``target`` is a path or an open file descriptor; ``offset`` and ``length`` bound the
+    bytes concerned (``length`` 0: to the end of the file).  A later ``fsync`` then waits
+    only for what is still in flight, so storage works while the caller goes on.  Errors
+    name the path (or the descriptor) and the offset.
     """
     cdef hpcio_error err
     cdef hpcio_status st
-    cdef int fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    cdef int fd
+    cdef bint own = not isinstance(target, int)
+    fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC) if own else target
     try:
         hpcio_error_clear(&err)
         with nogil:
-            st = hpcio_start_writeback(fd, &err)
-        check(st, &err, path, -1, -1)
+            st = hpcio_start_writeback(fd, offset, length, &err)
+        check(st, &err, os.fspath(target) if own else f"file descriptor {fd}", -1, -1)
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 cdef class ShardFile:

@@ -37,6 +37,7 @@ from typing import Callable, Iterable
 
 import xxhash
 
+from .._core._io import start_writeback
 from .._durable import fsync_dir
 from ..errors import (
     ChecksumMismatchError,
@@ -73,6 +74,9 @@ DEFAULT_CHUNK_BYTES = 256 * 2**20
 # staged in 16.2 ms with them, 14.8 ms without); items are copied on the calling thread
 # when all but the largest add up to less than this.
 PARALLEL_MIN_BYTES = 8 * 2**20
+# A durable copy has the kernel start writing each this many bytes to storage as soon as
+# they are copied, so storage works during the copy and the fsync waits only for the tail.
+WRITEBACK_BYTES = 8 * 2**20
 _CHUNK_ALIGN = 2**20
 _TMP_MARK = ".tmp."
 _OWN_FILES = (MANIFEST_NAME,)
@@ -575,7 +579,7 @@ class _Engine:
         if self._cfr_ok and self._copy_range_kernel(src_fd, dst_fd, offset, length, h):
             return
         view = memoryview(self._buffer())
-        pos = 0
+        pos = flushed = 0
         while pos < length:
             n = os.preadv(src_fd, [view[: min(len(view), length - pos)]], offset + pos)
             if n == 0:
@@ -585,6 +589,9 @@ class _Engine:
             while done < n:
                 done += os.pwrite(dst_fd, view[done:n], offset + pos + done)
             pos += n
+            if self.durable and pos - flushed >= WRITEBACK_BYTES:
+                start_writeback(dst_fd, offset + flushed, pos - flushed)
+                flushed = pos
             self._tick(n)
 
     def _copy_range_kernel(self, src_fd, dst_fd, offset, length, h) -> bool:
@@ -612,6 +619,8 @@ class _Engine:
                     raise
                 if n == 0:
                     raise StagingError("source file shrank during the copy", offset=offset + pos)
+                if self.durable:
+                    start_writeback(dst_fd, offset + pos, n)
                 pos += n
                 self._tick(n)
         finally:

@@ -504,6 +504,26 @@ def test_start_writeback_on_a_file_with_nothing_to_write(tmp_path):
     _io.start_writeback(os.devnull)  # a device: nothing to write back, no error
 
 
+def test_start_writeback_of_a_range_through_a_descriptor(shard):
+    path, data = shard
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\0" * 4096, 8192)
+        _io.start_writeback(fd, 8192, 4096)
+        _io.start_writeback(fd, 100_000)  # to the end of the file
+    finally:
+        os.close(fd)
+    with open(path, "rb") as f:
+        assert f.read() == data[:8192] + b"\0" * 4096 + data[8192 + 4096:]
+
+
 def test_start_writeback_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         _io.start_writeback(str(tmp_path / "missing"))
+
+
+def test_start_writeback_names_a_closed_descriptor(shard):
+    fd = os.open(shard[0], os.O_RDONLY)
+    os.close(fd)
+    with pytest.raises(OSError, match=f"starting writeback failed: Bad file descriptor.*file descriptor {fd}"):
+        _io.start_writeback(fd)
