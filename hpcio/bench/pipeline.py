@@ -87,16 +87,17 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
                 t = time.perf_counter()
                 try:
                     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    failure = proc.stderr.strip()[-500:] if proc.returncode else None
                 except OSError as exc:
-                    errors[label] = f"{' '.join(cmd[:4])} failed: {exc}"
-                    continue
-                times[label].append(time.perf_counter() - t)
-                if proc.returncode != 0:
-                    errors[label] = f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}"
-                    log(f"  {label}: {errors[label]}")
-                    continue
-                if inner is not None:
-                    inner_times[label].append(inner(proc.stdout))
+                    failure = str(exc)
+                elapsed = time.perf_counter() - t
+            if failure is not None:
+                errors[label] = f"{' '.join(cmd[:4])} failed: {failure}"
+                log(f"  {label}: {errors[label]}")
+                continue
+            times[label].append(elapsed)
+            if inner is not None:
+                inner_times[label].append(inner(proc.stdout))
     out = {}
     for label, _cmd, _inner in runs:
         if label in errors:
