@@ -118,8 +118,12 @@ class Dataset(Sequence):
 
     def __iter__(self) -> Iterator[Mapping]:
         if self.indices is None:
-            yield from self.reader.iter_range(0, len(self.reader), self.fields)
-            return
+            # the reader's own iterator, not a generator delegating to it: one frame less
+            # resumed per sample
+            return iter(self.reader.iter_range(0, len(self.reader), self.fields))
+        return self._iter_view()
+
+    def _iter_view(self) -> Iterator[Mapping]:
         step = self.reader.batch_size
         for lo in range(0, len(self.indices), step):
             yield from self.reader.iter_many(self.indices[lo : lo + step], self.fields)

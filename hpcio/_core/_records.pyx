@@ -241,6 +241,96 @@ def json_wide_int(buf) -> bool:
     return wide != 0
 
 
+cdef class RecordSamples:
+    """An iterator of the sample dicts of records ``buf[starts[j]:ends[j]]``, built one at
+    a time as :func:`mds_samples` builds a batch of them.
+
+    A sequential pass holds one sample at a time instead of a list of them: a fresh
+    process reuses one sample's memory instead of growing its heap, and no batch list
+    or generator stands between the kernel and the caller.  A record the kernel cannot
+    build is handed to ``fallback(j)``, which returns its sample from the general
+    decoder or raises the exact error.
+    """
+    cdef _Columns L
+    cdef object whole
+    cdef const uint8_t *base
+    cdef int64_t size, head
+    cdef const int64_t[::1] starts
+    cdef const int64_t[::1] ends
+    cdef Py_ssize_t j, m
+    cdef list key_of
+    cdef object json_loads, fallback
+    cdef int32_t fetch[_MAXCOL]
+    cdef size_t nfetch
+
+    def __cinit__(self, buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
+                  tuple sizes, tuple kinds, tuple cols, json_loads, fallback):
+        cdef Py_ssize_t c
+        cdef const uint8_t[::1] view
+        _unpack_layout("RecordSamples", starts.shape[0], ends.shape[0], sizes, kinds, cols, &self.L)
+        self.key_of = list(names)
+        self.whole = byte_view(buf).toreadonly()  # sliced for KIND_VIEW values
+        view = self.whole
+        self.base = data_ptr(view)
+        self.size = view.shape[0]
+        self.head = 4 * self.L.nvar
+        self.starts = starts
+        self.ends = ends
+        self.j = 0
+        self.m = starts.shape[0]
+        self.json_loads = json_loads
+        self.fallback = fallback
+        self.nfetch = 0
+        for c in range(self.L.nsel):
+            if self.L.kind[self.L.sel[c]] != KIND_VIEW:
+                self.fetch[self.nfetch] = self.L.sel[c]
+                self.nfetch += 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t j = self.j, c
+        cdef int64_t a, b, p, stop
+        cdef int k, col
+        cdef dict d
+        cdef object value
+        cdef _Columns *L = &self.L
+        if j >= self.m:
+            raise StopIteration
+        self.j = j + 1
+        a = self.starts[j]
+        b = self.ends[j]
+        if j + _PREFETCH_AHEAD < self.m:
+            p = self.starts[j + _PREFETCH_AHEAD]
+            stop = self.ends[j + _PREFETCH_AHEAD]
+            stop = min(stop, p + (_PREFETCH_BYTES if stop - p <= _PREFETCH_BYTES else _LARGE_HEAD), self.size)
+            while 0 <= p < stop:
+                __builtin_prefetch(self.base + p)
+                p += 64
+        if j + _VALUE_AHEAD < self.m:
+            p = self.starts[j + _VALUE_AHEAD]
+            stop = self.ends[j + _VALUE_AHEAD]
+            if 0 <= p and stop <= self.size and stop - p > _PREFETCH_BYTES:
+                hpcio_mds_prefetch_values(self.base + p, stop - p, L.fixed, L.ncols, self.fetch, self.nfetch)
+        if a < 0 or b > self.size or b - a < self.head or _bounds(self.base + a, a + self.head, L) != b:
+            return self.fallback(j)
+        d = PyDict_New()
+        for c in range(L.nsel):
+            col = L.sel[c]
+            k = L.kind[col]
+            try:
+                if k == KIND_VIEW:
+                    value = self.whole[L.lo[col]:L.hi[col]]
+                else:
+                    value = _value(k, <const char *>(self.base + L.lo[col]), L.hi[col] - L.lo[col],
+                                   self.json_loads)
+            except Exception:
+                return self.fallback(j)
+            PyDict_SetItem(d, self.key_of[col], value)
+        return d
+
+
 cdef inline void _place(list out, Py_ssize_t j, dict d):
     """Put ``d`` at slot j of a list made by PyList_New (the slot steals a reference)."""
     Py_INCREF(d)
