@@ -1,5 +1,5 @@
 """Sample dicts and columns built straight from MDS records (compiled)."""
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,6 +16,16 @@ def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: 
                 ) -> tuple[list[dict] | None, int]:
     """Dicts of columns ``cols`` of the records ``buf[starts[j]:ends[j]]``; ``(samples, -1)``,
     or ``(None, j)`` when record j is malformed or a value cannot be built."""
+
+class RecordSamples(Iterator[dict]):
+    """The sample dicts of the records ``buf[starts[j]:ends[j]]`` built one at a time (the
+    arguments of :func:`mds_samples`); record j, when the kernel cannot build it, is
+    ``fallback(j)``."""
+    def __init__(self, buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
+                 sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable,
+                 fallback: Callable[[int], dict]) -> None: ...
+    def __iter__(self) -> RecordSamples: ...
+    def __next__(self) -> dict: ...
 
 def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
                       sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable

@@ -43,11 +43,21 @@ from ._utils cimport byte_view, check, data_ptr
 cdef enum:
     _MAXCOL = HPCIO_MDS_MAX_COLUMNS
 
-KIND_STR = 0
-KIND_BYTES = 1
-KIND_INT = 2
-KIND_JSON = 3
-KIND_VIEW = 4
+# Value kinds: C constants in the builders, which compare them for every value (a module
+# attribute would be looked up and compared as a Python object each time), and their
+# Python names for the callers.
+cdef enum:
+    _STR = 0
+    _BYTES = 1
+    _INT = 2
+    _JSON = 3
+    _VIEW = 4
+
+KIND_STR = _STR
+KIND_BYTES = _BYTES
+KIND_INT = _INT
+KIND_JSON = _JSON
+KIND_VIEW = _VIEW
 MAX_COLUMNS = _MAXCOL
 
 
@@ -118,6 +128,65 @@ cdef inline int64_t _bounds(const uint8_t *head, int64_t pos, _Columns *L) noexc
     return pos
 
 
+cdef inline void _prefetch_ahead(const uint8_t *base, int64_t size, const int64_t *starts,
+                                 const int64_t *ends, Py_ssize_t m, Py_ssize_t j, _Columns *L,
+                                 const int32_t *fetch, size_t nfetch) noexcept nogil:
+    """Ask the CPU for the records after record j of the m at ``starts``/``ends`` that
+    its builder will read next (see _PREFETCH_AHEAD and _VALUE_AHEAD)."""
+    cdef int64_t p, stop
+    if j + _PREFETCH_AHEAD < m:
+        p = starts[j + _PREFETCH_AHEAD]
+        stop = ends[j + _PREFETCH_AHEAD]
+        stop = min(stop, p + (_PREFETCH_BYTES if stop - p <= _PREFETCH_BYTES else _LARGE_HEAD), size)
+        while 0 <= p < stop:
+            __builtin_prefetch(base + p)
+            p += 64
+    if j + _VALUE_AHEAD < m:
+        p = starts[j + _VALUE_AHEAD]
+        stop = ends[j + _VALUE_AHEAD]
+        if 0 <= p and stop <= size and stop - p > _PREFETCH_BYTES:
+            hpcio_mds_prefetch_values(base + p, stop - p, L.fixed, L.ncols, fetch, nfetch)
+
+
+cdef size_t _built_columns(_Columns *L, int32_t *fetch):
+    """The selected columns whose values are built from the record's bytes (not viewed)
+    into ``fetch``; returns how many."""
+    cdef size_t n = 0
+    cdef Py_ssize_t c
+    for c in range(L.nsel):
+        if L.kind[L.sel[c]] != _VIEW:
+            fetch[n] = L.sel[c]
+            n += 1
+    return n
+
+
+cdef inline object _sample(const uint8_t *base, int64_t size, object whole, int64_t a, int64_t b,
+                    _Columns *L, list key_of, json_loads):
+    """The dict of the record ``base[a:b]`` (``whole`` is the same bytes as a read-only
+    memoryview, sliced for KIND_VIEW values), or None when the record is malformed or a
+    value cannot be built."""
+    cdef Py_ssize_t c
+    cdef int k, col
+    cdef dict d
+    cdef object value
+    cdef int64_t head = 4 * L.nvar
+    if a < 0 or b > size or b - a < head or _bounds(base + a, a + head, L) != b:
+        return None
+    d = PyDict_New()
+    for c in range(L.nsel):
+        col = L.sel[c]
+        k = L.kind[col]
+        try:
+            if k == _VIEW:
+                value = whole[L.lo[col]:L.hi[col]]
+            else:
+                value = _value(k, <const char *>(base + L.lo[col]), L.hi[col] - L.lo[col], json_loads)
+        except Exception:
+            return None
+        PyDict_SetItem(d, key_of[col], value)
+    return d
+
+
 def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
                 tuple sizes, tuple kinds, tuple cols, json_loads):
     """Dicts ``{names[c]: value}`` for ``c`` in ``cols`` of records ``buf[starts[j]:ends[j]]``.
@@ -129,7 +198,7 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
-    cdef Py_ssize_t m = starts.shape[0], c, j
+    cdef Py_ssize_t m = starts.shape[0], j
     cdef _Columns L
     _unpack_layout("mds_samples", m, ends.shape[0], sizes, kinds, cols, &L)
     cdef list key_of = list(names)
@@ -137,49 +206,15 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     cdef const uint8_t[::1] view = whole
     cdef const uint8_t *base = data_ptr(view)
     cdef int64_t size = view.shape[0]
-    cdef int64_t a, b, head = 4 * L.nvar
-    cdef int k, col
     cdef list out = PyList_New(m)
-    cdef dict d
-    cdef object value
-    cdef int64_t p, stop
-    cdef int32_t fetch[_MAXCOL]  # the selected columns built from the record's bytes
-    cdef size_t nfetch = 0
-    for c in range(L.nsel):
-        if L.kind[L.sel[c]] != KIND_VIEW:
-            fetch[nfetch] = L.sel[c]
-            nfetch += 1
+    cdef object d
+    cdef int32_t fetch[_MAXCOL]
+    cdef size_t nfetch = _built_columns(&L, fetch)
     for j in range(m):
-        a = starts[j]
-        b = ends[j]
-        if a < 0 or b > size or b - a < head:
+        _prefetch_ahead(base, size, &starts[0], &ends[0], m, j, &L, fetch, nfetch)
+        d = _sample(base, size, whole, starts[j], ends[j], &L, key_of, json_loads)
+        if d is None:
             return None, j
-        if j + _PREFETCH_AHEAD < m:
-            p = starts[j + _PREFETCH_AHEAD]
-            stop = ends[j + _PREFETCH_AHEAD]
-            stop = min(stop, p + (_PREFETCH_BYTES if stop - p <= _PREFETCH_BYTES else _LARGE_HEAD), size)
-            while 0 <= p < stop:
-                __builtin_prefetch(base + p)
-                p += 64
-        if j + _VALUE_AHEAD < m:
-            p = starts[j + _VALUE_AHEAD]
-            stop = ends[j + _VALUE_AHEAD]
-            if 0 <= p and stop <= size and stop - p > _PREFETCH_BYTES:
-                hpcio_mds_prefetch_values(base + p, stop - p, L.fixed, L.ncols, fetch, nfetch)
-        if _bounds(base + a, a + head, &L) != b:
-            return None, j
-        d = PyDict_New()
-        for c in range(L.nsel):
-            col = L.sel[c]
-            k = L.kind[col]
-            try:
-                if k == KIND_VIEW:
-                    value = whole[L.lo[col]:L.hi[col]]
-                else:
-                    value = _value(k, <const char *>(base + L.lo[col]), L.hi[col] - L.lo[col], json_loads)
-            except Exception:
-                return None, j
-            PyDict_SetItem(d, key_of[col], value)
         _place(out, j, d)
     return out, -1
 
@@ -243,21 +278,21 @@ def json_wide_int(buf) -> bool:
 
 cdef class RecordSamples:
     """An iterator of the sample dicts of records ``buf[starts[j]:ends[j]]``, built one at
-    a time as :func:`mds_samples` builds a batch of them.
+    a time as :func:`mds_samples` builds a batch of them (same arguments).
 
-    A sequential pass holds one sample at a time instead of a list of them: a fresh
-    process reuses one sample's memory instead of growing its heap, and no batch list
-    or generator stands between the kernel and the caller.  A record the kernel cannot
-    build is handed to ``fallback(j)``, which returns its sample from the general
-    decoder or raises the exact error.
+    A sequential pass then holds one sample at a time instead of a list of them: a fresh
+    process reuses one sample's memory instead of growing its heap, and no batch list or
+    generator stands between the kernel and the caller.  A record the kernel cannot build
+    is handed to ``fallback(j)``, which returns its sample from the general decoder or
+    raises the exact error.
     """
     cdef _Columns L
     cdef object whole
     cdef const uint8_t *base
-    cdef int64_t size, head
+    cdef int64_t size
     cdef const int64_t[::1] starts
     cdef const int64_t[::1] ends
-    cdef Py_ssize_t j, m
+    cdef Py_ssize_t j
     cdef list key_of
     cdef object json_loads, fallback
     cdef int32_t fetch[_MAXCOL]
@@ -265,70 +300,33 @@ cdef class RecordSamples:
 
     def __cinit__(self, buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
                   tuple sizes, tuple kinds, tuple cols, json_loads, fallback):
-        cdef Py_ssize_t c
         cdef const uint8_t[::1] view
         _unpack_layout("RecordSamples", starts.shape[0], ends.shape[0], sizes, kinds, cols, &self.L)
         self.key_of = list(names)
-        self.whole = byte_view(buf).toreadonly()  # sliced for KIND_VIEW values
+        self.whole = byte_view(buf).toreadonly()
         view = self.whole
-        self.base = data_ptr(view)
+        self.base = data_ptr(view)  # valid while self.whole holds the buffer
         self.size = view.shape[0]
-        self.head = 4 * self.L.nvar
         self.starts = starts
         self.ends = ends
         self.j = 0
-        self.m = starts.shape[0]
         self.json_loads = json_loads
         self.fallback = fallback
-        self.nfetch = 0
-        for c in range(self.L.nsel):
-            if self.L.kind[self.L.sel[c]] != KIND_VIEW:
-                self.fetch[self.nfetch] = self.L.sel[c]
-                self.nfetch += 1
+        self.nfetch = _built_columns(&self.L, self.fetch)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        cdef Py_ssize_t j = self.j, c
-        cdef int64_t a, b, p, stop
-        cdef int k, col
-        cdef dict d
-        cdef object value
-        cdef _Columns *L = &self.L
-        if j >= self.m:
+        cdef Py_ssize_t j = self.j
+        if j >= self.starts.shape[0]:
             raise StopIteration
         self.j = j + 1
-        a = self.starts[j]
-        b = self.ends[j]
-        if j + _PREFETCH_AHEAD < self.m:
-            p = self.starts[j + _PREFETCH_AHEAD]
-            stop = self.ends[j + _PREFETCH_AHEAD]
-            stop = min(stop, p + (_PREFETCH_BYTES if stop - p <= _PREFETCH_BYTES else _LARGE_HEAD), self.size)
-            while 0 <= p < stop:
-                __builtin_prefetch(self.base + p)
-                p += 64
-        if j + _VALUE_AHEAD < self.m:
-            p = self.starts[j + _VALUE_AHEAD]
-            stop = self.ends[j + _VALUE_AHEAD]
-            if 0 <= p and stop <= self.size and stop - p > _PREFETCH_BYTES:
-                hpcio_mds_prefetch_values(self.base + p, stop - p, L.fixed, L.ncols, self.fetch, self.nfetch)
-        if a < 0 or b > self.size or b - a < self.head or _bounds(self.base + a, a + self.head, L) != b:
-            return self.fallback(j)
-        d = PyDict_New()
-        for c in range(L.nsel):
-            col = L.sel[c]
-            k = L.kind[col]
-            try:
-                if k == KIND_VIEW:
-                    value = self.whole[L.lo[col]:L.hi[col]]
-                else:
-                    value = _value(k, <const char *>(self.base + L.lo[col]), L.hi[col] - L.lo[col],
-                                   self.json_loads)
-            except Exception:
-                return self.fallback(j)
-            PyDict_SetItem(d, self.key_of[col], value)
-        return d
+        _prefetch_ahead(self.base, self.size, &self.starts[0], &self.ends[0], self.starts.shape[0], j,
+                        &self.L, self.fetch, self.nfetch)
+        d = _sample(self.base, self.size, self.whole, self.starts[j], self.ends[j], &self.L,
+                    self.key_of, self.json_loads)
+        return self.fallback(j) if d is None else d
 
 
 cdef inline void _place(list out, Py_ssize_t j, dict d):
@@ -341,16 +339,16 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
     """The value of kind ``k`` (not KIND_VIEW) held in the ``n`` bytes at ``p``; raises
     ValueError when it cannot be built."""
     cdef int64_t v
-    if k == KIND_STR:
+    if k == _STR:
         return PyUnicode_DecodeUTF8(p, n, NULL)
-    if k == KIND_BYTES:
+    if k == _BYTES:
         return PyBytes_FromStringAndSize(p, n)
-    if k == KIND_INT:
+    if k == _INT:
         if n != 8:
             raise ValueError("an int column value is not 8 bytes")
         memcpy(&v, p, 8)
         return PyLong_FromLongLong(v)
-    if k == KIND_JSON:
+    if k == _JSON:
         if hpcio_json_wide_int(<const uint8_t *>p, n):
             raise ValueError("an integer orjson would read as a float")
         return json_loads(PyBytes_FromStringAndSize(p, n))
@@ -456,12 +454,12 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                 k = L.kind[col]
                 n = L.hi[col] - L.lo[col]
                 try:
-                    if k == KIND_VIEW:
+                    if k == _VIEW:
                         value = view_of[L.lo[col]:L.hi[col]]
                     elif L.hi[col] <= a + got:
                         value = _value(k, first + (L.lo[col] - a), n, json_loads)
                     else:
-                        if k == KIND_BYTES:
+                        if k == _BYTES:
                             value = PyBytes_FromStringAndSize(NULL, n)
                             dst = PyBytes_AS_STRING(value)
                         else:
@@ -480,7 +478,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                                 failed = _pread_all(fd, dst, n, L.lo[col])
                         if failed:
                             return None, j
-                        if k != KIND_BYTES:
+                        if k != _BYTES:
                             value = _value(k, spill, n, json_loads)
                 except MemoryError:
                     raise
