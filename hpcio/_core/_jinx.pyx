@@ -28,7 +28,7 @@ from ..errors import DecodeError
 
 
 ENCODINGS = {"a85": 0, "b64": 1, "hex": 2}
-_SMALL = 4096  # values up to this size are decoded without releasing the GIL
+DEF _SMALL = 4096  # values up to this size are decoded without releasing the GIL
 
 
 cdef object _message(hpcio_error *err):
