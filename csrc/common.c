@@ -31,6 +31,16 @@ void hpcio_free(void *p)
     free(p);
 }
 
+void hpcio_keep_freed_heap(size_t nbytes)
+{
+    /* Freed untouched: glibc maps a block this large on its own (past its initial 128 KiB
+     * threshold) and, freeing it, raises its thresholds.  Only the block's header page is
+     * touched.  volatile: a compiler may drop a malloc whose block is only freed. */
+    void *volatile block = malloc(nbytes);
+
+    free(block);
+}
+
 /* The build switches arrive as macros from setup.py; a build without them (e.g. a
  * hand-compiled test) still describes itself. */
 #ifndef HPCIO_CFLAGS

@@ -319,6 +319,16 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
 
 void hpcio_free(void *p);
 
+/* glibc gives the top of its heap back to the system whenever more than its trim
+ * threshold (128 KiB at first) is free there, and takes it back page fault by page fault
+ * at the next allocation.  A reader handing out batches of large values (80 KB images
+ * copied into bytes objects) frees each batch at once, so every batch faulted its memory
+ * in again.  glibc raises the threshold itself (to twice the block, and allocations up
+ * to the block's size then come from the heap) the first time it frees a block it had
+ * to map on its own; this allocates and frees one such block of nbytes.  With another C
+ * library it allocates and frees a block, nothing more. */
+void hpcio_keep_freed_heap(size_t nbytes);
+
 /* Compiler and SIMD flags the kernels were built with, for `hpcio info`. */
 const char *hpcio_build_flags(void);
 const char *hpcio_compiler(void);  /* e.g. "gcc 12.2.0" */

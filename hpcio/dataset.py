@@ -233,6 +233,11 @@ def open(path: str | os.PathLike, format: str | None = None, **options) -> Datas
     ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
     compressed MDS, ``lazy=`` for JINX).
     """
+    from ._core import _io
+
+    # Samples are handed out and freed a batch at a time: keep freed heap for the next
+    # batch rather than faulting it in again (see keep_freed_heap).
+    _io.keep_freed_heap()
     module = get_format(format) if format else sniff_format(path)
     return Dataset(module.Reader(path, **options))
 

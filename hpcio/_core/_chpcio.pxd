@@ -143,6 +143,7 @@ cdef extern from "hpcio.h" nogil:
                                    uint64_t *footer_end, hpcio_error *err)
 
     void hpcio_free(void *p)
+    void hpcio_keep_freed_heap(size_t nbytes)
 
     const char *hpcio_build_flags()
     const char *hpcio_compiler()

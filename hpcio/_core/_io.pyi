@@ -6,6 +6,10 @@ from numpy.typing import NDArray
 
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
+def keep_freed_heap() -> None:
+    """Have glibc keep up to 32 MiB of freed heap for the next allocations instead of
+    returning it to the system at once (once per process)."""
+
 def start_writeback(target: str | os.PathLike | int, offset: int = 0, length: int = 0) -> None:
     """Start writing a file's dirty pages (of ``length`` bytes at ``offset``; 0: to the
     end) to storage without waiting (Linux ``sync_file_range``; elsewhere nothing is
