@@ -84,6 +84,24 @@ def test_info_lists_every_kernel(run_hpcio):
     assert "\nMPI: MPICH" in proc.stdout  # the mpich wheel is part of the test extra
 
 
+def test_info_kernel_list_names_every_kernel_of_the_header():
+    """The kernels ``hpcio info`` lists are the functions ``csrc/hpcio.h`` declares,
+    less the helpers that describe the build, size output buffers or manage errors and
+    memory."""
+    import pathlib
+    import re
+
+    from hpcio._core import _codecs
+    from hpcio.info import kernel_names
+
+    header = (pathlib.Path(__file__).parents[1] / "csrc" / "hpcio.h").read_text()
+    declared = set(re.findall(r"\bhpcio_([a-z0-9_]+)\(", header))
+    helpers = {"error_clear", "fail", "free", "build_flags", "compiler", "simd", "build_debug",
+               "build_sanitize", "kernels", "zstd_version", "zstd_version_string", "blosc2_version",
+               "a85_encoded_bound", "zstd_bound", "blosc2_bound"}
+    assert sorted(kernel_names(_codecs.build_info())) == sorted(declared - helpers)
+
+
 def test_info_json(run_hpcio):
     from hpcio._core import _codecs
     from hpcio.info import kernel_names
