@@ -1342,6 +1342,7 @@ class Reader(base.Reader):
             return None
         starts = np.ascontiguousarray(starts, np.int64)
         ends = np.ascontiguousarray(ends, np.int64)
+        buf = memoryview(sh.buf)  # our own view keeps the map alive if the shard is evicted
 
         def general(j: int) -> dict:
             # the kernel refused record j: decode it the general way, which builds what
@@ -1349,10 +1350,10 @@ class Reader(base.Reader):
             def locate(_r):
                 return sh.path, int(starts[j]) if sh.in_file else None, sh.base + lo + j
 
-            return self._layout.samples(sh.buf, starts[j : j + 1], ends[j : j + 1], cols,
+            return self._layout.samples(buf, starts[j : j + 1], ends[j : j + 1], cols,
                                         self.decode_images, locate, self.zero_copy)[0]
 
-        return _records.RecordSamples(sh.buf, starts, ends, self._layout._names_t,
+        return _records.RecordSamples(buf, starts, ends, self._layout._names_t,
                                       self._layout._sizes_t, kinds, tuple(cols), orjson.loads, general)
 
     def close(self) -> None:

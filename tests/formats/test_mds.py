@@ -1036,6 +1036,21 @@ def test_zero_copy_values_outlive_the_reader(tmp_path, compression):
     assert [g["id"] for g in got[100:]] == list(range(7, 43))
 
 
+def test_iteration_outlives_the_eviction_of_its_shard(tmp_path):
+    """A pass keeps the shard it is iterating mapped when random access evicts it, down to
+    a record only the general decoder builds (an integer orjson would read as a float)."""
+    samples = [{"id": i, "meta": {"n": 2**64 + i if i == 8 else i}} for i in range(20)]
+    path = write(tmp_path / "ev", samples, columns={"id": "int", "meta": "json"}, size_limit=200)
+    reader = mds.Reader(path, zero_copy=True, max_open=1)
+    assert len(reader.shards) > 2
+    it = reader.iter_range(0, 20)
+    got = [next(it)]
+    assert reader.read_many(np.array([19]))[0] == samples[19]  # evicts shard 0
+    assert not any(k == 0 for k in reader._maps)
+    got += list(it)
+    assert got == samples and type(got[8]["meta"]["n"]) is int
+
+
 def test_read_batches_are_bounded_in_bytes(tmp_path):
     from hpcio.formats.base import BATCH_BYTES, DEFAULT_BATCH, MIN_BATCH
 
