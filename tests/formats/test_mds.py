@@ -15,6 +15,8 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mds_helpers import (
     FIXTURES,
     STREAMING_FIXTURES,
@@ -1009,6 +1011,44 @@ def test_verify_broken_index(tmp_path):
     report = mds.verify(tmp_path / "x")
     assert not report["ok"]
     assert report["errors"][0]["error"].startswith("index.json has no 'shards' list")
+
+
+# --- json column encoding ------------------------------------------------------------------
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JSON_VALUES)
+def test_json_column_text_is_json_dumps(value):
+    """A json column stores ``json.dumps(value)`` (streaming's bytes), from one reused
+    encoder."""
+    from hpcio.formats._mds_encodings import _json_dumps
+
+    assert _json_dumps(value) == json.dumps(value)
+
+
+def test_json_column_errors_are_json_dumps_errors():
+    from hpcio.formats._mds_encodings import _json_dumps
+
+    loop: list = []
+    loop.append(loop)
+    for bad, message in ((loop, "Circular reference detected"),
+                         ({"x": {1, 2}}, "Object of type set is not JSON serializable"),
+                         ({(1,): 2}, "keys must be str, int, float, bool or None, not tuple")):
+        with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+            json.dumps(bad)
+        with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+            _json_dumps(bad)
+    # an error leaves the encoder's circular-reference markers set: they are emptied, or
+    # the same dict, fixed, would now be "circular"
+    sample = {"x": {1, 2}}
+    with pytest.raises(TypeError):
+        _json_dumps(sample)
+    sample["x"] = [1, 2]
+    assert _json_dumps(sample) == '{"x": [1, 2]}'
 
 
 # --- compression names -------------------------------------------------------------------
