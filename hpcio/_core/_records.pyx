@@ -187,6 +187,64 @@ cdef inline object _sample(const uint8_t *base, int64_t size, object whole, int6
     return d
 
 
+cdef class RecordSamples:
+    """An iterator of the sample dicts of records ``buf[starts[j]:ends[j]]`` (the
+    arguments of :func:`mds_samples`, which builds a batch of them with it), built one at
+    a time.
+
+    A sequential pass then holds one sample at a time instead of a list of them: a fresh
+    process reuses one sample's memory instead of growing its heap, and no batch list or
+    generator stands between the kernel and the caller.  A record the kernel cannot build
+    is handed to ``fallback(j)``, which returns its sample from the general decoder or
+    raises the exact error.
+    """
+    cdef _Columns L
+    cdef object whole  # the bytes as a read-only memoryview, sliced for KIND_VIEW values
+    cdef const uint8_t *base
+    cdef int64_t size
+    cdef const int64_t[::1] starts
+    cdef const int64_t[::1] ends
+    cdef Py_ssize_t j
+    cdef list key_of
+    cdef object json_loads, fallback
+    cdef int32_t fetch[_MAXCOL]
+    cdef size_t nfetch
+
+    def __cinit__(self, buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
+                  tuple sizes, tuple kinds, tuple cols, json_loads, fallback):
+        cdef const uint8_t[::1] view
+        _unpack_layout("RecordSamples", starts.shape[0], ends.shape[0], sizes, kinds, cols, &self.L)
+        self.key_of = list(names)
+        self.whole = byte_view(buf).toreadonly()
+        view = self.whole
+        self.base = data_ptr(view)  # valid while self.whole holds the buffer
+        self.size = view.shape[0]
+        self.starts = starts
+        self.ends = ends
+        self.j = 0
+        self.json_loads = json_loads
+        self.fallback = fallback
+        self.nfetch = _built_columns(&self.L, self.fetch)
+
+    cdef object _build(self, Py_ssize_t j):
+        """Record j's dict, or None when the kernel cannot build it."""
+        _prefetch_ahead(self.base, self.size, &self.starts[0], &self.ends[0], self.starts.shape[0], j,
+                        &self.L, self.fetch, self.nfetch)
+        return _sample(self.base, self.size, self.whole, self.starts[j], self.ends[j], &self.L,
+                       self.key_of, self.json_loads)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t j = self.j
+        if j >= self.starts.shape[0]:
+            raise StopIteration
+        self.j = j + 1
+        d = self._build(j)
+        return self.fallback(j) if d is None else d
+
+
 def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
                 tuple sizes, tuple kinds, tuple cols, json_loads):
     """Dicts ``{names[c]: value}`` for ``c`` in ``cols`` of records ``buf[starts[j]:ends[j]]``.
@@ -198,21 +256,12 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
+    cdef RecordSamples records = RecordSamples(buf, starts, ends, names, sizes, kinds, cols, json_loads, None)
     cdef Py_ssize_t m = starts.shape[0], j
-    cdef _Columns L
-    _unpack_layout("mds_samples", m, ends.shape[0], sizes, kinds, cols, &L)
-    cdef list key_of = list(names)
-    cdef object whole = byte_view(buf).toreadonly()  # sliced for KIND_VIEW values
-    cdef const uint8_t[::1] view = whole
-    cdef const uint8_t *base = data_ptr(view)
-    cdef int64_t size = view.shape[0]
     cdef list out = PyList_New(m)
     cdef object d
-    cdef int32_t fetch[_MAXCOL]
-    cdef size_t nfetch = _built_columns(&L, fetch)
     for j in range(m):
-        _prefetch_ahead(base, size, &starts[0], &ends[0], m, j, &L, fetch, nfetch)
-        d = _sample(base, size, whole, starts[j], ends[j], &L, key_of, json_loads)
+        d = records._build(j)
         if d is None:
             return None, j
         _place(out, j, d)
@@ -274,59 +323,6 @@ def json_wide_int(buf) -> bool:
     with nogil:
         wide = hpcio_json_wide_int(data_ptr(view), view.shape[0])
     return wide != 0
-
-
-cdef class RecordSamples:
-    """An iterator of the sample dicts of records ``buf[starts[j]:ends[j]]``, built one at
-    a time as :func:`mds_samples` builds a batch of them (same arguments).
-
-    A sequential pass then holds one sample at a time instead of a list of them: a fresh
-    process reuses one sample's memory instead of growing its heap, and no batch list or
-    generator stands between the kernel and the caller.  A record the kernel cannot build
-    is handed to ``fallback(j)``, which returns its sample from the general decoder or
-    raises the exact error.
-    """
-    cdef _Columns L
-    cdef object whole
-    cdef const uint8_t *base
-    cdef int64_t size
-    cdef const int64_t[::1] starts
-    cdef const int64_t[::1] ends
-    cdef Py_ssize_t j
-    cdef list key_of
-    cdef object json_loads, fallback
-    cdef int32_t fetch[_MAXCOL]
-    cdef size_t nfetch
-
-    def __cinit__(self, buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple names,
-                  tuple sizes, tuple kinds, tuple cols, json_loads, fallback):
-        cdef const uint8_t[::1] view
-        _unpack_layout("RecordSamples", starts.shape[0], ends.shape[0], sizes, kinds, cols, &self.L)
-        self.key_of = list(names)
-        self.whole = byte_view(buf).toreadonly()
-        view = self.whole
-        self.base = data_ptr(view)  # valid while self.whole holds the buffer
-        self.size = view.shape[0]
-        self.starts = starts
-        self.ends = ends
-        self.j = 0
-        self.json_loads = json_loads
-        self.fallback = fallback
-        self.nfetch = _built_columns(&self.L, self.fetch)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        cdef Py_ssize_t j = self.j
-        if j >= self.starts.shape[0]:
-            raise StopIteration
-        self.j = j + 1
-        _prefetch_ahead(self.base, self.size, &self.starts[0], &self.ends[0], self.starts.shape[0], j,
-                        &self.L, self.fetch, self.nfetch)
-        d = _sample(self.base, self.size, self.whole, self.starts[j], self.ends[j], &self.L,
-                    self.key_of, self.json_loads)
-        return self.fallback(j) if d is None else d
 
 
 cdef inline void _place(list out, Py_ssize_t j, dict d):
