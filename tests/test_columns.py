@@ -84,7 +84,13 @@ def test_json_values_decoded_in_one_call_match_python(values):
 
     raw = [json.dumps(v, ensure_ascii=ascii).encode() for v, ascii in values]
     offsets = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
-    assert _records.loads_json_values(b"".join(raw), offsets, orjson.loads) == [json.loads(r) for r in raw]
+    got = _records.loads_json_values(b"".join(raw), offsets, orjson.loads)
+    if got is None:
+        # the documented refusal: a run of 20 or more digits, even inside a string, may be
+        # an integer orjson would read as a float, and the caller decodes one by one
+        assert any(_records.json_wide_int(r) for r in raw), raw
+    else:
+        assert got == [json.loads(r) for r in raw]
 
 
 def test_json_values_decoded_in_one_call_match_one_by_one():
