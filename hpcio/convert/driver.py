@@ -38,6 +38,7 @@ import numpy as np
 
 from .._durable import fsync_dir
 from .._gc import cyclic_gc_paused
+from ..distributed.context import cpus_per_task
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format, load_libraries
 from . import plan as planning
@@ -420,8 +421,6 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
     nothing and keep theirs.  Collective (every rank calls it).
     """
     import socket
-
-    from ..distributed.context import cpus_per_task
 
     if comm.size == 1 or not decodes_parquet:
         return lambda: None

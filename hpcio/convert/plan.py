@@ -19,6 +19,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+# numpy loads its random module on first use: imported here, with the rest of the
+# converter, it is not paid inside a conversion's own time by rank 0 alone.
+import numpy.random
 
 from ..errors import HpcioError
 
