@@ -48,6 +48,7 @@ from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_s
 from .progress import Progress
 from .resume import (
     ResumeError,
+    array_fingerprint,
     fingerprint,
     load_part,
     part_path,
@@ -320,7 +321,7 @@ def convert(
             "num_shards": count,
             "seed": seed,
             "order": order,
-            "selection": fingerprint(sel.tolist()),
+            "selection": array_fingerprint(sel),
             "fields": fields,
             "map": _spec_name(map),
             "filter": _spec_name(filter),

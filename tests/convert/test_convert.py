@@ -195,16 +195,31 @@ def test_format_libraries_load_once_before_any_reader_opens(sources, tmp_path, m
     assert events[0] == "load" and events.count("load") == 1 and "open" in events
 
 
-def test_resume_with_other_options_is_refused(sources, tmp_path):
+@pytest.mark.parametrize("changed", [{"seed": 9}, {"selection": np.arange(19)}, {"selection": np.arange(19, -1, -1)}])
+def test_resume_with_other_options_is_refused(sources, tmp_path, changed):
     out = tmp_path / "out"
     with pytest.MonkeyPatch.context() as mp:
         import hpcio.convert.driver as driver
 
         mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
-            hpcio.convert(sources, out, to="lines", num_shards=6, progress=False)
+            hpcio.convert(sources, out, to="lines", num_shards=6, selection=np.arange(20), progress=False)
     with pytest.raises(ResumeError, match="made from other inputs or options"):
-        hpcio.convert(sources, out, to="lines", num_shards=6, seed=9, resume=True, progress=False)
+        hpcio.convert(sources, out, to="lines", **{"num_shards": 6, "selection": np.arange(20), **changed},
+                      resume=True, progress=False)
+    # The same selection, given as a list of Python ints, is the same input.
+    summary = hpcio.convert(sources, out, to="lines", num_shards=6, selection=list(range(20)), resume=True,
+                            progress=False)
+    assert summary["samples_written"] == 20
+
+
+def test_array_fingerprint_depends_on_the_ids_not_their_container():
+    from hpcio.convert.resume import array_fingerprint
+
+    ids = np.array([5, 3, 1 << 40], dtype=np.int64)
+    assert array_fingerprint(ids) == array_fingerprint([5, 3, 1 << 40]) == array_fingerprint(ids.astype(">i8"))
+    assert array_fingerprint(ids) != array_fingerprint(ids[::-1])
+    assert array_fingerprint(np.arange(3)) != array_fingerprint(np.arange(4))
 
 
 def test_convert_help_explains(tmp_path):
