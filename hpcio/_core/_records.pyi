@@ -27,6 +27,13 @@ class RecordSamples(Iterator[dict]):
     def __iter__(self) -> RecordSamples: ...
     def __next__(self) -> dict: ...
 
+class RecordPacker:
+    """Packs the MDS record of a sample dict of plain values (``str``/``int``/``json``
+    columns of those types, ``bytes`` values in any column); ``pack`` returns None for
+    anything else, which the caller's general encoder then packs or refuses."""
+    def __init__(self, names: tuple, kinds: tuple, sizes: tuple, json_dumps: Callable[[object], str]) -> None: ...
+    def pack(self, sample: object) -> bytes | None: ...
+
 def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
                       sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable
                       ) -> tuple[list[dict] | None, int]:

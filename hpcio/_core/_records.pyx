@@ -1,22 +1,25 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""Sample dicts and columns built straight from MDS records (compiled).
+"""Sample dicts and columns built straight from MDS records, and records packed straight
+from sample dicts (compiled).
 
 Slicing records into columns with numpy and zipping the column lists into dicts costs
 several Python objects per value; here each record's column bounds are computed in C and
 each value object is created once, directly from the record bytes.  Only the value kinds
 whose construction is fixed (``str``, ``bytes``, ``int``, ``json``) are handled; the
 caller keeps its general path for everything else and for every error, so messages stay
-exact.
+exact.  :class:`RecordPacker` is the same bargain for writing.
 """
 
 from cpython.buffer cimport PyBUF_FORMAT
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_New, PyDict_SetItem
 from cpython.list cimport PyList_New, PyList_SET_ITEM
-from cpython.long cimport PyLong_FromLongLong
+from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.ref cimport Py_INCREF
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.dict cimport PyDict_GetItem, PyDict_Size
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
@@ -933,3 +936,104 @@ def json_columns(data, const int64_t[::1] offsets):
         return names, parts
     finally:
         free(spans)
+
+
+cdef class RecordPacker:
+    """Packs the MDS record of a sample dict whose values all have the plain type of their
+    column: ``str`` in a ``str`` column, ``int`` (within int64) in an ``int`` column, what
+    ``json_dumps`` turns into text in a ``json`` column, and ``bytes``, stored as they are,
+    in any column (streaming's rule).  ``pack`` returns None for anything else (another
+    value type, a missing or extra field, a value ``json_dumps`` refuses, a size that does
+    not fit): the caller's general encoder then packs it or raises its exact error.
+
+    ``names`` are the columns in record order, ``kinds`` their KIND_STR, KIND_INT,
+    KIND_JSON or KIND_BYTES (bytes values only), ``sizes`` their fixed sizes (None where
+    variable, these lead the record as little-endian uint32 lengths).
+    """
+    cdef tuple names
+    cdef int ncols
+    cdef int nvar
+    cdef int kinds[_MAXCOL]
+    cdef Py_ssize_t sizes[_MAXCOL]
+    cdef object json_dumps
+
+    def __init__(self, tuple names, tuple kinds, tuple sizes, json_dumps):
+        if not (len(names) == len(kinds) == len(sizes)) or len(names) > _MAXCOL:
+            raise ValueError(f"{len(names)} names, {len(kinds)} kinds and {len(sizes)} sizes "
+                             f"for at most {_MAXCOL} columns")
+        self.names = names
+        self.ncols = len(names)
+        self.nvar = 0
+        for c in range(self.ncols):
+            if kinds[c] not in (_STR, _BYTES, _INT, _JSON):
+                raise ValueError(f"kind {kinds[c]!r} cannot be packed")
+            self.kinds[c] = kinds[c]
+            self.sizes[c] = -1 if sizes[c] is None else sizes[c]
+            if sizes[c] is None:
+                self.nvar += 1
+        self.json_dumps = json_dumps
+
+    def pack(self, sample):
+        """The record of ``sample`` as bytes, or None (see the class)."""
+        cdef const char *ptr[_MAXCOL]
+        cdef Py_ssize_t length[_MAXCOL]
+        cdef int64_t ints[_MAXCOL]
+        cdef Py_ssize_t total = 4 * self.nvar
+        cdef Py_ssize_t n
+        cdef PyObject *item
+        cdef int c, kind
+        cdef char *out
+        cdef uint32_t head
+        if type(sample) is not dict or PyDict_Size(sample) != self.ncols:
+            return None
+        made = []  # the JSON texts made here, alive until copied
+        for c in range(self.ncols):
+            item = PyDict_GetItem(sample, self.names[c])
+            if item is NULL:
+                return None
+            value = <object>item
+            kind = self.kinds[c]
+            if type(value) is bytes:
+                ptr[c] = PyBytes_AS_STRING(value)
+                length[c] = len(<bytes>value)
+            elif kind == _STR and type(value) is str:
+                try:
+                    ptr[c] = PyUnicode_AsUTF8AndSize(value, &n)
+                except UnicodeEncodeError:  # a lone surrogate: the general path raises
+                    return None
+                length[c] = n
+            elif kind == _INT and type(value) is int:
+                try:
+                    ints[c] = PyLong_AsLongLong(value)
+                except OverflowError:  # beyond int64: the general path raises
+                    return None
+                ptr[c] = <const char *>&ints[c]  # little-endian, as every target of hpcio
+                length[c] = 8
+            elif kind == _JSON:
+                try:
+                    text = self.json_dumps(value)
+                except Exception:  # the general path raises what it raises
+                    return None
+                if type(text) is not str:
+                    return None
+                made.append(text)
+                ptr[c] = PyUnicode_AsUTF8AndSize(text, &n)
+                length[c] = n
+            else:
+                return None
+            if self.sizes[c] >= 0 and length[c] != self.sizes[c]:
+                return None
+            if self.sizes[c] < 0 and length[c] > 0xFFFFFFFF:
+                return None
+            total += length[c]
+        record = PyBytes_FromStringAndSize(NULL, total)
+        out = PyBytes_AS_STRING(record)
+        for c in range(self.ncols):
+            if self.sizes[c] < 0:
+                head = <uint32_t>length[c]
+                memcpy(out, &head, 4)
+                out += 4
+        for c in range(self.ncols):
+            memcpy(out, ptr[c], length[c])
+            out += length[c]
+        return record

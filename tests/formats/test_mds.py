@@ -1051,6 +1051,58 @@ def test_json_column_errors_are_json_dumps_errors():
     assert _json_dumps(sample) == '{"x": [1, 2]}'
 
 
+# --- compiled record packing ---------------------------------------------------------------
+_PACK_COLUMNS = {"a": "int", "b": "json", "c": "str", "d": "bytes", "e": "uint16", "f": "jpeg"}
+_ANY_VALUE = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+              | st.floats(allow_nan=True) | st.text() | st.binary(max_size=8)
+              | st.binary(min_size=2, max_size=2) | st.sampled_from(["\ud800", "é€😀", "x\x00y"])
+              | st.builds(np.int64, st.integers(-(2**63), 2**63 - 1)) | st.builds(bytearray, st.binary(max_size=4))
+              | _JSON_VALUES)
+_PLAIN_VALUE = {"a": st.integers(-(2**63), 2**63 - 1), "b": _JSON_VALUES, "c": st.text(),
+                "d": st.binary(), "e": st.binary(min_size=2, max_size=2), "f": st.binary()}
+
+
+def _outcome(encoder, sample):
+    try:
+        return ("record", encoder.encode(sample, 7))
+    except Exception as exc:  # the exact error is part of the contract
+        return ("error", type(exc), str(exc))
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(
+    st.fixed_dictionaries(_PLAIN_VALUE),
+    st.fixed_dictionaries({k: _ANY_VALUE for k in _PACK_COLUMNS}),
+    st.dictionaries(st.sampled_from(sorted(_PACK_COLUMNS) + ["z"]), _ANY_VALUE),
+))
+def test_packed_records_are_the_per_column_records(sample):
+    """RecordEncoder packs plain samples in one compiled call; whatever the sample, the
+    record (or the error) is the one the per-column path makes."""
+    packed = mds.RecordEncoder(_PACK_COLUMNS)
+    assert packed._packer is not None
+    general = mds.RecordEncoder(_PACK_COLUMNS)
+    general._packer = None
+    assert _outcome(packed, sample) == _outcome(general, sample)
+
+
+def test_packer_packs_plain_samples_and_declines_the_rest():
+    from hpcio._core import _records
+
+    packed = mds.RecordEncoder(_PACK_COLUMNS)._packer
+    plain = {"a": -2, "b": {"k": [1, None]}, "c": "é", "d": b"xyz", "e": b"\x01\x02", "f": b"\xff\xd8"}
+    # variable columns b c d f lead with their uint32 lengths, in name order; then values
+    assert packed.pack(plain) == (struct.pack("<4I", 16, 2, 3, 2) + struct.pack("<q", -2)
+                                  + b'{"k": [1, null]}' + "é".encode() + b"xyz" + b"\x01\x02" + b"\xff\xd8")
+    for changed in ({"a": 2**63}, {"a": True}, {"a": np.int64(1)}, {"c": "\ud800"}, {"d": bytearray(b"x")},
+                    {"e": b"\x01"}, {"b": {1, 2}}, {"f": "text"}):
+        assert packed.pack({**plain, **changed}) is None, changed
+    assert packed.pack({k: v for k, v in plain.items() if k != "a"}) is None
+    assert packed.pack({**plain, "z": 1}) is None
+    assert packed.pack(argparse.Namespace(**plain)) is None
+    with pytest.raises(ValueError, match="kind 9 cannot be packed"):
+        _records.RecordPacker(("a",), (9,), (None,), json.dumps)
+
+
 # --- compression names -------------------------------------------------------------------
 def test_parse_compression_names():
     assert mds.parse_compression("sample::gzip").spec == "sample::gz"
