@@ -145,8 +145,13 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     assert two["wall_s"] > two["job_s"] > 0 and two["job_best_s"] <= two["job_s"]
     assert two["job_scaling_1_to_2_best"] == writers["hpcio convert (1 rank)"]["job_best_s"] / two["job_best_s"]
     assert writers["mdf convert"]["hpcio_ratio"] > 0
+    for ranks, rec in ((1, writers["hpcio convert (1 rank)"]), (2, two)):
+        phases = rec["phases_s"]
+        assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
+        assert phases["exchange"] > 0 if ranks == 2 else phases["exchange"] < 0.005, phases
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 1 |" in md
+    assert "Where hpcio's job spends its time" in md and "| text | 2 | " in md
 
 
 @pytest.mark.bench

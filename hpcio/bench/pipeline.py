@@ -71,12 +71,14 @@ PIPELINE_REPEATS = 7
 
 def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
     """Run each ``(label, make_cmd, inner)`` in turn, ``repeats`` rounds, each in a fresh
-    output directory.  Returns ``{label: {"wall", "wall_best", "inner", "inner_best"}}``
-    (median and best seconds; ``inner(stdout)`` is the seconds a process reports for its
-    own work, None without ``inner``), or ``{label: {"error": message}}`` for a system
-    that failed, which is not run again."""
+    output directory.  Returns ``{label: {"wall", "wall_best", "inner", "inner_best",
+    "details"}}`` (median and best seconds; ``inner(stdout)`` is the seconds a process
+    reports for its own work, or ``(seconds, details)`` with whatever else it reports, one
+    ``details`` per run; None without ``inner``), or ``{label: {"error": message}}`` for a
+    system that failed, which is not run again."""
     times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
     inner_times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
+    details: dict[str, list] = {label: [] for label, _cmd, _inner in runs}
     errors: dict[str, str] = {}
     for _ in range(repeats):
         for label, make_cmd, inner in runs:
@@ -97,7 +99,11 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
                 continue
             times[label].append(elapsed)
             if inner is not None:
-                inner_times[label].append(inner(proc.stdout))
+                reported = inner(proc.stdout)
+                if isinstance(reported, tuple):
+                    reported, more = reported
+                    details[label].append(more)
+                inner_times[label].append(reported)
     out = {}
     for label, _cmd, _inner in runs:
         if label in errors:
@@ -105,7 +111,8 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
             continue
         wall, own = times[label], inner_times[label]
         out[label] = {"wall": float(np.median(wall)), "wall_best": min(wall),
-                      "inner": float(np.median(own)) if own else None, "inner_best": min(own) if own else None}
+                      "inner": float(np.median(own)) if own else None, "inner_best": min(own) if own else None,
+                      "details": details[label]}
     return out
 
 
@@ -160,6 +167,21 @@ def staging_figures(datasets, profile: str, repeats: int = PIPELINE_REPEATS, log
     return out
 
 
+def _job_and_phases(stdout: str) -> tuple[float, dict]:
+    """A conversion's job seconds and its phases (seconds per rank) from its summary."""
+    summary = _last_json(stdout)
+    return summary["seconds"], summary["phases"]
+
+
+def _median_phases(runs: list[dict]) -> dict:
+    """Per phase, the median over runs of the slowest rank's seconds.
+
+    >>> _median_phases([{"read": [0.1, 0.3]}, {"read": [0.2, 0.2]}, {"read": [0.5, 0.1]}])
+    {'read': 0.3}
+    """
+    return {name: float(np.median([max(run[name]) for run in runs])) for name in runs[0]}
+
+
 def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
                        interop_python: str | None = None) -> list[dict]:
     """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
@@ -179,8 +201,7 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                 return [sys.executable, *convert]
             return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
 
-        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd,
-                     lambda stdout: _last_json(stdout)["seconds"]))
+        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd, _job_and_phases))
     if interop_python:
         mdf = os.path.join(os.path.dirname(interop_python), "mdf")
         # HF datasets caches the Parquet it loads; a cache inside the run's temporary
@@ -209,6 +230,8 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                "samples_per_s_per_rank": n / wall / ranks}
         if job is not None:
             rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=n / job)
+        if t.get("details"):
+            rec["phases_s"] = _median_phases(t["details"])
         log(f"  conversion {profile} {label}: {n / wall:,.0f} samples/s ({n / wall / ranks:,.0f} per rank)"
             + (f", job alone {n / job:,.0f} samples/s" if job else ""))
         out.append(rec)

@@ -215,6 +215,16 @@ def pipeline_markdown(rows: list[dict]) -> str:
             out.write(f"| {r['profile']} | {r['writer']} | {r['ranks']} | {_fmt(r['samples_per_s'])} | "
                       f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('job_samples_per_s'))} | {scaling} | "
                       f"{_fmt(r.get('hpcio_ratio'))} |\n")
+        phased = [r for r in conversion if r.get("phases_s")]
+        if phased:
+            names = [name for name in phased[0]["phases_s"] if any(r["phases_s"].get(name, 0) >= 5e-4 for r in phased)]
+            out.write("\nWhere hpcio's job spends its time (milliseconds; per phase, the median over the runs "
+                      "of the slowest rank; see `hpcio.convert.driver.PhaseClock`):\n\n")
+            out.write("| profile | ranks | " + " | ".join(names) + " | job |\n|---|---|"
+                      + "---|" * (len(names) + 1) + "\n")
+            for r in phased:
+                cells = " | ".join(f"{1000 * r['phases_s'][name]:.0f}" for name in names)
+                out.write(f"| {r['profile']} | {r['ranks']} | {cells} | {1000 * r['job_s']:.0f} |\n")
     return out.getvalue()
 
 

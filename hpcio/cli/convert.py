@@ -149,6 +149,12 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
         f"shard bytes within {100 * summary['imbalance']:.1f}% of the mean",
         file=stream,
     )
+    phases = {name: seconds for name, seconds in (summary.get("phases") or {}).items() if max(seconds) >= 5e-4}
+    if phases:
+        spans = [f"{name} {max(v):.3f}" if len(v) == 1 or max(v) - min(v) < 5e-4 else f"{name} {min(v):.3f}-{max(v):.3f}"
+                 for name, v in phases.items()]
+        print("seconds per phase" + (" (fastest-slowest rank)" if summary["ranks"] > 1 else "") + ": "
+              + ", ".join(spans), file=stream)
     if summary.get("shards_kept"):
         print(f"resumed: kept {summary['shards_kept']} complete shards, wrote {summary['shards_written']}", file=stream)
     if summary.get("filtered"):

@@ -60,7 +60,7 @@ from .resume import (
     write_json_atomic,
 )
 
-__all__ = ["convert", "resolve_callable", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV"]
+__all__ = ["convert", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV"]
 
 # Test aid: seconds to sleep after publishing each shard, so a test can kill -9 a run
 # part-way through and check that --resume completes it.
@@ -230,7 +230,8 @@ def convert(
     dict
         The summary (same on every rank): shard and sample counts, bad samples,
         bytes, ranks, and seconds from the moment every rank had the sources listed and
-        their formats' libraries imported.
+        their formats' libraries imported; ``phases``, each rank's seconds in each
+        phase of that time (:class:`PhaseClock`).
     """
     comm = get_comm(comm)
     fmt = get_format(to)
@@ -268,6 +269,7 @@ def convert(
     # different times, and the job's own time should not count another rank's start-up.
     _collective(comm, lambda: load_libraries([fmt.NAME, *(s.format for s in sources)]), root_only=False)
     started = time.monotonic()
+    clock = PhaseClock(started)
     mine = list(range(comm.rank, len(sources), comm.size))
     # The readers opened to measure stay open for writing (opening may scan a file).
     readers = ReaderCache(sources, reader_options=reader_options)
@@ -291,6 +293,7 @@ def convert(
     by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # source -> (sizes, block starts)
     for part in measured:
         by_source.update(part)
+    clock.lap("measure")
     counts = np.array([len(by_source[i][0]) for i in range(len(sources))], dtype=np.int64)
     first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     # The global id of the first sample of every block of every source, ascending.
@@ -370,9 +373,10 @@ def convert(
     writer = _ShardWriter(
         fmt=fmt, staging=staging, sources=sources, first_id=first_id, block_first=block_first,
         sizes=sizes, fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
-        writer_options=opts, num_shards=shards, progress=bar, readers=readers,
+        writer_options=opts, num_shards=shards, progress=bar, readers=readers, clock=clock,
     )
     restore_threads = _share_node_cpus(comm, decodes_parquet=any(s.format == "parquet" for s in sources))
+    clock.lap("plan")
     try:
         for round_shards in rounds:
             writer.write_round(comm, round_shards, plan)
@@ -386,13 +390,20 @@ def convert(
 
     # --- 4. merge and publish, on rank 0 ------------------------------------------------
     comm.barrier()
+    clock.lap("wait")
     summary = None
     if comm.rank == 0:
         try:
             summary = _publish(fmt, staging, dst, shards, opts, plan)
         except BaseException as exc:  # noqa: BLE001
             _fail_rank(comm, exc)
+        clock.lap("merge")
+    # Gathered after the merge, so rank 0's own time includes it; the other ranks' clocks
+    # stopped when they reached this point.
+    phases = comm.gather(clock.seconds)
+    if comm.rank == 0:
         summary.update(
+            phases={name: [round(p[name], 4) for p in phases] for name in PhaseClock.PHASES},
             shards_written=len(todo),
             shards_kept=len(kept),
             ranks=comm.size,
@@ -400,6 +411,31 @@ def convert(
             imbalance=round(plan.imbalance(), 5),
         )
     return comm.bcast(summary)
+
+
+class PhaseClock:
+    """Wall seconds one rank spends in each phase of a conversion, from the job's start.
+
+    ``measure``: sizing the sources; ``plan``: the plan and the shards left to write;
+    ``read``: reading, mapping and filtering this rank's share; ``encode``: making records
+    of what another rank writes; ``exchange``: sending and receiving them; ``write``:
+    writing this rank's shards; ``publish``: making them durable and recording them;
+    ``wait``: waiting for the slowest rank; ``merge``: the dataset index and the rename
+    (rank 0).  Collective steps count their wait in their own phase (``encode`` agrees on
+    the writers' options, ``exchange`` waits for every rank's parcels).
+    """
+
+    PHASES = ("measure", "plan", "read", "encode", "exchange", "write", "wait", "publish", "merge")
+
+    def __init__(self, start: float):
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+        self._at = start
+
+    def lap(self, phase: str) -> None:
+        """Count the time since the last lap as ``phase``."""
+        now = time.monotonic()
+        self.seconds[phase] += now - self._at
+        self._at = now
 
 
 def cpu_share(task_cpus: int, shared_cpus: int, sharing: int) -> int:
@@ -443,7 +479,7 @@ class _ShardWriter:
     samples, map/filter them, exchange them, write this rank's shards and publish them."""
 
     def __init__(self, *, fmt, staging, sources, first_id, block_first, sizes, fields, map_fn,
-                 filter_fn, skip_bad, writer_options, num_shards, progress, readers):
+                 filter_fn, skip_bad, writer_options, num_shards, progress, readers, clock):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
@@ -458,6 +494,7 @@ class _ShardWriter:
         self.num_shards = num_shards
         self.progress = progress
         self.readers = readers
+        self.clock = clock
         self.slow = float(os.environ.get(SLOW_SHARD_ENV, "0") or 0)
         # Formats with the encoded-record hook get their samples encoded where they were
         # read: the owners of the shards then receive record bytes, which cross between
@@ -516,18 +553,26 @@ class _ShardWriter:
         # nothing (a quarter of a text round's reading time).
         with cyclic_gc_paused():
             self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
-            fixed = self._encode(comm, parcels) if encoded else {}
+            self.clock.lap("read")
+            fixed = {}
+            if encoded:
+                fixed = self._encode(comm, parcels)
+                self.clock.lap("encode")
             received = _exchange(comm, parcels, encoded)
+            self.clock.lap("exchange")
             # Every rank writes its shards before any rank fsyncs: on a local file system
             # a write that waits behind another process's fsync for the journal took 6-10
             # times as long.
             written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
                        for k in round_shards if owner[k] == comm.rank]
+        self.clock.lap("write")
         comm.barrier()
+        self.clock.lap("wait")
         for shard, part in written:
             self.publish_shard(shard, part)
             if self.slow > 0:
                 time.sleep(self.slow)
+        self.clock.lap("publish")
 
     def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
         """Turn every parcel's samples into ``records`` as the shards' writers would

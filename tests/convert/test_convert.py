@@ -195,6 +195,20 @@ def test_format_libraries_load_once_before_any_reader_opens(sources, tmp_path, m
     assert events[0] == "load" and events.count("load") == 1 and "open" in events
 
 
+def test_summary_times_every_phase_of_the_job(sources, tmp_path):
+    from hpcio.convert.driver import PhaseClock
+
+    summary = hpcio.convert(sources, tmp_path / "out", to="lines", num_shards=3, progress=False)
+    phases = summary["phases"]
+    assert list(phases) == list(PhaseClock.PHASES)
+    assert all(len(seconds) == 1 and seconds[0] >= 0 for seconds in phases.values())
+    assert phases["read"][0] > 0 and phases["write"][0] > 0 and phases["merge"][0] > 0
+    assert phases["encode"] == [0.0] and phases["exchange"][0] < 0.005  # one rank exchanges nothing
+    # The phases follow each other from the job's start: together they are its seconds
+    # (rounded to the ms, the phases to 0.1 ms).
+    assert sum(s[0] for s in phases.values()) == pytest.approx(summary["seconds"], abs=0.005)
+
+
 @pytest.mark.parametrize("changed", [{"seed": 9}, {"selection": np.arange(19)}, {"selection": np.arange(19, -1, -1)}])
 def test_resume_with_other_options_is_refused(sources, tmp_path, changed):
     out = tmp_path / "out"
@@ -236,6 +250,25 @@ def test_convert_command_prints_a_summary(sources, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["num_shards"] == 3 and summary["samples_written"] == 360
     assert "[hpcio convert] 360/360 samples (100.0%)" in proc.stderr
+
+
+def test_human_summary_names_the_time_of_each_phase():
+    import io
+
+    from hpcio.cli.convert import print_summary
+
+    summary = {"output": "/o", "format": "mds", "num_shards": 4, "samples_written": 2000,
+               "bytes_written": 117_000_000, "seconds": 0.2, "ranks": 2, "imbalance": 0.001,
+               "phases": {"measure": [0.002, 0.002], "plan": [0.0031, 0.0001], "read": [0.05, 0.07],
+                          "encode": [0.0002, 0.0001], "merge": [0.004, 0.0]}}
+    out = io.StringIO()
+    print_summary(summary, as_json=False, stream=out)
+    assert out.getvalue().splitlines() == [
+        "wrote /o (mds): 4 shards, 2000 samples, 117.0 MB in 0.2s on 2 rank(s) (10000 samples/s); "
+        "shard bytes within 0.1% of the mean",
+        "seconds per phase (fastest-slowest rank): measure 0.002, plan 0.000-0.003, read 0.050-0.070, "
+        "merge 0.000-0.004",
+    ]
 
 
 def test_convert_command_error_exit(sources, tmp_path):

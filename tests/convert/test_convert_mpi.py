@@ -40,6 +40,9 @@ def test_output_is_byte_identical_to_one_rank(reference, tmp_path, ranks):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)  # printed once, by rank 0
     assert summary["ranks"] == ranks and summary["num_shards"] == ref_summary["num_shards"] == 8
+    assert all(len(seconds) == ranks for seconds in summary["phases"].values())
+    assert min(summary["phases"]["read"]) > 0 and min(summary["phases"]["exchange"]) > 0
+    assert summary["phases"]["merge"][1:] == [0.0] * (ranks - 1)  # rank 0 merges the index
     assert tree_bytes(tmp_path / "out") == tree_bytes(ref)
     sizes = [len(b) for name, b in tree_bytes(ref).items() if name.endswith(".lines")]
     assert len(sizes) == 8 and max(abs(s - sum(sizes) / 8) for s in sizes) <= 0.05 * sum(sizes) / 8
