@@ -217,7 +217,9 @@ def pipeline_markdown(rows: list[dict]) -> str:
                       f"{_fmt(r.get('hpcio_ratio'))} |\n")
         phased = [r for r in conversion if r.get("phases_s")]
         if phased:
-            names = [name for name in phased[0]["phases_s"] if any(r["phases_s"].get(name, 0) >= 5e-4 for r in phased)]
+            from ..convert.driver import PhaseClock  # the phases in the order they run
+
+            names = [name for name in PhaseClock.PHASES if any(r["phases_s"].get(name, 0) >= 5e-4 for r in phased)]
             out.write("\nWhere hpcio's job spends its time (milliseconds; per phase, the median over the runs "
                       "of the slowest rank; see `hpcio.convert.driver.PhaseClock`):\n\n")
             out.write("| profile | ranks | " + " | ".join(names) + " | job |\n|---|---|"
