@@ -13,11 +13,10 @@ exact.  :class:`RecordPacker` is the same bargain for writing.
 
 from cpython.buffer cimport PyBUF_FORMAT
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_New, PyDict_SetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_New, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.ref cimport Py_INCREF
-from cpython.dict cimport PyDict_GetItem, PyDict_Size
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t

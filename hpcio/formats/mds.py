@@ -104,6 +104,9 @@ _LARGE_RECORD = 16 << 10
 _SCAN_BATCH = 256
 _LARGE_STEP = 64
 _LARGE_COPY_STEP = 16
+# The compiled value kinds of the encodings whose values have one construction, read
+# (mds_samples, RecordSamples) and written (RecordPacker) alike.
+_FIXED_KINDS = {"str": _records.KIND_STR, "int": _records.KIND_INT, "json": _records.KIND_JSON}
 _U32 = struct.Struct("<I")
 _PAIR = struct.Struct("<2I")
 
@@ -414,18 +417,13 @@ class _Layout:
     def _direct_kinds(self, cols: list[int], decode_images: bool, zero_copy: bool) -> tuple | None:
         """Kind codes for :func:`hpcio._core._records.mds_samples`, or None when a
         selected column needs the general decoder."""
-
         if len(self.names) > _records.MAX_COLUMNS:
             return None
         kinds = []
         for codec in self.codecs:
             kind = codec.kind
-            if kind == "str":
-                kinds.append(_records.KIND_STR)
-            elif kind == "int":
-                kinds.append(_records.KIND_INT)
-            elif kind == "json":
-                kinds.append(_records.KIND_JSON)
+            if kind in _FIXED_KINDS:
+                kinds.append(_FIXED_KINDS[kind])
             elif kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil")):
                 kinds.append(_records.KIND_VIEW if zero_copy else _records.KIND_BYTES)
             else:
@@ -468,7 +466,6 @@ class _Layout:
         """
         kinds = self._direct_kinds(cols, decode_images, zero_copy)
         if kinds is not None and len(starts):
-
             args = (np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
                     self._names_t, self._sizes_t, kinds, tuple(cols), orjson.loads)
             if fd is None:
@@ -493,7 +490,6 @@ class _Layout:
         kinds = self._direct_kinds(cols, decode_images, zero_copy)
         if kinds is None:
             return None
-
         starts = np.ascontiguousarray(starts, np.int64)
         ends = np.ascontiguousarray(ends, np.int64)
 
@@ -962,7 +958,6 @@ class Reader(base.Reader):
         arrays, ``str``/``bytes``/``json`` columns (and undecoded images) as VarColumns
         sliced out of the records by one compiled call, other encodings as lists.  With
         ``zero_copy``, bytes columns are ViewColumns of the records where they lie."""
-
         cols = self._layout.select(fields, self.path) if self._layout else []
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         m = len(ids)
@@ -1065,7 +1060,6 @@ class Reader(base.Reader):
         counted in the records by one compiled call without building the values; None for
         other kinds.  A malformed record or a value that is not UTF-8 raises the error its
         read would, naming the file, byte offset and sample."""
-
         if not self._layout:
             return None
         (c,) = self._layout.select([field], self.path)
@@ -1419,11 +1413,6 @@ def infer_columns(sample: Mapping, allow_pickle: bool = False) -> dict:
     return {key: infer_encoding(value, key, allow_pickle) for key, value in sample.items()}
 
 
-# The packer's kind of each column encoding it packs more than bytes into (every other
-# column takes bytes values as they are, and nothing else).
-_PACKED_KINDS = {"str": _records.KIND_STR, "int": _records.KIND_INT, "json": _records.KIND_JSON}
-
-
 class RecordEncoder:
     """The records of samples for fixed columns: the bytes a :class:`Writer` with these
     columns and compression stores for each sample, raising the same errors.
@@ -1447,7 +1436,8 @@ class RecordEncoder:
         # 67 -> 40 ms).
         self._packer = None
         if len(names) <= _records.MAX_COLUMNS:
-            kinds = tuple(_PACKED_KINDS.get(codec.kind, _records.KIND_BYTES) for codec in self.layout.codecs)
+            # every other column takes bytes values as they are, and nothing else
+            kinds = tuple(_FIXED_KINDS.get(codec.kind, _records.KIND_BYTES) for codec in self.layout.codecs)
             self._packer = _records.RecordPacker(tuple(names), kinds, tuple(self.layout.sizes), _json_dumps)
 
     def encode(self, sample: Mapping, number: int = 0) -> bytes:
