@@ -72,10 +72,10 @@ PIPELINE_REPEATS = 7
 def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
     """Run each ``(label, make_cmd, inner)`` in turn, ``repeats`` rounds, each in a fresh
     output directory.  Returns ``{label: {"wall", "wall_best", "inner", "inner_best",
-    "details"}}`` (median and best seconds; ``inner(stdout)`` is the seconds a process
-    reports for its own work, or ``(seconds, details)`` with whatever else it reports, one
-    ``details`` per run; None without ``inner``), or ``{label: {"error": message}}`` for a
-    system that failed, which is not run again."""
+    "details"}}`` (median and best seconds; ``inner(stdout)`` is ``(seconds, details)``:
+    the seconds a process reports for its own work and whatever else it reports, or None
+    to keep, one ``details`` per run; None without ``inner``), or ``{label: {"error":
+    message}}`` for a system that failed, which is not run again."""
     times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
     inner_times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
     details: dict[str, list] = {label: [] for label, _cmd, _inner in runs}
@@ -99,11 +99,10 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print) -> dict:
                 continue
             times[label].append(elapsed)
             if inner is not None:
-                reported = inner(proc.stdout)
-                if isinstance(reported, tuple):
-                    reported, more = reported
+                seconds, more = inner(proc.stdout)
+                inner_times[label].append(seconds)
+                if more is not None:
                     details[label].append(more)
-                inner_times[label].append(reported)
     out = {}
     for label, _cmd, _inner in runs:
         if label in errors:
@@ -135,7 +134,7 @@ def staging_figures(datasets, profile: str, repeats: int = PIPELINE_REPEATS, log
     """Bytes/s of ``hpcio.stage`` (verified) against ``cp -r``, and of
     ``hpcio.stage(fsync=True)`` against ``cp -r; sync``, copying each dataset directory."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    stage_seconds = lambda stdout: _last_json(stdout)["stage_s"]  # noqa: E731
+    stage_seconds = lambda stdout: (_last_json(stdout)["stage_s"], None)  # noqa: E731
     out = []
     for d in datasets:
         if d.name != "mds" or not os.path.isdir(d.path):

@@ -149,10 +149,12 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
         f"shard bytes within {100 * summary['imbalance']:.1f}% of the mean",
         file=stream,
     )
-    phases = {name: seconds for name, seconds in (summary.get("phases") or {}).items() if max(seconds) >= 5e-4}
-    if phases:
-        spans = [f"{name} {max(v):.3f}" if len(v) == 1 or max(v) - min(v) < 5e-4 else f"{name} {min(v):.3f}-{max(v):.3f}"
-                 for name, v in phases.items()]
+    spans = []  # phases under half a millisecond left out
+    for name, seconds in (summary.get("phases") or {}).items():
+        lo, hi = min(seconds), max(seconds)
+        if hi >= 5e-4:
+            spans.append(f"{name} {hi:.3f}" if hi - lo < 5e-4 else f"{name} {lo:.3f}-{hi:.3f}")
+    if spans:
         print("seconds per phase" + (" (fastest-slowest rank)" if summary["ranks"] > 1 else "") + ": "
               + ", ".join(spans), file=stream)
     if summary.get("shards_kept"):
