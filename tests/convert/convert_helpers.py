@@ -78,6 +78,18 @@ def record_arrow_threads(sample: dict) -> dict:
     return {**sample, "arrow_threads": pyarrow.cpu_count()}
 
 
+def record_cpus(sample: dict) -> dict:
+    """A ``--map`` that stores the CPUs any thread of the rank reading it (pyarrow's
+    decoding threads among them) may run on, as ``"0,1"``."""
+    cpus = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            cpus.update(os.sched_getaffinity(int(tid)))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return {**sample, "cpus": ",".join(map(str, sorted(cpus)))}
+
+
 def mds_trouble(sample: dict) -> dict:
     """A ``--map`` giving MDS writers trouble: samples 0..129 hold a set (inferring their
     columns needs ``pkl``, which is refused), and from 180 on every eleventh sample has a

@@ -70,6 +70,34 @@ def test_ranks_on_one_node_share_its_cpus_for_parquet_decoding(tmp_path):
     assert seen[2] == {min(alone, max(1, cpus // 2))}
 
 
+def test_ranks_left_on_the_same_cpus_run_on_a_share_each_for_the_job(tmp_path):
+    """mpiexec without -bind-to leaves both ranks on every CPU: during the job each runs
+    on its own slice of them, as with -bind-to core, and every thread of the process gets
+    all of them back afterwards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": list(range(64)), "text": [f"t{i}" for i in range(64)]}), src)
+    cpus = sorted(os.sched_getaffinity(0))
+    script = ("import json, os, sys, hpcio; from convert_helpers import record_cpus; "
+              "hpcio.convert(sys.argv[1], sys.argv[2], to='mds', num_shards=2, map=record_cpus, progress=False); "
+              "print(json.dumps(sorted({tuple(sorted(os.sched_getaffinity(int(t)))) "
+              "for t in os.listdir('/proc/self/task')})))")
+    environ = env()
+    environ.pop("SLURM_CPUS_PER_TASK", None)
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", script, src, tmp_path / "out"],
+                          capture_output=True, text=True, env=environ, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    share = len(cpus) // 2
+    if share:
+        expected = {",".join(map(str, cpus[k * share : (k + 1) * share])) for k in (0, 1)}
+    else:  # one CPU: no slice for each, both ranks keep it
+        expected = {",".join(map(str, cpus))}
+    assert {s["cpus"] for s in hpcio.open(tmp_path / "out")} == expected
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == [[cpus], [cpus]]
+
+
 def _corrupt_line(path, line):
     with open(path, "rb") as f:
         lines = f.read().splitlines(keepends=True)
