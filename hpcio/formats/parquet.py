@@ -34,6 +34,8 @@ _KIND_KEY = b"hpcio.kind"
 # Decoded row groups a reader keeps (Arrow bytes).  Each DataLoader worker has its own
 # reader, so this is per worker.
 CACHE_BYTES = 256 << 20
+# Rows a sequential pass decodes into samples at a time, at most.
+ITER_ROWS = 4096
 
 
 def _pa():
@@ -311,9 +313,15 @@ class Reader(_Reader):
         return [s[field] for s in self.read_many(indices, [field])]
 
     def iter_range(self, start=0, stop=None, fields=None):
+        # A row group at a time, in steps of at most ITER_ROWS rows: a pass then holds one
+        # decoded row group and one step's samples, whose memory the next step reuses.
         stop = len(self) if stop is None else stop
-        for lo in range(start, stop, 4096):
-            yield from self.read_many(np.arange(lo, min(lo + 4096, stop)), fields)
+        lo = start
+        while lo < stop:
+            group_end = int(self.cum[np.searchsorted(self.cum, lo, side="right")])
+            hi = min(stop, group_end, lo + ITER_ROWS)
+            yield from self.read_many(np.arange(lo, hi), fields)
+            lo = hi
 
     def close(self) -> None:
         for f in self.files:

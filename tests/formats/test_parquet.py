@@ -116,3 +116,30 @@ def test_shuffled_reads_decode_each_row_group_once(tmp_path, row_group_reads):
     assert small.reader.cached_bytes == small.reader.cache[next(iter(small.reader.cache))].nbytes
     with pytest.raises(ValueError, match=r"^cache_bytes must be >= 0, got -1$"):
         hpcio.open(path, cache_bytes=-1)
+
+
+def test_a_pass_decodes_one_row_group_at_a_time(tmp_path, monkeypatch):
+    """iter_range asks for no step across a row group nor longer than ITER_ROWS, and
+    holds one decoded row group at a time: a pass over a large file reuses the memory of
+    the previous group's samples."""
+    from hpcio.formats import parquet
+
+    monkeypatch.setattr(parquet, "ITER_ROWS", 4)
+    samples = [sample(i) for i in range(70)]
+    ds = hpcio.open(write(tmp_path / "p", samples, row_group_size=10, max_count=30))  # 3 files, 8 groups
+    reader = ds.reader
+    steps, cached = [], []
+    read_many = reader.read_many
+
+    def recording(indices, fields=None):
+        steps.append(list(indices))
+        out = read_many(indices, fields)
+        cached.append(len(reader.cache))
+        return out
+
+    monkeypatch.setattr(reader, "read_many", recording)
+    got = list(reader.iter_range(7, 63))
+    for want, have in zip(samples[7:63], got, strict=True):
+        assert_sample_equal(have, want)
+    assert [s[0] for s in steps] == [7, 10, 14, 18, 20, 24, 28, 30, 34, 38, 40, 44, 48, 50, 54, 58, 60]
+    assert sum(steps, []) == list(range(7, 63)) and max(cached) == 1
