@@ -80,14 +80,15 @@ def test_ranks_left_on_the_same_cpus_run_on_a_share_each_for_the_job(tmp_path):
     src = tmp_path / "src.parquet"
     pq.write_table(pa.table({"id": list(range(64)), "text": [f"t{i}" for i in range(64)]}), src)
     cpus = sorted(os.sched_getaffinity(0))
+    # each rank writes the CPU sets of its threads after the job to after<rank>.json
     script = ("import json, os, sys, hpcio; from convert_helpers import record_cpus; "
               "hpcio.convert(sys.argv[1], sys.argv[2], to='mds', num_shards=2, map=record_cpus, progress=False); "
-              "print(json.dumps(sorted({tuple(sorted(os.sched_getaffinity(int(t)))) "
-              "for t in os.listdir('/proc/self/task')})))")
+              "after = sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir('/proc/self/task')}); "
+              "open(os.path.join(sys.argv[3], 'after%s.json' % os.environ['PMI_RANK']), 'w').write(json.dumps(after))")
     environ = env()
     environ.pop("SLURM_CPUS_PER_TASK", None)
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", script, src, tmp_path / "out"],
-                          capture_output=True, text=True, env=environ, timeout=120)
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", script, src, tmp_path / "out",
+                           tmp_path], capture_output=True, text=True, env=environ, timeout=120)
     assert proc.returncode == 0, proc.stderr
     share = len(cpus) // 2
     if share:
@@ -95,7 +96,7 @@ def test_ranks_left_on_the_same_cpus_run_on_a_share_each_for_the_job(tmp_path):
     else:  # one CPU: no slice for each, both ranks keep it
         expected = {",".join(map(str, cpus))}
     assert {s["cpus"] for s in hpcio.open(tmp_path / "out")} == expected
-    assert [json.loads(line) for line in proc.stdout.splitlines()] == [[cpus], [cpus]]
+    assert [json.loads((tmp_path / f"after{rank}.json").read_text()) for rank in (0, 1)] == [[cpus], [cpus]]
 
 
 def _corrupt_line(path, line):
