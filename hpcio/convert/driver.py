@@ -460,6 +460,7 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
     Parquet decoding is capped to the same share: every rank would otherwise decode with
     as many threads as it has CPUs (vlm: 0.55-0.61 s against 0.35-0.38 s with one thread
     each).  Ranks a launcher binds to CPUs of their own share nothing and keep theirs.
+    Afterwards every thread gets back the CPUs it had.
     """
     import socket
 
@@ -475,8 +476,8 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
     undo = []
     if sharing * share <= len(cpus):  # else too few CPUs for a slice each: left as they are
         local = everyone[: comm.rank].count(me)
-        _bind_threads(cpus[local * share : (local + 1) * share])
-        undo.append(lambda: _bind_threads(cpus))
+        affinities = _bind_threads(cpus[local * share : (local + 1) * share])
+        undo.append(lambda: _restore_threads(affinities, cpus))
     if decodes_parquet:
         import pyarrow as pa
 
@@ -487,16 +488,34 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
     return lambda: [step() for step in reversed(undo)]
 
 
-def _bind_threads(cpus) -> None:
-    """Set the CPU affinity of every thread of this process: ``sched_setaffinity(0)``
-    sets only the calling thread's, and thread pools (pyarrow's) may already run."""
+def _threads() -> list[int]:
+    """The thread ids of this process (0, the calling thread, without procfs)."""
     try:
-        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:  # no procfs: the calling thread only
-        threads = [0]
-    for tid in threads:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def _bind_threads(cpus) -> dict:
+    """Set the CPU affinity of every thread of this process to ``cpus``
+    (``sched_setaffinity(0)`` sets only the calling thread's, and thread pools, pyarrow's,
+    may already run); returns each thread's affinity before."""
+    before = {}
+    for tid in _threads():
         try:
+            before[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, cpus)
+        except OSError:  # the thread ended meanwhile
+            pass
+    return before
+
+
+def _restore_threads(before: dict, default) -> None:
+    """Give every thread back its affinity in ``before``; threads started since get
+    ``default``."""
+    for tid in _threads():
+        try:
+            os.sched_setaffinity(tid, before.get(tid, default))
         except OSError:  # the thread ended meanwhile
             pass
 

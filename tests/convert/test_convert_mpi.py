@@ -73,18 +73,30 @@ def test_ranks_on_one_node_share_its_cpus_for_parquet_decoding(tmp_path):
 def test_ranks_left_on_the_same_cpus_run_on_a_share_each_for_the_job(tmp_path):
     """mpiexec without -bind-to leaves both ranks on every CPU: during the job each runs
     on its own slice of them, as with -bind-to core, and every thread of the process gets
-    all of them back afterwards."""
+    back the CPUs it had afterwards, a thread pinned to one CPU before the job included."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     src = tmp_path / "src.parquet"
     pq.write_table(pa.table({"id": list(range(64)), "text": [f"t{i}" for i in range(64)]}), src)
     cpus = sorted(os.sched_getaffinity(0))
-    # each rank writes the CPU sets of its threads after the job to after<rank>.json
-    script = ("import json, os, sys, hpcio; from convert_helpers import record_cpus; "
-              "hpcio.convert(sys.argv[1], sys.argv[2], to='mds', num_shards=2, map=record_cpus, progress=False); "
-              "after = sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir('/proc/self/task')}); "
-              "open(os.path.join(sys.argv[3], 'after%s.json' % os.environ['PMI_RANK']), 'w').write(json.dumps(after))")
+    # each rank pins a waiting thread to its last CPU, converts, then writes the CPUs of
+    # that thread and of the others to after<rank>.json
+    script = """
+import json, os, sys, threading, hpcio
+from convert_helpers import record_cpus
+done = threading.Event()
+pinned = threading.Thread(target=done.wait, daemon=True)
+pinned.start()
+os.sched_setaffinity(pinned.native_id, {max(os.sched_getaffinity(0))})
+hpcio.convert(sys.argv[1], sys.argv[2], to="mds", num_shards=2, map=record_cpus, progress=False)
+others = {tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")
+          if int(t) != pinned.native_id}
+after = {"pinned": sorted(os.sched_getaffinity(pinned.native_id)), "others": sorted(others)}
+done.set()
+with open(os.path.join(sys.argv[3], "after%s.json" % os.environ["PMI_RANK"]), "w") as f:
+    json.dump(after, f)
+"""
     environ = env()
     environ.pop("SLURM_CPUS_PER_TASK", None)
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", script, src, tmp_path / "out",
@@ -96,7 +108,9 @@ def test_ranks_left_on_the_same_cpus_run_on_a_share_each_for_the_job(tmp_path):
     else:  # one CPU: no slice for each, both ranks keep it
         expected = {",".join(map(str, cpus))}
     assert {s["cpus"] for s in hpcio.open(tmp_path / "out")} == expected
-    assert [json.loads((tmp_path / f"after{rank}.json").read_text()) for rank in (0, 1)] == [[cpus], [cpus]]
+    for rank in (0, 1):
+        after = json.loads((tmp_path / f"after{rank}.json").read_text())
+        assert after == {"pinned": [cpus[-1]], "others": [cpus]}
 
 
 def _corrupt_line(path, line):
