@@ -316,6 +316,9 @@ class Reader(_Reader):
         # A row group at a time, in steps of at most ITER_ROWS rows: a pass then holds one
         # decoded row group and one step's samples, whose memory the next step reuses.
         stop = len(self) if stop is None else stop
+        if start < stop:
+            self.check_index(start)
+            self.check_index(stop - 1)
         lo = start
         while lo < stop:
             group_end = int(self.cum[np.searchsorted(self.cum, lo, side="right")])

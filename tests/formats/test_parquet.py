@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hpcio
-from hpcio.errors import DecodeError, SchemaError
+from hpcio.errors import DecodeError, IndexOutOfRangeError, SchemaError
 from hpcio.sources import ParquetSource
 from hpcio.testing import FormatTests, assert_sample_equal
 
@@ -143,3 +143,5 @@ def test_a_pass_decodes_one_row_group_at_a_time(tmp_path, monkeypatch):
         assert_sample_equal(have, want)
     assert [s[0] for s in steps] == [7, 10, 14, 18, 20, 24, 28, 30, 34, 38, 40, 44, 48, 50, 54, 58, 60]
     assert sum(steps, []) == list(range(7, 63)) and max(cached) == 1
+    with pytest.raises(IndexOutOfRangeError, match="index 70 out of range for a dataset of 70 samples"):
+        list(reader.iter_range(60, 71))
