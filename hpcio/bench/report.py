@@ -219,7 +219,8 @@ def pipeline_markdown(rows: list[dict]) -> str:
         if phased:
             from ..convert.driver import PhaseClock  # the phases in the order they run
 
-            names = [name for name in PhaseClock.PHASES if any(r["phases_s"].get(name, 0) >= 5e-4 for r in phased)]
+            names = [name for name in PhaseClock.PHASES
+                     if any(r["phases_s"].get(name, 0) >= PhaseClock.SHOWN for r in phased)]
             out.write("\nWhere hpcio's job spends its time (milliseconds; per phase, the median over the runs "
                       "of the slowest rank; see `hpcio.convert.driver.PhaseClock`):\n\n")
             out.write("| profile | ranks | " + " | ".join(names) + " | job |\n|---|---|"

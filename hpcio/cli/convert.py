@@ -149,11 +149,13 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
         f"shard bytes within {100 * summary['imbalance']:.1f}% of the mean",
         file=stream,
     )
-    spans = []  # phases under half a millisecond left out
+    from hpcio.convert.driver import PhaseClock
+
+    spans = []
     for name, seconds in (summary.get("phases") or {}).items():
         lo, hi = min(seconds), max(seconds)
-        if hi >= 5e-4:
-            spans.append(f"{name} {hi:.3f}" if hi - lo < 5e-4 else f"{name} {lo:.3f}-{hi:.3f}")
+        if hi >= PhaseClock.SHOWN:
+            spans.append(f"{name} {hi:.3f}" if hi - lo < PhaseClock.SHOWN else f"{name} {lo:.3f}-{hi:.3f}")
     if spans:
         print("seconds per phase" + (" (fastest-slowest rank)" if summary["ranks"] > 1 else "") + ": "
               + ", ".join(spans), file=stream)

@@ -426,6 +426,9 @@ class PhaseClock:
     """
 
     PHASES = ("measure", "plan", "read", "encode", "exchange", "write", "wait", "publish", "merge")
+    # Half a millisecond, below what the printed figures resolve: shorter phases are left
+    # out of them, and ranks closer than this are shown as one figure.
+    SHOWN = 5e-4
 
     def __init__(self, start: float):
         self.seconds = dict.fromkeys(self.PHASES, 0.0)
