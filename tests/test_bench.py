@@ -124,11 +124,30 @@ def test_bench_dataloader_sweep(tmp_path):
     assert "## DataLoader" in (out / "results.md").read_text()
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_bench_conversion_scale_must_be_a_whole_number_of_at_least_one(value):
+    proc = subprocess.run([sys.executable, "-m", "hpcio.cli.main", "bench", "--conversion-scale", value],
+                          capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"hpcio bench: error: argument --conversion-scale: expected a whole number of at least 1, got {value!r}")
+
+
+def test_bench_help_gives_the_conversion_scale_it_uses():
+    from hpcio.bench import CONVERSION_SCALE
+
+    proc = subprocess.run([sys.executable, "-m", "hpcio.cli.main", "bench", "--help"],
+                          capture_output=True, text=True, env=_env(COLUMNS="400"), timeout=60)
+    assert proc.returncode == 0
+    assert f"(1: not; default: {CONVERSION_SCALE})" in proc.stdout
+
+
 @pytest.mark.bench
 @pytest.mark.interop
 def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     out, result = _bench(tmp_path, "--only", "hpcio mds", "--op", "iterate", "--profile", "text",
-                         "--staging", "--conversion", interop_python=interop_python, timeout=900)
+                         "--staging", "--conversion", "--conversion-scale", "3", interop_python=interop_python,
+                         timeout=900)
     rows = result["pipeline"]
     assert not [r for r in rows if r.get("error")], rows
     staging = [r for r in rows if r["section"] == "staging"]
@@ -138,20 +157,32 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
                and r["stage_fsync_process_s"] > r["stage_fsync_s"] and r["ratio_best"] > 0
                and r["ratio_sync_best"] > 0 and r["runs"] == 7 for r in staging)
     writers = {r["writer"]: r for r in rows if r["section"] == "conversion"}
+    # hpcio's pair again on three times the samples (--conversion-scale 3)
+    larger = ", 900 samples"
     assert set(writers) == {"hpcio convert (1 rank)", "hpcio convert (2 ranks)", "mdf convert",
-                            "streaming MDSWriter", "webdataset ShardWriter"}
-    two = writers["hpcio convert (2 ranks)"]
-    assert two["scaling_1_to_2"] > 0 and two["job_scaling_1_to_2"] > 0
-    assert two["wall_s"] > two["job_s"] > 0 and two["job_best_s"] <= two["job_s"]
-    assert two["job_scaling_1_to_2_best"] == writers["hpcio convert (1 rank)"]["job_best_s"] / two["job_best_s"]
-    assert writers["mdf convert"]["hpcio_ratio"] > 0
-    for ranks, rec in ((1, writers["hpcio convert (1 rank)"]), (2, two)):
-        phases = rec["phases_s"]
-        assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
-        assert phases["exchange"] > 0 if ranks == 2 else phases["exchange"] < 0.005, phases
+                            "streaming MDSWriter", "webdataset ShardWriter",
+                            "hpcio convert (1 rank)" + larger, "hpcio convert (2 ranks)" + larger}
+    assert {label: r["samples"] for label, r in writers.items()} == {
+        label: 900 if label.endswith(larger) else 300 for label in writers}
+    for suffix in ("", larger):
+        one, two = writers["hpcio convert (1 rank)" + suffix], writers["hpcio convert (2 ranks)" + suffix]
+        assert two["scaling_1_to_2"] == one["wall_s"] / two["wall_s"]
+        assert two["job_scaling_1_to_2"] == one["job_s"] / two["job_s"]
+        assert two["wall_s"] > two["job_s"] > 0 and two["job_best_s"] <= two["job_s"]
+        assert two["job_scaling_1_to_2_best"] == one["job_best_s"] / two["job_best_s"]
+        assert "scaling_1_to_2" not in one
+        for ranks, rec in ((1, one), (2, two)):
+            phases = rec["phases_s"]
+            assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
+            assert phases["exchange"] > 0 if ranks == 2 else phases["exchange"] < 0.005, phases
+    mdf = writers["mdf convert"]
+    assert mdf["hpcio_ratio"] == mdf["wall_s"] / writers["hpcio convert (1 rank)"]["wall_s"]
+    assert "hpcio_ratio" not in writers["hpcio convert (1 rank)" + larger]
     md = (out / "results.md").read_text()
-    assert "| text | mdf convert | 1 |" in md
-    assert "Where hpcio's job spends its time" in md and "| text | 2 | " in md
+    assert "| text | mdf convert | 300 | 1 |" in md
+    assert "| text | hpcio convert (2 ranks), 900 samples | 900 | 2 |" in md
+    assert "Where hpcio's job spends its time" in md and "| text | 300 | 2 | " in md and "| text | 900 | 2 | " in md
+    assert (tmp_path / "data" / "text-x3" / "parquet" / "data.parquet").is_file()
 
 
 @pytest.mark.bench

@@ -16,9 +16,14 @@ from .data import flatten, prepare
 from .report import write_reports
 from .runner import OPERATIONS, interop_python, measure, systems_for
 
-__all__ = ["run_bench", "machine_facts"]
+__all__ = ["run_bench", "machine_facts", "CONVERSION_SCALE"]
 
 DEFAULT_SIZES = {"text": 20000, "vlm": 2000}
+# The conversion's 1->2 rank scaling is measured again on this many times the profile's
+# samples: the largest multiple at which one rank still converts the vlm profile in one
+# round of the default --round-size (512 MiB), so both rank counts read every row group
+# once and differ only in how the work is shared.
+CONVERSION_SCALE = 4
 
 
 def machine_facts() -> dict:
@@ -100,12 +105,14 @@ def run_bench(
     dataloader: dict | None = None,
     staging: bool = False,
     conversion: bool = False,
+    conversion_scale: int = CONVERSION_SCALE,
     log=print,
 ) -> dict:
     """Run the whole comparison and write the reports under ``out_dir``.
 
     ``dataloader`` (keyword arguments of :func:`hpcio.bench.loader.run_dataloader_sweep`)
-    adds the DataLoader sweep; ``staging`` and ``conversion`` add those figures.
+    adds the DataLoader sweep; ``staging`` and ``conversion`` add those figures, hpcio's
+    conversion scaling also on ``conversion_scale`` times the samples (1: not).
     """
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
@@ -145,9 +152,15 @@ def run_bench(
                 log(f"staging against cp -r ({profile})")
                 pipeline_records += staging_figures(datasets, profile, log=log)
             if conversion:
+                larger = None
+                if conversion_scale > 1:
+                    count = conversion_scale * sizes[profile]
+                    (parquet,) = prepare(profile, count, os.path.join(data_dir, f"{profile}-x{conversion_scale}"),
+                                         formats=["parquet"], log=log)
+                    larger = (os.path.join(parquet.path, "data.parquet"), count)
                 log(f"conversion writers ({profile})")
                 pipeline_records += conversion_figures(
                     profile, sizes[profile], datasets=datasets, log=log,
-                    interop_python=interop_python() if include_interop else None)
+                    interop_python=interop_python() if include_interop else None, larger=larger)
     return write_reports(records, limits, machine_facts(), out_dir,
                          dataloader=loader_records, pipeline=pipeline_records)

@@ -16,7 +16,9 @@ runs as a whole process and is timed from launch to exit, imports included, sinc
 what a conversion job costs; samples/s per rank divides by the number of ranks.  For
 hpcio the job's own time (``convert --json``: planning, writing and publishing, without
 interpreter start, imports and MPI start-up) is reported too, since at bench sizes the
-start-up of a second rank is a large part of the whole-process time.
+start-up of a second rank is a large part of the whole-process time.  hpcio's 1- and
+2-rank jobs run again on a larger Parquet file of the same profile (``larger``), where
+the job's fixed costs weigh less.
 """
 
 from __future__ import annotations
@@ -181,16 +183,8 @@ def _median_phases(runs: list[dict]) -> dict:
     return {name: float(np.median([max(run[name]) for run in runs])) for name in runs[0]}
 
 
-def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
-                       interop_python: str | None = None) -> list[dict]:
-    """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
-    with the peers' writers (``mdf convert`` when ``interop_python`` is given)."""
-    parquet = next((d for d in datasets or [] if d.name == "parquet"), None)
-    if parquet is None:
-        return []
-    src = os.path.join(parquet.path, "data.parquet")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               PYTHONWARNINGS="ignore")
+def _hpcio_convert_runs(src: str, suffix: str = "") -> list[tuple]:
+    """``(label, ranks, make_cmd, inner)`` of ``hpcio convert`` on 1 and 2 ranks of ``src``."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     runs = []
     for ranks in (1, 2):
@@ -200,7 +194,39 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                 return [sys.executable, *convert]
             return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
 
-        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''})", ranks, cmd, _job_and_phases))
+        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''}){suffix}", ranks, cmd, _job_and_phases))
+    return runs
+
+
+def _add_scaling(records: list[dict]) -> None:
+    """Put the 1→2 rank scaling (whole process, job alone, best job runs) on the 2-rank
+    record of hpcio's pair of ``records``."""
+    one = next((r for r in records if r["ranks"] == 1 and "wall_s" in r), None)
+    two = next((r for r in records if r["ranks"] == 2 and "wall_s" in r), None)
+    if one and two:
+        two["scaling_1_to_2"] = one["wall_s"] / two["wall_s"]
+        if one.get("job_s") and two.get("job_s"):
+            two["job_scaling_1_to_2"] = one["job_s"] / two["job_s"]
+            two["job_scaling_1_to_2_best"] = one["job_best_s"] / two["job_best_s"]
+
+
+def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
+                       interop_python: str | None = None, larger: tuple[str, int] | None = None) -> list[dict]:
+    """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
+    with the peers' writers (``mdf convert`` when ``interop_python`` is given).
+
+    ``larger`` is ``(Parquet file, samples)`` of a bigger input on which hpcio's 1- and
+    2-rank jobs are run again: at the bench's sizes a job takes a fraction of a second,
+    and its fixed costs (the exchange's set-up, the options agreed between ranks, the
+    fsyncs of the shared disk) weigh on the scaling as they would not on a real dataset.
+    """
+    parquet = next((d for d in datasets or [] if d.name == "parquet"), None)
+    if parquet is None:
+        return []
+    src = os.path.join(parquet.path, "data.parquet")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+               PYTHONWARNINGS="ignore")
+    runs = _hpcio_convert_runs(src)
     if interop_python:
         mdf = os.path.join(os.path.dirname(interop_python), "mdf")
         # HF datasets caches the Parquet it loads; a cache inside the run's temporary
@@ -209,38 +235,45 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                                                     "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
         runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
+    samples = {label: n for label, *_rest in runs}
+    larger_runs = []
+    if larger is not None:
+        larger_src, larger_n = larger
+        larger_runs = _hpcio_convert_runs(larger_src, f", {larger_n:,} samples")
+        samples.update({label: larger_n for label, *_rest in larger_runs})
     # hpcio's 1- and 2-rank jobs take turns with each other, the peers with each other: a
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure
     # to which peer ran last.
     hpcio_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if label.startswith("hpcio")]
     peer_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if not label.startswith("hpcio")]
-    timed = {**_alternating(hpcio_runs, repeats, env, log), **_alternating(peer_runs, repeats, env, log)}
+    timed = {**_alternating(hpcio_runs, repeats, env, log),
+             **_alternating([(label, cmd, inner) for label, _ranks, cmd, inner in larger_runs], repeats, env, log),
+             **_alternating(peer_runs, repeats, env, log)}
     out = []
-    for label, ranks, _cmd, _inner in runs:
+    ordered = ([r for r in runs if r[0].startswith("hpcio")] + larger_runs
+               + [r for r in runs if not r[0].startswith("hpcio")])
+    for label, ranks, _cmd, _inner in ordered:
         t = timed[label]
         if "error" in t:
             out.append({"section": "conversion", "profile": profile, "writer": label, "ranks": ranks,
-                        "error": t["error"]})
+                        "samples": samples[label], "error": t["error"]})
             continue
-        wall, job = t["wall"], t["inner"]
-        rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": n,
-               "runs": repeats, "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": n / wall,
-               "samples_per_s_per_rank": n / wall / ranks}
+        wall, job, count = t["wall"], t["inner"], samples[label]
+        rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": count,
+               "runs": repeats, "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": count / wall,
+               "samples_per_s_per_rank": count / wall / ranks}
         if job is not None:
-            rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=n / job)
+            rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=count / job)
         if t.get("details"):
             rec["phases_s"] = _median_phases(t["details"])
-        log(f"  conversion {profile} {label}: {n / wall:,.0f} samples/s ({n / wall / ranks:,.0f} per rank)"
-            + (f", job alone {n / job:,.0f} samples/s" if job else ""))
+        log(f"  conversion {profile} {label}: {count / wall:,.0f} samples/s ({count / wall / ranks:,.0f} per rank)"
+            + (f", job alone {count / job:,.0f} samples/s" if job else ""))
         out.append(rec)
-    one = next((r for r in out if r["writer"].startswith("hpcio convert (1") and "wall_s" in r), None)
-    two = next((r for r in out if r["writer"].startswith("hpcio convert (2") and "wall_s" in r), None)
-    if one and two:
-        two["scaling_1_to_2"] = one["wall_s"] / two["wall_s"]
-        if one.get("job_s") and two.get("job_s"):
-            two["job_scaling_1_to_2"] = one["job_s"] / two["job_s"]
-            two["job_scaling_1_to_2_best"] = one["job_best_s"] / two["job_best_s"]
+    for group in (runs, larger_runs):
+        labels = {label for label, *_rest in group if label.startswith("hpcio")}
+        _add_scaling([r for r in out if r["writer"] in labels])
+    one = next((r for r in out if r["writer"] == "hpcio convert (1 rank)" and "wall_s" in r), None)
     if one:
         for r in out:
             if "wall_s" in r and not r["writer"].startswith("hpcio"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 HELP = "compare hpcio with streaming, mldataforge, webdataset, pyarrow and HF datasets"
 
 
@@ -42,6 +44,19 @@ def add_arguments(parser):
                         help="measure staging with verification (hpcio.stage) against cp -r on the same files")
     parser.add_argument("--conversion", action="store_true",
                         help="measure writing the same samples with hpcio, streaming's MDSWriter and webdataset's ShardWriter")
+    parser.add_argument("--conversion-scale", type=_scale, default=None, metavar="K",
+                        help="with --conversion, measure hpcio's 1->2 rank scaling again on K times each profile's "
+                             "samples, where a job's fixed costs weigh less (1: not; default: 4)")
+
+
+def _scale(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _loader_options(args) -> dict:
@@ -57,7 +72,7 @@ def _loader_options(args) -> dict:
 
 
 def run(args) -> int:
-    from ..bench import OPERATIONS, run_bench
+    from ..bench import CONVERSION_SCALE, OPERATIONS, run_bench
 
     result = run_bench(
         out_dir=args.out,
@@ -71,6 +86,7 @@ def run(args) -> int:
         dataloader=_loader_options(args) if args.dataloader else None,
         staging=args.staging,
         conversion=args.conversion,
+        conversion_scale=CONVERSION_SCALE if args.conversion_scale is None else args.conversion_scale,
     )
     print(result["markdown"].split("## Physical limits")[0])
     print(f"reports written to {args.out}/ (results.md, results.csv, results.json, " 
