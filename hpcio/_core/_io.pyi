@@ -10,6 +10,10 @@ def keep_freed_heap() -> None:
     """Have glibc keep up to 32 MiB of freed heap for the next allocations instead of
     returning it to the system at once (once per process)."""
 
+def pack_pieces(pieces: list, index: int, offset: int, out) -> tuple[int, int, int]:
+    """Copy the byte pieces from ``pieces[index][offset:]`` on back to back into ``out``
+    until it is full or they end; returns ``(index, offset, written)``."""
+
 def start_writeback(target: str | os.PathLike | int, offset: int = 0, length: int = 0) -> None:
     """Start writing a file's dirty pages (of ``length`` bytes at ``offset``; 0: to the
     end) to storage without waiting (Linux ``sync_file_range``; elsewhere nothing is

@@ -7,9 +7,12 @@ import os
 
 import numpy as np
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
@@ -105,6 +108,72 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
     ``sample_base`` is given, sample ``sample_base + j``.
     """
     return _gather(src, starts, ends, path, sample_base)
+
+
+def pack_pieces(list pieces, Py_ssize_t index, Py_ssize_t offset, out):
+    """Copy ``pieces[index][offset:]``, ``pieces[index + 1]``, ... back to back into the
+    writable buffer ``out`` until it is full or the pieces end; the copies run without
+    the GIL.
+
+    Returns ``(index, offset, written)``: where the next call goes on (``index ==
+    len(pieces)`` once every piece is packed) and the bytes written at the start of
+    ``out``.  A piece is any C-contiguous buffer (bytes, bytearray, memoryview); a call
+    with a full piece list packs them into chunks of ``len(out)`` bytes, the last one
+    shorter, a piece split between two chunks where it crosses their boundary.
+    """
+    cdef uint8_t[::1] dst = byte_view(out)
+    cdef Py_ssize_t cap = dst.shape[0], n = len(pieces), written = 0, count = 0, k, length, take
+    if index < 0 or offset < 0 or index > n:
+        raise ValueError(f"no piece {index} at byte {offset} among {n} pieces")
+    # What to copy, gathered with the GIL (pointers into the pieces, which `pieces`
+    # keeps alive); buffers other than bytes stay acquired until the copies are done.
+    cdef const char **sources = <const char **>malloc(max(1, n - index) * sizeof(char *))
+    cdef Py_ssize_t *lengths = <Py_ssize_t *>malloc(max(1, n - index) * sizeof(Py_ssize_t))
+    cdef Py_buffer *views = <Py_buffer *>malloc(max(1, n - index) * sizeof(Py_buffer))
+    cdef Py_ssize_t held = 0
+    cdef const char *ptr
+    cdef object piece
+    if sources == NULL or lengths == NULL or views == NULL:
+        free(sources)
+        free(lengths)
+        free(views)
+        raise MemoryError()
+    try:
+        while index < n and written < cap:
+            piece = pieces[index]
+            if PyBytes_CheckExact(piece):
+                ptr = PyBytes_AS_STRING(piece)
+                length = PyBytes_GET_SIZE(piece)
+            else:
+                PyObject_GetBuffer(piece, &views[held], PyBUF_SIMPLE)
+                ptr = <const char *>views[held].buf
+                length = views[held].len
+                held += 1
+            if offset > length:
+                raise ValueError(f"piece {index} has {length} bytes, fewer than the offset {offset}")
+            take = min(length - offset, cap - written)
+            sources[count] = ptr + offset
+            lengths[count] = take
+            count += 1
+            written += take
+            if offset + take == length:
+                index += 1
+                offset = 0
+            else:
+                offset += take
+        written = 0
+        with nogil:
+            for k in range(count):
+                if lengths[k]:
+                    memcpy(&dst[written], sources[k], lengths[k])
+                    written += lengths[k]
+    finally:
+        for k in range(held):
+            PyBuffer_Release(&views[k])
+        free(sources)
+        free(lengths)
+        free(views)
+    return index, offset, written
 
 
 def start_writeback(target, uint64_t offset=0, uint64_t length=0):

@@ -762,8 +762,8 @@ def _exchange(comm: Comm, parcels: list[dict], encoded: bool) -> list[dict]:
     """Send ``parcels[r]`` to rank ``r``; returns the parcels every rank sent this one.
 
     This rank's own parcel stays here rather than being pickled to itself.  Encoded
-    parcels travel as pickled bookkeeping plus their records' bytes, sent from where they
-    are; the records received are memoryviews of one buffer per sender."""
+    parcels travel as pickled bookkeeping plus their records' raw bytes; the records
+    received are memoryviews of one buffer per sender."""
     mine = parcels[comm.rank]
     parcels[comm.rank] = None
     if not encoded:

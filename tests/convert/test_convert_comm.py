@@ -8,7 +8,6 @@ import sys
 import pytest
 from convert_helpers import env
 
-from hpcio.convert import _comm
 from hpcio.convert._comm import SerialComm, get_comm, launcher_world_size
 
 
@@ -48,12 +47,12 @@ def test_serial_comm_by_default():
 EXCHANGE = """
 import sys
 from hpcio.convert import _comm
-_comm._MESSAGE_BYTES = 5  # several messages per chunk, and the remainders
+_comm._CHUNK_BYTES = 5  # several chunks per destination, and the remainders
 comm = _comm.get_comm()
 def payload(src, dst):
     return bytes((src * 31 + dst * 7 + k) % 256 for k in range(src * 6 + dst * 4))
 def pieces(data):
-    # pieces of 0 to 7 bytes, so some span a message boundary and some are longer than one
+    # pieces of 0 to 7 bytes, so some span a chunk boundary and some are longer than a chunk
     cuts = [0]
     while cuts[-1] < len(data):
         cuts.append(min(len(data), cuts[-1] + len(cuts) % 8))
@@ -71,7 +70,7 @@ if comm.rank == 0:
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_exchange_bytes_between_ranks(ranks):
     """Raw pieces of any length, empty ones included, arrive back to back and in order,
-    also when they travel as several messages and a piece is split between two."""
+    also when they travel as several chunks and a piece is split between two."""
     from convert_helpers import MPIEXEC
 
     out = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-c", EXCHANGE],
@@ -83,10 +82,3 @@ def test_exchange_bytes_between_ranks(ranks):
 
 def test_serial_exchange_bytes_returns_the_pieces_joined():
     assert [bytes(v) for v in SerialComm().exchange_bytes([[b"ab", b"", memoryview(b"c")]])] == [b"abc"]
-
-
-def test_pieces_are_cut_into_messages_of_at_most_the_limit(monkeypatch):
-    monkeypatch.setattr(_comm, "_MESSAGE_BYTES", 4)
-    messages = _comm._messages([b"abcdefghij", b"", b"kl", b"mnop"])
-    assert [[bytes(v) for v in m] for m in messages] == [[b"abcd"], [b"efgh"], [b"ij", b"kl"], [b"mnop"]]
-    assert _comm._messages([]) == []

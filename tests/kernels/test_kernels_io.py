@@ -6,6 +6,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcio._core import _io
 from hpcio.errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
@@ -52,6 +54,43 @@ def test_gather_empty_and_single():
     assert data == bytearray() and pos.tolist() == [0, 0]
     data, pos = _io.gather(b"abc", [1], [3])
     assert data == bytearray(b"bc") and pos.tolist() == [0, 2]
+
+
+# ---- pack_pieces ------------------------------------------------------------------------
+
+@given(pieces=st.lists(st.binary(max_size=40), max_size=30), chunk=st.integers(1, 64),
+       kinds=st.lists(st.sampled_from([bytes, bytearray, memoryview]), min_size=30, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_pack_pieces_cuts_the_joined_pieces_into_chunks(pieces, chunk, kinds):
+    pieces = [kind(p) for kind, p in zip(kinds, pieces)]
+    joined = b"".join(pieces)
+    out, chunks, index, offset = bytearray(chunk), [], 0, 0
+    while index < len(pieces):
+        index, offset, n = _io.pack_pieces(pieces, index, offset, out)
+        chunks.append(bytes(out[:n]))
+    # every chunk but the last is full, and together they are the pieces back to back
+    assert b"".join(chunks) == joined
+    assert all(len(c) == chunk for c in chunks[:-1])
+    assert offset == 0
+
+
+def test_pack_pieces_goes_on_inside_a_piece_and_says_where_it_stopped():
+    out = bytearray(4)
+    assert _io.pack_pieces([b"abcdef", b"gh"], 0, 0, out) == (0, 4, 4) and out == b"abcd"
+    assert _io.pack_pieces([b"abcdef", b"gh"], 0, 4, out) == (2, 0, 4) and out == b"efgh"
+    assert _io.pack_pieces([b"abcdef", b"gh"], 2, 0, out) == (2, 0, 0)
+    assert _io.pack_pieces([b"", b"", b"x"], 0, 0, bytearray(0)) == (0, 0, 0)
+
+
+def test_pack_pieces_refuses_bad_positions_and_buffers():
+    with pytest.raises(ValueError, match=r"^piece 0 has 3 bytes, fewer than the offset 9$"):
+        _io.pack_pieces([b"abc"], 0, 9, bytearray(4))
+    with pytest.raises(ValueError, match=r"^no piece 3 at byte 0 among 1 pieces$"):
+        _io.pack_pieces([b"abc"], 3, 0, bytearray(4))
+    with pytest.raises(TypeError, match="bytes-like object is required"):
+        _io.pack_pieces([b"a", 1], 0, 0, bytearray(4))
+    with pytest.raises(BufferError):
+        _io.pack_pieces([b"abc"], 0, 0, b"read-only")
 
 
 def test_gather_bounds():
