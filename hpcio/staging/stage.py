@@ -86,19 +86,11 @@ _CFR_UNSUPPORTED = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, e
 
 
 def default_threads(env=None) -> int:
-    """Copy threads: ``SLURM_CPUS_PER_TASK``, else the CPUs this process may run on.
+    """Copy threads: :func:`hpcio.distributed.context.cpus_per_task` (``SLURM_CPUS_PER_TASK``,
+    else the CPUs this process may run on), at least 1."""
+    from ..distributed.context import cpus_per_task
 
-    ``os.cpu_count()`` counts the whole node, which on a shared node oversubscribes the
-    CPUs other jobs were given.
-    """
-    env = os.environ if env is None else env
-    value = env.get("SLURM_CPUS_PER_TASK", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    return max(1, cpus_per_task(env))
 
 
 def _job_suffix(env=None) -> str:

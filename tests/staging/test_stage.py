@@ -295,6 +295,9 @@ def test_unstage_refuses_without_manifest(tmp_path):
 def test_default_threads_follow_slurm_not_cpu_count():
     assert default_threads({"SLURM_CPUS_PER_TASK": "3"}) == 3
     assert default_threads({}) == len(os.sched_getaffinity(0))
+    assert default_threads({"SLURM_CPUS_PER_TASK": "0"}) == len(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match=r"^environment variable SLURM_CPUS_PER_TASK='x' is not an integer$"):
+        default_threads({"SLURM_CPUS_PER_TASK": "x"})
 
 
 @pytest.mark.parametrize("node_local, fsync, durable", [
