@@ -124,6 +124,26 @@ def test_bench_dataloader_sweep(tmp_path):
     assert "## DataLoader" in (out / "results.md").read_text()
 
 
+def test_alternating_twice_times_the_run_that_follows_its_own_kind(tmp_path):
+    from hpcio.bench.pipeline import _alternating
+
+    # every run appends its label to a log and reports its position in it as its seconds
+    script = ("import sys; log = open(sys.argv[1], 'a+'); log.write(sys.argv[2] + '\\n'); log.seek(0); "
+              "print(len(log.read().split()))")
+    log = str(tmp_path / "runs.log")
+    cmd = lambda label: (lambda dst: [sys.executable, "-c", script, log, label])  # noqa: E731
+    position = lambda stdout: (float(stdout.split()[-1]), {"at": stdout.split()[-1]})  # noqa: E731
+    out = _alternating([("a", cmd("a"), position), ("b", cmd("b"), position)], repeats=2, twice=True,
+                       log=lambda *_: None)
+    assert open(log).read().split() == ["a", "a", "b", "b"] * 2
+    # a: runs 1-2 and 5-6 of the log; b: 3-4 and 7-8; the second of each pair is timed
+    assert (out["a"]["inner"], out["a"]["inner_best"], out["a"]["inner_after_other"]) == (4.0, 2.0, 3.0)
+    assert (out["b"]["inner"], out["b"]["inner_best"], out["b"]["inner_after_other"]) == (6.0, 4.0, 5.0)
+    assert out["a"]["details"] == [{"at": "2"}, {"at": "6"}]
+    once = _alternating([("a", cmd("a"), position)], repeats=1, log=lambda *_: None)
+    assert "inner_after_other" not in once["a"] and once["a"]["inner"] == 9.0
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
 def test_bench_conversion_scale_must_be_a_whole_number_of_at_least_one(value):
     proc = subprocess.run([sys.executable, "-m", "hpcio.cli.main", "bench", "--conversion-scale", value],
@@ -170,7 +190,10 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
         assert two["job_scaling_1_to_2"] == one["job_s"] / two["job_s"]
         assert two["wall_s"] > two["job_s"] > 0 and two["job_best_s"] <= two["job_s"]
         assert two["job_scaling_1_to_2_best"] == one["job_best_s"] / two["job_best_s"]
-        assert "scaling_1_to_2" not in one
+        # the first run of each turn, after a job of the other kind, reported beside
+        assert one["job_after_other_s"] > 0 and two["job_after_other_s"] > 0
+        assert two["job_scaling_1_to_2_after_other"] == one["job_after_other_s"] / two["job_after_other_s"]
+        assert "scaling_1_to_2" not in one and len(two["phases_s"]) and one["runs"] == 7
         for ranks, rec in ((1, one), (2, two)):
             phases = rec["phases_s"]
             assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
@@ -178,6 +201,7 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     mdf = writers["mdf convert"]
     assert mdf["hpcio_ratio"] == mdf["wall_s"] / writers["hpcio convert (1 rank)"]["wall_s"]
     assert "hpcio_ratio" not in writers["hpcio convert (1 rank)" + larger]
+    assert "job_after_other_s" not in mdf
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 300 | 1 |" in md
     assert "| text | hpcio convert (2 ranks), 900 samples | 900 | 2 |" in md
