@@ -124,7 +124,7 @@ def test_bench_dataloader_sweep(tmp_path):
     assert "## DataLoader" in (out / "results.md").read_text()
 
 
-def test_alternating_twice_times_the_run_that_follows_its_own_kind(tmp_path):
+def test_alternating_twice_splits_the_runs_by_what_ran_before(tmp_path):
     from hpcio.bench.pipeline import _alternating
 
     # every run appends its label to a log and reports its position in it as its seconds
@@ -135,13 +135,15 @@ def test_alternating_twice_times_the_run_that_follows_its_own_kind(tmp_path):
     position = lambda stdout: (float(stdout.split()[-1]), {"at": stdout.split()[-1]})  # noqa: E731
     out = _alternating([("a", cmd("a"), position), ("b", cmd("b"), position)], repeats=2, twice=True,
                        log=lambda *_: None)
-    assert open(log).read().split() == ["a", "a", "b", "b"] * 2
-    # a: runs 1-2 and 5-6 of the log; b: 3-4 and 7-8; the second of each pair is timed
-    assert (out["a"]["inner"], out["a"]["inner_best"], out["a"]["inner_after_other"]) == (4.0, 2.0, 3.0)
-    assert (out["b"]["inner"], out["b"]["inner_best"], out["b"]["inner_after_other"]) == (6.0, 4.0, 5.0)
-    assert out["a"]["details"] == [{"at": "2"}, {"at": "6"}]
+    # b once untimed, so the first a follows a b; then each system twice a turn
+    assert open(log).read().split() == ["b"] + ["a", "a", "b", "b"] * 2
+    # a: positions 2, 3, 6, 7 (2 and 6 after a b); b: 4, 5, 8, 9 (4 and 8 after an a)
+    a, b = out["a"], out["b"]
+    assert (a["inner"], a["inner_best"], a["inner_after_previous"], a["inner_after_same"]) == (4.5, 2.0, 4.0, 5.0)
+    assert (b["inner"], b["inner_best"], b["inner_after_previous"], b["inner_after_same"]) == (6.5, 4.0, 6.0, 7.0)
+    assert [d["at"] for d in a["details"]] == ["2", "3", "6", "7"]
     once = _alternating([("a", cmd("a"), position)], repeats=1, log=lambda *_: None)
-    assert "inner_after_other" not in once["a"] and once["a"]["inner"] == 9.0
+    assert "inner_after_previous" not in once["a"] and once["a"]["inner"] == 10.0
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
@@ -190,10 +192,11 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
         assert two["job_scaling_1_to_2"] == one["job_s"] / two["job_s"]
         assert two["wall_s"] > two["job_s"] > 0 and two["job_best_s"] <= two["job_s"]
         assert two["job_scaling_1_to_2_best"] == one["job_best_s"] / two["job_best_s"]
-        # the first run of each turn, after a job of the other kind, reported beside
-        assert one["job_after_other_s"] > 0 and two["job_after_other_s"] > 0
-        assert two["job_scaling_1_to_2_after_other"] == one["job_after_other_s"] / two["job_after_other_s"]
-        assert "scaling_1_to_2" not in one and len(two["phases_s"]) and one["runs"] == 7
+        # the scaling with both jobs after the same kind of job, beside the overall one
+        for after in ("one_rank", "two_ranks"):
+            assert one[f"job_after_{after}_s"] > 0 and two[f"job_after_{after}_s"] > 0
+            assert two[f"job_scaling_1_to_2_after_{after}"] == one[f"job_after_{after}_s"] / two[f"job_after_{after}_s"]
+        assert "scaling_1_to_2" not in one and one["runs"] == 7
         for ranks, rec in ((1, one), (2, two)):
             phases = rec["phases_s"]
             assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
@@ -201,7 +204,7 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     mdf = writers["mdf convert"]
     assert mdf["hpcio_ratio"] == mdf["wall_s"] / writers["hpcio convert (1 rank)"]["wall_s"]
     assert "hpcio_ratio" not in writers["hpcio convert (1 rank)" + larger]
-    assert "job_after_other_s" not in mdf
+    assert "job_after_one_rank_s" not in mdf
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 300 | 1 |" in md
     assert "| text | hpcio convert (2 ranks), 900 samples | 900 | 2 |" in md

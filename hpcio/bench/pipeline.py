@@ -71,6 +71,20 @@ with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 2
 PIPELINE_REPEATS = 7
 
 
+def _run_once(make_cmd, env) -> tuple[subprocess.CompletedProcess | None, float, str | None]:
+    """Run ``make_cmd(output directory)`` in a fresh temporary directory: (process, wall
+    seconds, failure message or None)."""
+    with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
+        cmd = make_cmd(os.path.join(tmp, "out"))
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            failure = f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else None
+        except OSError as exc:
+            proc, failure = None, f"{' '.join(cmd[:4])} failed: {exc}"
+        return proc, time.perf_counter() - t, failure
+
+
 def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bool = False) -> dict:
     """Run each ``(label, make_cmd, inner)`` in turn, ``repeats`` rounds, each in a fresh
     output directory.  Returns ``{label: {"wall", "wall_best", "inner", "inner_best",
@@ -79,44 +93,37 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bo
     to keep, one ``details`` per run; None without ``inner``), or ``{label: {"error":
     message}}`` for a system that failed, which is not run again.
 
-    ``twice``: each turn runs the system twice in a row; the figures above are those of
-    the second runs, which follow a run of the same system, and ``"inner_after_other"``
-    is the median of the first runs' own seconds, which follow another system's run."""
-    times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
-    inner_times: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
-    after_other: dict[str, list[float]] = {label: [] for label, _cmd, _inner in runs}
-    details: dict[str, list] = {label: [] for label, _cmd, _inner in runs}
+    ``twice``: each turn runs the system twice in a row (the last system once more
+    before the first turn, untimed), so half of a system's runs follow the previous
+    system's run and half follow its own; ``"inner_after_previous"`` and
+    ``"inner_after_same"`` are the medians of each half's own seconds."""
+    labels = [label for label, _cmd, _inner in runs]
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    inner_times: dict[str, list[float]] = {label: [] for label in labels}
+    by_turn: dict[str, tuple[list, list]] = {label: ([], []) for label in labels}
+    details: dict[str, list] = {label: [] for label in labels}
     errors: dict[str, str] = {}
+    if twice and runs:
+        _run_once(runs[-1][1], env)
     for _ in range(repeats):
         for label, make_cmd, inner in runs:
             for turn in range(2 if twice else 1):
                 if label in errors:
                     continue
-                with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
-                    cmd = make_cmd(os.path.join(tmp, "out"))
-                    t = time.perf_counter()
-                    try:
-                        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                        failure = proc.stderr.strip()[-500:] if proc.returncode else None
-                    except OSError as exc:
-                        failure = str(exc)
-                    elapsed = time.perf_counter() - t
+                proc, elapsed, failure = _run_once(make_cmd, env)
                 if failure is not None:
-                    errors[label] = f"{' '.join(cmd[:4])} failed: {failure}"
-                    log(f"  {label}: {errors[label]}")
-                    continue
-                if twice and turn == 0:
-                    if inner is not None:
-                        after_other[label].append(inner(proc.stdout)[0])
+                    errors[label] = failure
+                    log(f"  {label}: {failure}")
                     continue
                 times[label].append(elapsed)
                 if inner is not None:
                     seconds, more = inner(proc.stdout)
                     inner_times[label].append(seconds)
+                    by_turn[label][turn].append(seconds)
                     if more is not None:
                         details[label].append(more)
     out = {}
-    for label, _cmd, _inner in runs:
+    for label in labels:
         if label in errors:
             out[label] = {"error": errors[label]}
             continue
@@ -124,8 +131,10 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bo
         out[label] = {"wall": float(np.median(wall)), "wall_best": min(wall),
                       "inner": float(np.median(own)) if own else None, "inner_best": min(own) if own else None,
                       "details": details[label]}
-        if after_other[label]:
-            out[label]["inner_after_other"] = float(np.median(after_other[label]))
+        after_previous, after_same = by_turn[label]
+        if twice and after_previous and after_same:
+            out[label].update(inner_after_previous=float(np.median(after_previous)),
+                              inner_after_same=float(np.median(after_same)))
     return out
 
 
@@ -220,8 +229,9 @@ def _add_scaling(records: list[dict]) -> None:
         if one.get("job_s") and two.get("job_s"):
             two["job_scaling_1_to_2"] = one["job_s"] / two["job_s"]
             two["job_scaling_1_to_2_best"] = one["job_best_s"] / two["job_best_s"]
-        if one.get("job_after_other_s") and two.get("job_after_other_s"):
-            two["job_scaling_1_to_2_after_other"] = one["job_after_other_s"] / two["job_after_other_s"]
+        for after in ("one_rank", "two_ranks"):
+            if one.get(f"job_after_{after}_s") and two.get(f"job_after_{after}_s"):
+                two[f"job_scaling_1_to_2_after_{after}"] = one[f"job_after_{after}_s"] / two[f"job_after_{after}_s"]
 
 
 def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
@@ -262,11 +272,12 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     hpcio_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if label.startswith("hpcio")]
     peer_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if not label.startswith("hpcio")]
     # On this kind of virtual machine a job runs faster or slower depending on what ran
-    # just before it (a two-rank job after a one-rank one took 0.187 s, after another
-    # two-rank one 0.136 s; the exchange of its records 46 ms against 8): alternating
-    # hpcio's one- and two-rank jobs would time every two-rank job in the state the other
-    # kind leaves.  Each turn runs a job twice and times the second run, which follows a
-    # job of its own kind; the first runs are reported beside them.
+    # just before it: any job after a two-rank job ran faster than after a one-rank one
+    # (text, two ranks: 0.136 against 0.187 s, the exchange of its records 8 against
+    # 46 ms; one rank: 0.241 against 0.264 s).  Taking turns alone would time every
+    # two-rank job after a one-rank one and every one-rank job after a two-rank one.
+    # Each turn runs a job twice, so each kind has as many runs after either kind, and
+    # the scaling is also given with both kinds after the same kind of job.
     timed = {**_alternating(hpcio_runs, repeats, env, log, twice=True),
              **_alternating([(label, cmd, inner) for label, _ranks, cmd, inner in larger_runs], repeats, env, log,
                             twice=True),
@@ -286,8 +297,12 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                "samples_per_s_per_rank": count / wall / ranks}
         if job is not None:
             rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=count / job)
-        if t.get("inner_after_other") is not None:
-            rec["job_after_other_s"] = t["inner_after_other"]
+        if t.get("inner_after_previous") is not None:
+            # labels run 1 rank, then 2 ranks: a one-rank job's first run of a turn follows
+            # a two-rank job, a two-rank job's first run a one-rank job
+            previous, same = t["inner_after_previous"], t["inner_after_same"]
+            rec.update(job_after_one_rank_s=same if ranks == 1 else previous,
+                       job_after_two_ranks_s=previous if ranks == 1 else same)
         if t.get("details"):
             rec["phases_s"] = _median_phases(t["details"])
         log(f"  conversion {profile} {label}: {count / wall:,.0f} samples/s ({count / wall / ranks:,.0f} per rank)"

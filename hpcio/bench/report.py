@@ -201,17 +201,17 @@ def pipeline_markdown(rows: list[dict]) -> str:
         out.write("Whole process from launch to exit; for hpcio also the job alone (planning, writing, "
                   "publishing; without interpreter and MPI start-up, and without importing the formats' libraries). "
                   "Medians of alternating runs; the job-alone scaling of the best runs in brackets. hpcio's "
-                  "jobs run twice a turn, and the second run, which follows a job of its own kind, is timed; the "
-                  "last column gives the job-alone scaling of the first runs, which follow a job of the other "
-                  "kind. hpcio's jobs run again on a larger input of the same profile, where their fixed costs "
-                  "weigh less.\n\n")
+                  "jobs run twice a turn, so each has as many runs after a one-rank job as after a two-rank job "
+                  "(a job here is faster after a two-rank job); the last two columns give the job-alone scaling "
+                  "with both jobs after the same kind of job. hpcio's jobs run again on a larger input of the "
+                  "same profile, where their fixed costs weigh less.\n\n")
         out.write("| profile | writer | samples | ranks | samples/s | samples/s per rank | job alone samples/s "
-                  "| 1→2 rank scaling (process / job) | hpcio (1 rank) / writer | job scaling after the other kind |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|\n")
+                  "| 1→2 rank scaling (process / job) | hpcio (1 rank) / writer | job scaling, both after a 1-rank job "
+                  "| job scaling, both after a 2-rank job |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in conversion:
             if r.get("error"):
                 out.write(f"| {r['profile']} | {r['writer']} | {r['samples']:,} | {r['ranks']} | {r['error']} "
-                          "| | | | | |\n")
+                          "| | | | | | |\n")
                 continue
             scaling = ""
             if r.get("scaling_1_to_2"):
@@ -220,7 +220,8 @@ def pipeline_markdown(rows: list[dict]) -> str:
                     scaling += f" ({_fmt(r['job_scaling_1_to_2_best'])})"
             out.write(f"| {r['profile']} | {r['writer']} | {r['samples']:,} | {r['ranks']} | {_fmt(r['samples_per_s'])} | "
                       f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('job_samples_per_s'))} | {scaling} | "
-                      f"{_fmt(r.get('hpcio_ratio'))} | {_fmt(r.get('job_scaling_1_to_2_after_other'))} |\n")
+                      f"{_fmt(r.get('hpcio_ratio'))} | {_fmt(r.get('job_scaling_1_to_2_after_one_rank'))} | "
+                      f"{_fmt(r.get('job_scaling_1_to_2_after_two_ranks'))} |\n")
         phased = [r for r in conversion if r.get("phases_s")]
         if phased:
             from ..convert.driver import PhaseClock  # the phases in the order they run
