@@ -146,8 +146,9 @@ class MPIComm(Comm):
         received = [np.empty(n, np.uint8) for n in sizes]
         received[self.rank] = np.frombuffer(b"".join(pieces[self.rank]), np.uint8)
         requests = []
-        # Every receive is posted before any send waits, so no two ranks wait for each
-        # other.  Messages of one sender and tag arrive in order: chunk k lands at k * _CHUNK_BYTES.
+        # Every rank posts all its receives before it waits for any of its sends, so no two
+        # ranks wait for each other.  Messages of one sender and tag arrive in order:
+        # chunk k from a rank lands at k * _CHUNK_BYTES.
         for source, into in enumerate(received):
             if source != self.rank:
                 for lo in range(0, len(into), _CHUNK_BYTES):
