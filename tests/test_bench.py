@@ -141,7 +141,7 @@ def test_alternating_twice_splits_the_runs_by_what_ran_before(tmp_path):
     a, b = out["a"], out["b"]
     assert (a["inner"], a["inner_best"], a["inner_after_previous"], a["inner_after_same"]) == (4.5, 2.0, 4.0, 5.0)
     assert (b["inner"], b["inner_best"], b["inner_after_previous"], b["inner_after_same"]) == (6.5, 4.0, 6.0, 7.0)
-    assert [d["at"] for d in a["details"]] == ["2", "3", "6", "7"]
+    assert [d["at"] for d in a["details"]] == ["2", "3", "6", "7"] and a["runs"] == b["runs"] == 4
     once = _alternating([("a", cmd("a"), position)], repeats=1, log=lambda *_: None)
     assert "inner_after_previous" not in once["a"] and once["a"]["inner"] == 10.0
 
@@ -196,7 +196,7 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
         for after in ("one_rank", "two_ranks"):
             assert one[f"job_after_{after}_s"] > 0 and two[f"job_after_{after}_s"] > 0
             assert two[f"job_scaling_1_to_2_after_{after}"] == one[f"job_after_{after}_s"] / two[f"job_after_{after}_s"]
-        assert "scaling_1_to_2" not in one and one["runs"] == 7
+        assert "scaling_1_to_2" not in one and one["runs"] == two["runs"] == 14  # twice a turn
         for ranks, rec in ((1, one), (2, two)):
             phases = rec["phases_s"]
             assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
@@ -204,7 +204,7 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     mdf = writers["mdf convert"]
     assert mdf["hpcio_ratio"] == mdf["wall_s"] / writers["hpcio convert (1 rank)"]["wall_s"]
     assert "hpcio_ratio" not in writers["hpcio convert (1 rank)" + larger]
-    assert "job_after_one_rank_s" not in mdf
+    assert "job_after_one_rank_s" not in mdf and mdf["runs"] == 7
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 300 | 1 |" in md
     assert "| text | hpcio convert (2 ranks), 900 samples | 900 | 2 |" in md

@@ -87,8 +87,8 @@ def _run_once(make_cmd, env) -> tuple[subprocess.CompletedProcess | None, float,
 
 def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bool = False) -> dict:
     """Run each ``(label, make_cmd, inner)`` in turn, ``repeats`` rounds, each in a fresh
-    output directory.  Returns ``{label: {"wall", "wall_best", "inner", "inner_best",
-    "details"}}`` (median and best seconds; ``inner(stdout)`` is ``(seconds, details)``:
+    output directory.  Returns ``{label: {"runs", "wall", "wall_best", "inner", "inner_best",
+    "details"}}`` (runs timed; median and best seconds; ``inner(stdout)`` is ``(seconds, details)``:
     the seconds a process reports for its own work and whatever else it reports, or None
     to keep, one ``details`` per run; None without ``inner``), or ``{label: {"error":
     message}}`` for a system that failed, which is not run again.
@@ -128,7 +128,7 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bo
             out[label] = {"error": errors[label]}
             continue
         wall, own = times[label], inner_times[label]
-        out[label] = {"wall": float(np.median(wall)), "wall_best": min(wall),
+        out[label] = {"runs": len(wall), "wall": float(np.median(wall)), "wall_best": min(wall),
                       "inner": float(np.median(own)) if own else None, "inner_best": min(own) if own else None,
                       "details": details[label]}
         after_previous, after_same = by_turn[label]
@@ -293,7 +293,7 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
             continue
         wall, job, count = t["wall"], t["inner"], samples[label]
         rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": count,
-               "runs": repeats, "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": count / wall,
+               "runs": t["runs"], "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": count / wall,
                "samples_per_s_per_rank": count / wall / ranks}
         if job is not None:
             rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=count / job)
