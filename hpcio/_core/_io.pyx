@@ -11,7 +11,6 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from ._chpcio cimport (
@@ -110,6 +109,11 @@ def gather(src, starts, ends, *, path=None, sample_base=None):
     return _gather(src, starts, ends, path, sample_base)
 
 
+# Pieces pack_pieces takes per pass: their pointers are gathered with the GIL, then
+# copied without it.
+DEF _PACK_BATCH = 64
+
+
 def pack_pieces(list pieces, Py_ssize_t index, Py_ssize_t offset, out):
     """Copy ``pieces[index][offset:]``, ``pieces[index + 1]``, ... back to back into the
     writable buffer ``out`` until it is full or the pieces end; the copies run without
@@ -122,57 +126,50 @@ def pack_pieces(list pieces, Py_ssize_t index, Py_ssize_t offset, out):
     shorter, a piece split between two chunks where it crosses their boundary.
     """
     cdef uint8_t[::1] dst = byte_view(out)
-    cdef Py_ssize_t cap = dst.shape[0], n = len(pieces), written = 0, count = 0, k, length, take
-    if index < 0 or offset < 0 or index > n:
-        raise ValueError(f"no piece {index} at byte {offset} among {n} pieces")
-    # What to copy, gathered with the GIL (pointers into the pieces, which `pieces`
-    # keeps alive); buffers other than bytes stay acquired until the copies are done.
-    cdef const char **sources = <const char **>malloc(max(1, n - index) * sizeof(char *))
-    cdef Py_ssize_t *lengths = <Py_ssize_t *>malloc(max(1, n - index) * sizeof(Py_ssize_t))
-    cdef Py_buffer *views = <Py_buffer *>malloc(max(1, n - index) * sizeof(Py_buffer))
-    cdef Py_ssize_t held = 0
+    cdef Py_ssize_t cap = dst.shape[0], n = len(pieces), written = 0, at, count, held, k, length, take
+    cdef const char *sources[_PACK_BATCH]
+    cdef Py_ssize_t lengths[_PACK_BATCH]
+    cdef Py_buffer views[_PACK_BATCH]
     cdef const char *ptr
     cdef object piece
-    if sources == NULL or lengths == NULL or views == NULL:
-        free(sources)
-        free(lengths)
-        free(views)
-        raise MemoryError()
-    try:
-        while index < n and written < cap:
-            piece = pieces[index]
-            if PyBytes_CheckExact(piece):
-                ptr = PyBytes_AS_STRING(piece)
-                length = PyBytes_GET_SIZE(piece)
-            else:
-                PyObject_GetBuffer(piece, &views[held], PyBUF_SIMPLE)
-                ptr = <const char *>views[held].buf
-                length = views[held].len
-                held += 1
-            if offset > length:
-                raise ValueError(f"piece {index} has {length} bytes, fewer than the offset {offset}")
-            take = min(length - offset, cap - written)
-            sources[count] = ptr + offset
-            lengths[count] = take
-            count += 1
-            written += take
-            if offset + take == length:
-                index += 1
-                offset = 0
-            else:
-                offset += take
-        written = 0
-        with nogil:
-            for k in range(count):
-                if lengths[k]:
-                    memcpy(&dst[written], sources[k], lengths[k])
-                    written += lengths[k]
-    finally:
-        for k in range(held):
-            PyBuffer_Release(&views[k])
-        free(sources)
-        free(lengths)
-        free(views)
+    if index < 0 or offset < 0 or index > n:
+        raise ValueError(f"no piece {index} at byte {offset} among {n} pieces")
+    while index < n and written < cap:
+        count = held = 0
+        at = written
+        try:
+            # Pointers into the pieces, which `pieces` keeps alive; buffers other than
+            # bytes stay acquired until their bytes are copied.
+            while count < _PACK_BATCH and index < n and written < cap:
+                piece = pieces[index]
+                if PyBytes_CheckExact(piece):
+                    ptr = PyBytes_AS_STRING(piece)
+                    length = PyBytes_GET_SIZE(piece)
+                else:
+                    PyObject_GetBuffer(piece, &views[held], PyBUF_SIMPLE)
+                    held += 1
+                    ptr = <const char *>views[held - 1].buf
+                    length = views[held - 1].len
+                if offset > length:
+                    raise ValueError(f"piece {index} has {length} bytes, fewer than the offset {offset}")
+                take = min(length - offset, cap - written)
+                sources[count] = ptr + offset
+                lengths[count] = take
+                count += 1
+                written += take
+                if offset + take == length:
+                    index += 1
+                    offset = 0
+                else:
+                    offset += take
+            with nogil:
+                for k in range(count):
+                    if lengths[k]:
+                        memcpy(&dst[at], sources[k], lengths[k])
+                        at += lengths[k]
+        finally:
+            for k in range(held):
+                PyBuffer_Release(&views[k])
     return index, offset, written
 
 

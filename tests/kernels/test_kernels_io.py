@@ -74,6 +74,20 @@ def test_pack_pieces_cuts_the_joined_pieces_into_chunks(pieces, chunk, kinds):
     assert offset == 0
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 500, 10_000])
+def test_pack_pieces_packs_more_pieces_than_one_pass_takes(chunk):
+    # hundreds of pieces of every kind: more per chunk than one GIL-free pass copies
+    rng = np.random.default_rng(chunk)
+    kinds = (bytes, bytearray, memoryview)
+    pieces = [kinds[k % 3](rng.bytes(int(rng.integers(0, 40)))) for k in range(700)]
+    out, chunks, index, offset = bytearray(chunk), [], 0, 0
+    while index < len(pieces):
+        index, offset, n = _io.pack_pieces(pieces, index, offset, out)
+        chunks.append(bytes(out[:n]))
+    assert b"".join(chunks) == b"".join(pieces)
+    assert all(len(c) == chunk for c in chunks[:-1])
+
+
 def test_pack_pieces_goes_on_inside_a_piece_and_says_where_it_stopped():
     out = bytearray(4)
     assert _io.pack_pieces([b"abcdef", b"gh"], 0, 0, out) == (0, 4, 4) and out == b"abcd"
