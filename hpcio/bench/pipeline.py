@@ -204,8 +204,9 @@ def _median_phases(runs: list[dict]) -> dict:
     return {name: float(np.median([max(run[name]) for run in runs])) for name in runs[0]}
 
 
-def _hpcio_convert_runs(src: str, suffix: str = "") -> list[tuple]:
-    """``(label, ranks, make_cmd, inner)`` of ``hpcio convert`` on 1 and 2 ranks of ``src``."""
+def _hpcio_convert_runs(src: str, samples: int, suffix: str = "") -> list[tuple]:
+    """``(label, ranks, samples, make_cmd, inner)`` of ``hpcio convert`` on 1 and 2 ranks
+    of ``src``."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     runs = []
     for ranks in (1, 2):
@@ -215,7 +216,8 @@ def _hpcio_convert_runs(src: str, suffix: str = "") -> list[tuple]:
                 return [sys.executable, *convert]
             return [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *convert]
 
-        runs.append((f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''}){suffix}", ranks, cmd, _job_and_phases))
+        label = f"hpcio convert ({ranks} rank{'s' if ranks > 1 else ''}){suffix}"
+        runs.append((label, ranks, samples, cmd, _job_and_phases))
     return runs
 
 
@@ -250,70 +252,65 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     src = os.path.join(parquet.path, "data.parquet")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
                PYTHONWARNINGS="ignore")
-    runs = _hpcio_convert_runs(src)
+    hpcio_runs = _hpcio_convert_runs(src, n)
+    larger_runs = [] if larger is None else _hpcio_convert_runs(larger[0], larger[1], f", {larger[1]:,} samples")
+    peer_runs = []
     if interop_python:
         mdf = os.path.join(os.path.dirname(interop_python), "mdf")
         # HF datasets caches the Parquet it loads; a cache inside the run's temporary
         # directory makes every run convert from scratch.
-        runs.append(("mdf convert", 1, lambda dst: ["env", f"HF_DATASETS_CACHE={dst}.hf-cache", mdf, "convert",
-                                                    "parquet", "mds", dst, src, "--yes"], None))
+        peer_runs.append(("mdf convert", 1, n, lambda dst: ["env", f"HF_DATASETS_CACHE={dst}.hf-cache", mdf,
+                                                            "convert", "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
-        runs.append((label, 1, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
-    samples = {label: n for label, *_rest in runs}
-    larger_runs = []
-    if larger is not None:
-        larger_src, larger_n = larger
-        larger_runs = _hpcio_convert_runs(larger_src, f", {larger_n:,} samples")
-        samples.update({label: larger_n for label, *_rest in larger_runs})
+        peer_runs.append((label, 1, n, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
     # hpcio's 1- and 2-rank jobs take turns with each other, the peers with each other: a
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure
     # to which peer ran last.
-    hpcio_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if label.startswith("hpcio")]
-    peer_runs = [(label, cmd, inner) for label, _ranks, cmd, inner in runs if not label.startswith("hpcio")]
     # On this kind of virtual machine a job runs faster or slower depending on what ran
     # just before it: any job after a two-rank job ran faster than after a one-rank one
     # (text, two ranks: 0.136 against 0.187 s, the exchange of its records 8 against
     # 46 ms; one rank: 0.241 against 0.264 s).  Taking turns alone would time every
     # two-rank job after a one-rank one and every one-rank job after a two-rank one.
-    # Each turn runs a job twice, so each kind has as many runs after either kind, and
-    # the scaling is also given with both kinds after the same kind of job.
-    timed = {**_alternating(hpcio_runs, repeats, env, log, twice=True),
-             **_alternating([(label, cmd, inner) for label, _ranks, cmd, inner in larger_runs], repeats, env, log,
-                            twice=True),
-             **_alternating(peer_runs, repeats, env, log)}
-    out = []
-    ordered = ([r for r in runs if r[0].startswith("hpcio")] + larger_runs
-               + [r for r in runs if not r[0].startswith("hpcio")])
-    for label, ranks, _cmd, _inner in ordered:
-        t = timed[label]
-        if "error" in t:
-            out.append({"section": "conversion", "profile": profile, "writer": label, "ranks": ranks,
-                        "samples": samples[label], "error": t["error"]})
-            continue
-        wall, job, count = t["wall"], t["inner"], samples[label]
-        rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": count,
-               "runs": t["runs"], "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": count / wall,
-               "samples_per_s_per_rank": count / wall / ranks}
-        if job is not None:
-            rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=count / job)
-        if t.get("inner_after_previous") is not None:
-            # labels run 1 rank, then 2 ranks: a one-rank job's first run of a turn follows
-            # a two-rank job, a two-rank job's first run a one-rank job
-            previous, same = t["inner_after_previous"], t["inner_after_same"]
-            rec.update(job_after_one_rank_s=same if ranks == 1 else previous,
-                       job_after_two_ranks_s=previous if ranks == 1 else same)
-        if t.get("details"):
-            rec["phases_s"] = _median_phases(t["details"])
-        log(f"  conversion {profile} {label}: {count / wall:,.0f} samples/s ({count / wall / ranks:,.0f} per rank)"
-            + (f", job alone {count / job:,.0f} samples/s" if job else ""))
-        out.append(rec)
-    for group in (runs, larger_runs):
-        labels = {label for label, *_rest in group if label.startswith("hpcio")}
-        _add_scaling([r for r in out if r["writer"] in labels])
-    one = next((r for r in out if r["writer"] == "hpcio convert (1 rank)" and "wall_s" in r), None)
+    # Each turn runs hpcio's jobs twice, so each kind has as many runs after either kind,
+    # and the scaling is also given with both kinds after the same kind of job.
+    groups = [(hpcio_runs, True), (larger_runs, True), (peer_runs, False)]
+    out_groups = []
+    for group, twice in groups:
+        timed = _alternating([(label, cmd, inner) for label, _ranks, _n, cmd, inner in group], repeats, env, log,
+                             twice=twice)
+        out_groups.append([_conversion_record(profile, label, ranks, count, timed[label], log)
+                           for label, ranks, count, _cmd, _inner in group])
+    hpcio_out, larger_out, peer_out = out_groups
+    _add_scaling(hpcio_out)
+    _add_scaling(larger_out)
+    one = next((r for r in hpcio_out if r["ranks"] == 1 and "wall_s" in r), None)
     if one:
-        for r in out:
-            if "wall_s" in r and not r["writer"].startswith("hpcio"):
+        for r in peer_out:
+            if "wall_s" in r:
                 r["hpcio_ratio"] = r["wall_s"] / one["wall_s"]
-    return out
+    return hpcio_out + larger_out + peer_out
+
+
+def _conversion_record(profile: str, label: str, ranks: int, count: int, t: dict, log) -> dict:
+    """The report's record of one writer from its :func:`_alternating` figures."""
+    if "error" in t:
+        return {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": count,
+                "error": t["error"]}
+    wall, job = t["wall"], t["inner"]
+    rec = {"section": "conversion", "profile": profile, "writer": label, "ranks": ranks, "samples": count,
+           "runs": t["runs"], "wall_s": wall, "wall_best_s": t["wall_best"], "samples_per_s": count / wall,
+           "samples_per_s_per_rank": count / wall / ranks}
+    if job is not None:
+        rec.update(job_s=job, job_best_s=t["inner_best"], job_samples_per_s=count / job)
+    if t.get("inner_after_previous") is not None:
+        # hpcio's jobs run 1 rank, then 2 ranks: a one-rank job's first run of a turn
+        # follows a two-rank job, a two-rank job's first run a one-rank job
+        previous, same = t["inner_after_previous"], t["inner_after_same"]
+        rec.update(job_after_one_rank_s=same if ranks == 1 else previous,
+                   job_after_two_ranks_s=previous if ranks == 1 else same)
+    if t.get("details"):
+        rec["phases_s"] = _median_phases(t["details"])
+    log(f"  conversion {profile} {label}: {count / wall:,.0f} samples/s ({count / wall / ranks:,.0f} per rank)"
+        + (f", job alone {count / job:,.0f} samples/s" if job else ""))
+    return rec
