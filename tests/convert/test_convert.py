@@ -322,6 +322,28 @@ def _parquet_source(path, n=600, rows_per_group=50):
     return str(path)
 
 
+def test_a_job_reading_parquet_allocates_arrow_memory_from_jemalloc_and_gives_the_pool_back(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    src = _parquet_source(tmp_path / "src.parquet", n=60)
+    before = pa.default_memory_pool().backend_name
+    try:
+        expected = pa.jemalloc_memory_pool().backend_name
+    except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
+        expected = before
+
+    def record_pool(sample):
+        return {**sample, "pool": pa.default_memory_pool().backend_name}
+
+    hpcio.convert(src, tmp_path / "chosen", to="mds", num_shards=2, map=record_pool, progress=False)
+    assert {s["pool"] for s in hpcio.open(tmp_path / "chosen")} == {expected}
+    assert pa.default_memory_pool().backend_name == before
+    # a pool the user chose is left alone
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", before)
+    hpcio.convert(src, tmp_path / "kept", to="mds", num_shards=2, map=record_pool, progress=False)
+    assert {s["pool"] for s in hpcio.open(tmp_path / "kept")} == {before}
+
+
 def test_each_parquet_row_group_is_read_once_per_round(tmp_path, monkeypatch, row_group_reads):
     src = _parquet_source(tmp_path / "src.parquet")  # 12 row groups
     reads = row_group_reads
