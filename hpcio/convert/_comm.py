@@ -164,14 +164,13 @@ class MPIComm(Comm):
         sent = 0
         for step in range(1, self.size):
             dest = (self.rank + step) % self.size
-            outgoing = pieces[dest] if isinstance(pieces[dest], list) else list(pieces[dest])
             index = offset = 0
             left = totals[dest]
             while left:
                 slot = sent % 2
                 if in_flight[slot] is not None:
                     in_flight[slot].Wait()
-                index, offset, n = pack_pieces(outgoing, index, offset, chunks[slot])
+                index, offset, n = pack_pieces(pieces[dest], index, offset, chunks[slot])
                 in_flight[slot] = self.comm.Isend([chunks[slot][:n], MPI.BYTE], dest, _EXCHANGE_TAG)
                 left -= n
                 sent += 1
