@@ -10,8 +10,10 @@
    Parquet row group) is read by one rank once, not by every rank for every shard; it
    maps and filters them, and the samples are exchanged so each rank holds its shards'
    (as the records the shards' writers store, for formats with the encoded-record hook).
-   The format's writer puts each shard into a private temporary directory, the files are
-   fsynced and renamed into the staging directory, then the shard's index part is written
+   The format's writer puts each shard into a private temporary directory; or, for
+   formats with the placed-record hook too, every rank writes its records straight into
+   the shard's file there and only their lengths are exchanged.  The files are fsynced
+   and renamed into the staging directory, then the shard's index part is written
    (:mod:`.resume`).
 4. Rank 0 merges the index parts into the format's dataset index, writes the bad-sample
    report, and renames the staging directory to the destination: the dataset appears
@@ -36,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .._core._io import start_writeback
 from .._durable import fsync_dir
+from .._fileio import write_pieces
 from .._gc import cyclic_gc_paused
 from ..distributed.context import cpus_per_task
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
@@ -420,9 +424,11 @@ class PhaseClock:
     """Wall seconds one rank spends in each phase of a conversion, from the job's start.
 
     ``measure``: sizing the sources; ``plan``: the plan and the shards left to write;
-    ``read``: reading, mapping and filtering this rank's share; ``encode``: making records
-    of what another rank writes; ``exchange``: sending and receiving them; ``write``:
-    writing this rank's shards; ``publish``: making them durable and recording them;
+    ``read``: reading, mapping and filtering this rank's share; ``encode``: making the
+    records of what it read, on more than one rank; ``exchange``: sending and receiving
+    them (or only their lengths, where each rank places its records); ``write``: writing
+    this rank's shards (or its records of every shard); ``publish``: making them durable
+    and recording them;
     ``wait``: waiting for the slowest rank; ``merge``: the dataset index and the rename
     (rank 0).  Collective steps count their wait in their own phase (``encode`` agrees on
     the writers' options, ``exchange`` waits for every rank's parcels).
@@ -580,6 +586,10 @@ class _ShardWriter:
         # read: the owners of the shards then receive record bytes, which cross between
         # ranks in one raw message, not as pickled Python objects.
         self.encodes = hasattr(fmt, "record_encoder")
+        # Formats with the placed-record hook as well get those records written by the
+        # rank that made them, straight to where they end up in their shard's file: only
+        # their lengths cross between ranks.
+        self.places = self.encodes and hasattr(fmt, "record_layout")
 
     def close(self):
         self.readers.close()
@@ -638,13 +648,15 @@ class _ShardWriter:
             if encoded:
                 fixed = self._encode(comm, parcels)
                 self.clock.lap("encode")
-            received = _exchange(comm, parcels, encoded)
-            self.clock.lap("exchange")
             # Every rank writes its shards before any rank fsyncs: on a local file system
             # a write that waits behind another process's fsync for the journal took 6-10
             # times as long.
-            written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
-                       for k in round_shards if owner[k] == comm.rank]
+            written = self._place(comm, round_shards, owner, parcels, fixed) if encoded and self.places else None
+            if written is None:
+                received = _exchange(comm, parcels, encoded)
+                self.clock.lap("exchange")
+                written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
+                           for k in round_shards if owner[k] == comm.rank]
         self.clock.lap("write")
         comm.barrier()
         self.clock.lap("wait")
@@ -696,6 +708,61 @@ class _ShardWriter:
                         part["bad"].append(self._bad(exc, gid, _write_stage(exc), k))
                 part.update(samples=None, records=records)
         return {k: options for k, (_gid, options) in chosen.items()}
+
+    def _place(self, comm: Comm, round_shards: list[int], owner: dict, parcels: list[dict],
+               fixed: dict) -> list[tuple[int, dict]] | None:
+        """Write this rank's records of every shard of the round into the shard's file at
+        the offset where they belong, the owner adding the file's head; returns the
+        ``(shard, part)`` of this rank's shards, as :meth:`write_shard` does.  None, with
+        nothing written, when the format does not store these shards as records in place
+        (they are exchanged instead).  Collective.
+
+        The records of a shard from rank ``r`` follow those from the ranks before it (each
+        rank reads a contiguous share of the round, and a shard keeps source order), so
+        each rank writes one contiguous run per shard, which needs every rank's record
+        lengths but none of their bytes."""
+        mine = {k: part for parcel in parcels for k, part in parcel.items()}
+        for k in round_shards:
+            if owner[k] == comm.rank:
+                tmpdir = _shard_tmpdir(self.staging, k)
+                shutil.rmtree(tmpdir, ignore_errors=True)
+                os.makedirs(tmpdir)
+        # After this every owner has made its shards' directories.
+        shares = comm.allgather({k: (np.fromiter(map(len, part["records"]), np.int64, len(part["records"])),
+                                     part["filtered"], part["bad"]) for k, part in mine.items()})
+        self.clock.lap("exchange")
+        placed = {}  # shard -> (file, head, index part, where this rank's records start)
+        for k in round_shards:
+            lengths = [share[k][0] for share in shares]
+            if not sum(map(len, lengths)):
+                continue  # every sample filtered or bad: the shard has no file
+            layout = self.fmt.record_layout(k, np.concatenate(lengths), **self.writer_options, **fixed[k])
+            if layout is None:
+                return None
+            name, head, index = layout
+            start = len(head) + sum(int(lengths[r].sum()) for r in range(comm.rank))
+            placed[k] = (os.path.join(_shard_tmpdir(self.staging, k), name), head, index, start)
+        # Each rank starts with another shard, so the ranks rarely write one file at once.
+        turn = round_shards.index(next((k for k in round_shards if owner[k] == comm.rank), round_shards[0]))
+        for k in round_shards[turn:] + round_shards[:turn]:
+            if k not in placed:
+                continue
+            path, head, _index, start = placed[k]
+            records = mine[k]["records"]
+            if not records and owner[k] != comm.rank:
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+            try:
+                if owner[k] == comm.rank:
+                    write_pieces(fd, [head], 0)
+                write_pieces(fd, records, start)
+            finally:
+                os.close(fd)
+            start_writeback(path)
+        return [(k, _shard_part(k, sum(len(share[k][0]) for share in shares), sum(share[k][1] for share in shares),
+                                [item for share in shares for item in share[k][2]],
+                                placed[k][2] if k in placed else None))
+                for k in round_shards if owner[k] == comm.rank]
 
     def _read_share(self, rank, gids, shard_of, blocks, owner, parcels, encoded) -> None:
         """Read, map and filter this rank's samples into the parcels of their shards' owners."""
@@ -760,20 +827,21 @@ class _ShardWriter:
                         continue
                     written += 1
         start_writeback_files(tmpdir)
-        bad.sort(key=lambda item: item[0])  # report order: the shard's sample order
-        return shard, {
-            "shard": shard,
-            "samples": written,
-            "filtered": filtered,
-            "bad": [rec.to_json() for _gid, rec in bad],
-            "index": writer.index_part(),
-        }
+        return shard, _shard_part(shard, written, filtered, bad, writer.index_part())
 
     def publish_shard(self, shard: int, part: dict) -> None:
         """Make the files :meth:`write_shard` left durable, move them into the staging
         directory and record the shard's part (what ``--resume`` trusts)."""
         part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
         write_json_atomic(part_path(self.staging, shard), part)
+
+
+def _shard_part(shard: int, samples: int, filtered: int, bad: list, index: dict | None) -> dict:
+    """The part of a written shard, still without its files: ``bad`` holds the ``(global
+    id, BadSample)`` of its failed samples, reported in the shard's sample order."""
+    bad = sorted(bad, key=lambda item: item[0])
+    return {"shard": shard, "samples": samples, "filtered": filtered, "bad": [rec.to_json() for _gid, rec in bad],
+            "index": index}
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:

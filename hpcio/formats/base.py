@@ -35,6 +35,17 @@ that read it and sends the owner of its shard the record bytes, not the sample:
 ``Writer.write_record(record)``
     Appends such bytes (any bytes-like object) as ``write`` would have.
 
+Optional placed-record hook (MDS), with the encoded-record hook: each rank then writes
+the records it made straight into their shard's file, and only their lengths cross
+between ranks:
+
+``record_layout(shard_id, lengths, **options)`` (module level)
+    ``(file name, head, index part)`` of the shard ``shard_id`` whose records, in order,
+    have ``lengths`` (at least one), when ``Writer(shard_id=...)`` would write it as one
+    file holding ``head`` then the records back to back, ``index part`` being its
+    ``index_part()``; None when these options make the file something else (MDS: a
+    whole-shard compression, or file hashes).
+
 Optional reader hook used for planning: ``Reader.sample_nbytes()`` returns an int64 array
 with the stored size of every sample (from the index, without reading the data), so the
 converter balances shards by bytes; without it, sizes are estimated from the file sizes.

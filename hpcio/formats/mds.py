@@ -47,6 +47,7 @@ import orjson
 
 from .. import codecs as _codec_table
 from .._core import _records
+from .._fileio import write_pieces
 from ..columns import VarColumn, ViewColumn
 from ..errors import (
     CorruptShardError,
@@ -205,20 +206,6 @@ _FAST_HASHES = ("xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32", "md5", "sha1"
 
 def _digest(algo: str, data) -> str:
     return _hash_functions()[algo](data).hexdigest()
-
-
-def _write_pieces(fd: int, pieces: list) -> None:
-    """Write ``pieces`` (bytes) back to back to ``fd`` with ``writev``, no joined copy;
-    short writes are resumed where they stopped."""
-    limit = min(os.sysconf("SC_IOV_MAX"), 1024)
-    for lo in range(0, len(pieces), limit):
-        batch = pieces[lo : lo + limit]
-        done, total = os.writev(fd, batch), sum(len(p) for p in batch)
-        if done == total:
-            continue
-        view = memoryview(b"".join(batch))[done:]  # a short write: the rest, in order
-        while view:
-            view = view[os.write(fd, view):]
 
 
 def _concat_values(parts: list) -> tuple[np.ndarray, np.ndarray]:
@@ -1472,6 +1459,35 @@ class RecordEncoder:
         return record
 
 
+def _shard_config(layout: _Layout, compression: Compression | None, hashes: list, size_limit) -> dict:
+    """The configuration every shard entry of ``index.json`` carries, and a shard's
+    header ends with."""
+    return {
+        "version": 2,
+        "format": "mds",
+        "compression": None if compression is None else compression.spec,
+        "hashes": hashes,
+        "size_limit": size_limit,
+        "column_names": layout.names,
+        "column_encodings": layout.encodings,
+        "column_sizes": layout.sizes,
+    }
+
+
+def _shard_head(lengths: np.ndarray, config_data: bytes, number: int, path) -> bytes:
+    """The bytes of a shard before its records, which have ``lengths``: the record count,
+    the u32 offset of every record and of the end, the configuration."""
+    n = len(lengths)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    offsets += 8 + 4 * n + len(config_data)
+    if offsets[-1] >= 1 << 32:
+        raise SchemaError(
+            f"shard {number} would be {int(offsets[-1])} bytes; MDS offsets are u32 (lower size_limit)", path=path,
+        )
+    return _U32.pack(n) + offsets.astype("<u4").tobytes() + config_data
+
+
 class Writer(base.Writer):
     """Writes an MDS dataset, byte-identical to streaming's ``MDSWriter``.
 
@@ -1541,20 +1557,9 @@ class Writer(base.Writer):
     def _set_columns(self, columns: dict) -> None:
         self._encoder = RecordEncoder(columns, compression=self.compression, allow_pickle=self.allow_pickle,
                                       path=self.path)
-        layout = self._encoder.layout
         self._columns = columns
-        config = {
-            "version": 2,
-            "format": "mds",
-            "compression": None if self.compression is None else self.compression.spec,
-            "hashes": self.hashes,
-            "size_limit": self.size_limit,
-            "column_names": layout.names,
-            "column_encodings": layout.encodings,
-            "column_sizes": layout.sizes,
-        }
-        self._config = config
-        self._config_data = json.dumps(config, sort_keys=True).encode("utf-8")
+        self._config = _shard_config(self._encoder.layout, self.compression, self.hashes, self.size_limit)
+        self._config_data = json.dumps(self._config, sort_keys=True).encode("utf-8")
         self._shard_size = 8 + len(self._config_data)
 
     @property
@@ -1596,18 +1601,11 @@ class Writer(base.Writer):
     def _flush(self) -> None:
         records = self._records
         n = len(records)
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum([len(r) for r in records], out=offsets[1:])
-        offsets += 8 + 4 * n + len(self._config_data)
-        if offsets[-1] >= 1 << 32:
-            raise SchemaError(
-                f"shard {len(self._shards)} would be {int(offsets[-1])} bytes; MDS offsets are u32 "
-                "(lower size_limit)", path=self.path,
-            )
+        number = len(self._shards) if self.shard_id is None else self.shard_id
         # The shard is written (and hashed) from its pieces: joining them first would copy
         # every record once more into a shard-sized buffer.
-        pieces = [_U32.pack(n) + offsets.astype("<u4").tobytes() + self._config_data, *records]
-        number = len(self._shards) if self.shard_id is None else self.shard_id
+        lengths = np.fromiter((len(r) for r in records), np.int64, count=n)
+        pieces = [_shard_head(lengths, self._config_data, number, self.path), *records]
         basename = f"shard.{number:05}.mds"
         raw_info = self._file_info(pieces, basename)
         zip_info = None
@@ -1619,7 +1617,7 @@ class Writer(base.Writer):
         self._written.append(target)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            _write_pieces(fd, pieces)
+            write_pieces(fd, pieces)
         finally:
             os.close(fd)
         self._shards.append({"samples": n, "raw_data": raw_info, "zip_data": zip_info, **self._config})
@@ -1702,6 +1700,26 @@ def record_encoder(path, *, columns: Mapping[str, str], compression: str | None 
     """Encoded-record hook: the encoder of the records a ``Writer(path, **options)``
     would store (``columns`` given or fixed by :func:`record_options`)."""
     return RecordEncoder(columns, compression=compression, allow_pickle=allow_pickle, path=os.fspath(path))
+
+
+def record_layout(shard_id: int, lengths: np.ndarray, *, columns: Mapping[str, str], compression: str | None = None,
+                  hashes: Sequence[str] | None = None, allow_pickle: bool = False,
+                  **_options) -> tuple[str, bytes, dict] | None:
+    """Placed-record hook (:mod:`hpcio.formats.base`): ``(file name, head, index part)``
+    of the shard ``shard_id`` whose records have ``lengths``, as ``Writer(shard_id=...)``
+    writes it: its file is ``head`` followed by the records back to back.  None when the
+    file is not that: a whole-shard compression, or hashes of the file (computed over
+    bytes that ranks place separately)."""
+    codec = parse_compression(compression)
+    if hashes or (codec is not None and not codec.per_sample):
+        return None
+    encoder = RecordEncoder(columns, compression=codec, allow_pickle=allow_pickle)
+    config = _shard_config(encoder.layout, codec, [], None)
+    basename = f"shard.{shard_id:05}.mds"
+    head = _shard_head(np.asarray(lengths, np.int64), json.dumps(config, sort_keys=True).encode("utf-8"),
+                       shard_id, basename)
+    raw = {"basename": basename, "bytes": len(head) + int(np.sum(lengths)), "hashes": {}}
+    return basename, head, {"samples": len(lengths), "raw_data": raw, "zip_data": None, **config}
 
 
 # --- inspect and verify -----------------------------------------------------------------

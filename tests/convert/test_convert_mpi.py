@@ -277,6 +277,31 @@ def test_zero_copy_mds_source_is_exchanged_between_ranks(tmp_path):
         (i, bytes([i % 256]) * (i + 1)) for i in range(200)]
 
 
+@pytest.mark.parametrize("options", [
+    [],  # each rank writes its records into every shard's file
+    ["--filter", "convert_helpers:first_three"],  # and a shard left without records has no file
+    ["--compression", "zstd"],  # the owner of a shard compresses all of it: records are sent to it
+    ["-O", 'hashes=["sha1", "xxh64"]'],  # the owner hashes the whole file: records are sent to it
+])
+def test_mds_records_placed_or_sent_give_the_one_rank_shards(tmp_path, options):
+    from convert_helpers import write_sources
+
+    srcs = write_sources(tmp_path, nfiles=2, per_file=120)
+    args = ["--to", "mds", "--num-shards", "4", *options, "--json"]
+    one = run_command("convert", [*srcs, tmp_path / "one", *args])
+    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    expected = [0, 1, 2] if options[:1] == ["--filter"] else list(range(240))
+    assert json.loads(two.stdout)["samples_written"] == len(expected)
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "two")
+    index = json.loads((tmp_path / "two" / "index.json").read_text())
+    files = {(s["zip_data"] or s["raw_data"])["basename"] for s in index["shards"]}
+    assert files | {"index.json"} == set(os.listdir(tmp_path / "two"))
+    assert len(files) == 4 if len(expected) == 240 else len(files) <= 3  # 3 samples leave a shard empty
+    assert sorted(s["id"] for s in hpcio.open(tmp_path / "two")) == expected
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_path, ranks):
     """MDS samples are encoded on the rank that read them, with the columns of their

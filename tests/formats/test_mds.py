@@ -1194,6 +1194,38 @@ def test_records_made_elsewhere_are_written_as_the_samples_would_be(tmp_path, co
     assert tree_bytes(tmp_path / "records") == tree_bytes(tmp_path / "samples")
 
 
+@pytest.mark.parametrize("compression", [None, "sample::zstd"])
+def test_record_layout_places_records_as_the_shard_writer_writes_them(tmp_path, compression):
+    """A shard's head followed by its records is the file ``Writer(shard_id=...)`` writes,
+    and the layout's index part is the writer's."""
+    samples = [{"id": i, "text": "t" * (i * 37 % 300), "blob": bytes([i % 256]) * (i % 50)} for i in range(120)]
+    options = {"compression": compression, "size_limit": 4000}
+    if compression:
+        warnings.simplefilter("ignore")
+    fixed = mds.record_options(samples[0], **options)
+    with mds.Writer(tmp_path / "w", shard_id=7, num_shards=9, **options, **fixed) as w:
+        w.write_many(samples)
+    encoder = mds.record_encoder(tmp_path / "r", **options, **fixed)
+    records = [encoder.record(sample, number) for number, sample in enumerate(samples)]
+    name, head, part = mds.record_layout(7, np.array([len(r) for r in records]), **options, **fixed)
+    assert name == "shard.00007.mds" and os.listdir(tmp_path / "w") == [name]
+    assert head + b"".join(records) == (tmp_path / "w" / name).read_bytes()
+    assert part == w.index_part()
+
+
+@pytest.mark.parametrize("options", [{"compression": "zstd"}, {"hashes": ["xxh64"]}])
+def test_record_layout_declines_shards_not_stored_as_their_records(options):
+    """A compressed shard, or one whose file is hashed, is not its records in place."""
+    assert mds.record_layout(0, np.array([8, 9]), columns={"id": "int"}, **options) is None
+
+
+def test_record_layout_refuses_a_shard_past_u32_offsets():
+    with pytest.raises(SchemaError) as info:
+        mds.record_layout(3, np.array([2**31, 2**31]), columns={"blob": "bytes"})
+    assert str(info.value) == ("shard 3 would be 4294967479 bytes; MDS offsets are u32 (lower size_limit) "
+                               "(shard.00003.mds)")
+
+
 def test_record_hooks_raise_what_the_writer_raises(tmp_path):
     assert mds.record_options({"id": 1}, columns={"id": "int"}) == {}
     with pytest.raises(UnsupportedValueError, match="^cannot infer an MDS encoding for column 'tags' from a set value"):
