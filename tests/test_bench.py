@@ -201,6 +201,9 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
             phases = rec["phases_s"]
             assert phases["read"] > 0 and phases["write"] > 0 and phases["publish"] > 0, phases
             assert phases["exchange"] > 0 if ranks == 2 else phases["exchange"] < 0.005, phases
+    copy = writers["hpcio convert (2 ranks)"]["memory_copy"]  # measured once, before the conversions
+    assert copy["scaling"] == sum(copy["two_bytes_per_s"]) / copy["one_bytes_per_s"] and copy["bytes"] == 64 << 20
+    assert "memory_copy" not in writers["hpcio convert (2 ranks)" + larger]
     mdf = writers["mdf convert"]
     assert mdf["hpcio_ratio"] == mdf["wall_s"] / writers["hpcio convert (1 rank)"]["wall_s"]
     assert "hpcio_ratio" not in writers["hpcio convert (1 rank)" + larger]
@@ -208,6 +211,7 @@ def test_bench_staging_and_conversion_figures(tmp_path, interop_python):
     md = (out / "results.md").read_text()
     assert "| text | mdf convert | 300 | 1 |" in md
     assert "| text | hpcio convert (2 ranks), 900 samples | 900 | 2 |" in md
+    assert "\nMemory copy (text, measured before its conversions; 64 MiB buffers, warm, median copy over a second): " in md
     assert "Where hpcio's job spends its time" in md and "| text | 300 | 2 | " in md and "| text | 900 | 2 | " in md
     assert (tmp_path / "data" / "text-x3" / "parquet" / "data.parquet").is_file()
 
@@ -285,6 +289,15 @@ def _resident_pages(path) -> tuple[int, int]:
     del view
     m.close()
     return sum(v & 1 for v in vec), pages
+
+
+def test_memory_copy_scaling_compares_two_processes_copying_at_once_with_one():
+    from hpcio.bench.limits import memory_copy_scaling
+
+    copy = memory_copy_scaling(nbytes=1 << 20, seconds=0.05)
+    assert copy["bytes"] == 1 << 20 and copy["one_bytes_per_s"] > 0
+    assert len(copy["two_bytes_per_s"]) == 2 and min(copy["two_bytes_per_s"]) > 0
+    assert copy["scaling"] == sum(copy["two_bytes_per_s"]) / copy["one_bytes_per_s"]
 
 
 def test_settle_page_cache_reads_every_file_back_unchanged(tmp_path):

@@ -7,15 +7,25 @@ result dicts from bytes already in memory, it says how close to the floor a read
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 
 from ..formats.jinx import sidecar_path
 
-__all__ = ["dict_floor", "median_time", "page_cache_read_bandwidth", "settle_page_cache", "zstd_decode_bandwidth"]
+__all__ = [
+    "dict_floor",
+    "median_time",
+    "memory_copy_scaling",
+    "page_cache_read_bandwidth",
+    "settle_page_cache",
+    "zstd_decode_bandwidth",
+]
 
 
 def median_time(fn, repeats: int = 5) -> float:
@@ -126,3 +136,34 @@ def dict_floor(raw_samples: list[dict], repeats: int = 3) -> dict:
     seconds = median_time(build, repeats)
     n = len(raw_samples)
     return {"samples": n, "seconds": seconds, "samples_per_s": n / seconds if seconds else float("inf")}
+
+
+# One process copying a warm buffer over and over for a while; prints the median bytes/s.
+_COPY_SCRIPT = """
+import json, sys, time
+import numpy as np
+src = np.ones(int(sys.argv[1]), np.uint8); dst = src.copy()
+rates, end = [], time.perf_counter() + float(sys.argv[2])
+while time.perf_counter() < end:
+    t = time.perf_counter(); np.copyto(dst, src); rates.append(len(src) / (time.perf_counter() - t))
+print(json.dumps(float(np.median(rates))))
+"""
+
+
+def memory_copy_scaling(nbytes: int = 64 << 20, seconds: float = 1.0) -> dict:
+    """Bytes/s one process copies a warm ``nbytes`` buffer with, alone and with a second
+    process copying at the same time (the median copy of each over ``seconds``).
+
+    Two ranks on one node share its memory bandwidth: a job whose time goes into copying
+    (decoding Parquet into buffers, packing records, writing them to the page cache)
+    cannot scale from one rank to two by more than ``scaling``, the two processes'
+    bandwidth over one's."""
+
+    def run(count: int) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _COPY_SCRIPT, str(nbytes), str(seconds)],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(count)]
+        return [json.loads(p.communicate()[0]) for p in procs]
+
+    (one,) = run(1)
+    two = run(2)
+    return {"bytes": nbytes, "one_bytes_per_s": one, "two_bytes_per_s": two, "scaling": sum(two) / one}

@@ -18,7 +18,9 @@ hpcio the job's own time (``convert --json``: planning, writing and publishing, 
 interpreter start, imports and MPI start-up) is reported too, since at bench sizes the
 start-up of a second rank is a large part of the whole-process time.  hpcio's 1- and
 2-rank jobs run again on a larger Parquet file of the same profile (``larger``), where
-the job's fixed costs weigh less.
+the job's fixed costs weigh less.  Beside the scaling stands the memory copy bandwidth
+of one process and of two at once (:func:`.limits.memory_copy_scaling`): what the
+copying part of a job can gain from a second rank on the same node.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from .limits import memory_copy_scaling
 
 __all__ = ["staging_figures", "conversion_figures"]
 
@@ -274,6 +278,10 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     # two-rank job after a one-rank one and every one-rank job after a two-rank one.
     # Each turn runs hpcio's jobs twice, so each kind has as many runs after either kind,
     # and the scaling is also given with both kinds after the same kind of job.
+    # What two processes sharing the node's memory bandwidth can do, next to the scaling.
+    copy = memory_copy_scaling()
+    log(f"  memory copy: one process {copy['one_bytes_per_s'] / 1e9:.1f} GB/s, two at once "
+        f"{sum(copy['two_bytes_per_s']) / 1e9:.1f} GB/s together (scaling {copy['scaling']:.2f})")
     groups = [(hpcio_runs, True), (larger_runs, True), (peer_runs, False)]
     out_groups = []
     for group, twice in groups:
@@ -284,6 +292,9 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     hpcio_out, larger_out, peer_out = out_groups
     _add_scaling(hpcio_out)
     _add_scaling(larger_out)
+    for r in hpcio_out:
+        if "scaling_1_to_2" in r:
+            r["memory_copy"] = copy
     one = next((r for r in hpcio_out if r["ranks"] == 1 and "wall_s" in r), None)
     if one:
         for r in peer_out:

@@ -222,6 +222,14 @@ def pipeline_markdown(rows: list[dict]) -> str:
                       f"{_fmt(r['samples_per_s_per_rank'])} | {_fmt(r.get('job_samples_per_s'))} | {scaling} | "
                       f"{_fmt(r.get('hpcio_ratio'))} | {_fmt(r.get('job_scaling_1_to_2_after_one_rank'))} | "
                       f"{_fmt(r.get('job_scaling_1_to_2_after_two_ranks'))} |\n")
+        for r in conversion:
+            if r.get("memory_copy"):
+                copy = r["memory_copy"]
+                out.write(f"\nMemory copy ({r['profile']}, measured before its conversions; {copy['bytes'] >> 20} MiB "
+                          f"buffers, warm, median copy over a second): one process "
+                          f"{copy['one_bytes_per_s'] / 1e9:.1f} GB/s, two at once "
+                          f"{sum(copy['two_bytes_per_s']) / 1e9:.1f} GB/s together: a 1→2 rank scaling of "
+                          f"{copy['scaling']:.2f} for a job's copying.\n")
         phased = [r for r in conversion if r.get("phases_s")]
         if phased:
             from ..convert.driver import PhaseClock  # the phases in the order they run
