@@ -64,13 +64,16 @@ from .resume import (
     write_json_atomic,
 )
 
-__all__ = ["convert", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV"]
+__all__ = ["convert", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
 
 # Test aid: seconds to sleep after publishing each shard, so a test can kill -9 a run
 # part-way through and check that --resume completes it.
 SLOW_SHARD_ENV = "HPCIO_CONVERT_SLOW_SHARD_SECONDS"
 # Bytes of samples a rank holds in one round when ``round_bytes`` is not given.
 ROUND_BYTES_ENV = "HPCIO_CONVERT_ROUND_BYTES"
+# The smallest mean run of records a rank writes into a shard's file for the ranks to
+# place their records (:meth:`_ShardWriter._place`) rather than send them to its owner.
+PLACED_RUN_BYTES_ENV = "HPCIO_CONVERT_PLACED_RUN_BYTES"
 _ABORT_GRACE_SECONDS = 0.5
 
 
@@ -99,18 +102,25 @@ def _spec_name(spec) -> str | None:
 
 def _round_bytes(value: int | None) -> int:
     """``round_bytes``, else ``$HPCIO_CONVERT_ROUND_BYTES``, else the default; positive."""
-    what = "round_bytes (--round-size)"
     if value is None:
-        text = os.environ.get(ROUND_BYTES_ENV)
-        if not text:
-            return planning.DEFAULT_ROUND_BYTES
-        what = f"${ROUND_BYTES_ENV}"
-        try:
-            value = int(text)
-        except ValueError:
-            raise planning.PlanError(f"{what} must be a number of bytes, got {text!r}") from None
+        return _env_bytes(ROUND_BYTES_ENV, planning.DEFAULT_ROUND_BYTES, minimum=1)
     if value < 1:
-        raise planning.PlanError(f"{what} must be positive, got {value}")
+        raise planning.PlanError(f"round_bytes (--round-size) must be positive, got {value}")
+    return value
+
+
+def _env_bytes(name: str, default: int, minimum: int) -> int:
+    """The number of bytes in ``$name``, else ``default``; at least ``minimum``."""
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise planning.PlanError(f"${name} must be a number of bytes, got {text!r}") from None
+    if value < minimum:
+        raise planning.PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
+                                 f"got {value}")
     return value
 
 
@@ -248,6 +258,7 @@ def convert(
     staging = staging_path(dst)
     multiple = shards_multiple_of if shards_multiple_of is not None else ngpus * nworkers
     round_bytes = _round_bytes(round_bytes)
+    placed_run_bytes = _env_bytes(PLACED_RUN_BYTES_ENV, planning.DEFAULT_PLACED_RUN_BYTES, minimum=0)
     map_fn = resolve_callable(map)
     filter_fn = resolve_callable(filter)
     opts = dict(writer_options or {})
@@ -380,6 +391,7 @@ def convert(
         fmt=fmt, staging=staging, sources=sources, first_id=first_id, block_first=block_first,
         sizes=sizes, fields=fields, map_fn=map_fn, filter_fn=filter_fn, skip_bad=skip_bad,
         writer_options=opts, num_shards=shards, progress=bar, readers=readers, clock=clock,
+        placed_run_bytes=placed_run_bytes,
     )
     restore_cpus = _share_node_cpus(comm, decodes_parquet=any(s.format == "parquet" for s in sources))
     clock.lap("plan")
@@ -565,7 +577,7 @@ class _ShardWriter:
     samples, map/filter them, exchange them, write this rank's shards and publish them."""
 
     def __init__(self, *, fmt, staging, sources, first_id, block_first, sizes, fields, map_fn,
-                 filter_fn, skip_bad, writer_options, num_shards, progress, readers, clock):
+                 filter_fn, skip_bad, writer_options, num_shards, progress, readers, clock, placed_run_bytes):
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
@@ -588,8 +600,12 @@ class _ShardWriter:
         self.encodes = hasattr(fmt, "record_encoder")
         # Formats with the placed-record hook as well get those records written by the
         # rank that made them, straight to where they end up in their shard's file: only
-        # their lengths cross between ranks.
+        # their lengths cross between ranks.  Then every rank writes into every shard of a
+        # round, ranks x shards runs each opening the file: worth it while the runs are
+        # large.  On many ranks they get small (the round's bytes over ranks x shards)
+        # and the opens many, and the records are sent to the owners instead.
         self.places = self.encodes and hasattr(fmt, "record_layout")
+        self.placed_run_bytes = placed_run_bytes
 
     def close(self):
         self.readers.close()
@@ -639,6 +655,8 @@ class _ShardWriter:
         parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
         encoded = self.encodes and comm.size > 1
+        run_bytes = sum(int(plan.shard_bytes[k]) for k in round_shards) / (comm.size * len(round_shards))
+        places = encoded and self.places and run_bytes >= self.placed_run_bytes
         # A round's samples all stay alive until written: collections meanwhile free
         # nothing (a quarter of a text round's reading time).
         with cyclic_gc_paused():
@@ -651,7 +669,7 @@ class _ShardWriter:
             # Every rank writes its shards before any rank fsyncs: on a local file system
             # a write that waits behind another process's fsync for the journal took 6-10
             # times as long.
-            written = self._place(comm, round_shards, owner, parcels, fixed) if encoded and self.places else None
+            written = self._place(comm, round_shards, owner, parcels, fixed) if places else None
             if written is None:
                 received = _exchange(comm, parcels, encoded)
                 self.clock.lap("exchange")

@@ -36,6 +36,7 @@ __all__ = [
     "read_shares",
     "DEFAULT_SHARD_SIZE",
     "DEFAULT_ROUND_BYTES",
+    "DEFAULT_PLACED_RUN_BYTES",
     "MIN_RECOMMENDED_SHARD",
     "MAX_RECOMMENDED_SHARD",
 ]
@@ -45,6 +46,11 @@ MIN_RECOMMENDED_SHARD = 100 * 1000**2
 MAX_RECOMMENDED_SHARD = 1000**3
 # Bytes of samples one rank holds in one round of a conversion (see write_rounds).
 DEFAULT_ROUND_BYTES = 512 * 2**20
+# The smallest mean run of records one rank writes into one shard for the ranks to write
+# their records in place (one run per rank and shard of a round) rather than send them
+# to the shard's owner: 1 MiB, the stripe size Lustre defaults to.  With the default
+# round it holds up to 256 ranks writing shards of 256 MiB.
+DEFAULT_PLACED_RUN_BYTES = 2**20
 # Relative spread of shard bytes the planner promises (and checks in its tests).
 BALANCE_TOLERANCE = 0.05
 

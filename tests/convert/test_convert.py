@@ -376,6 +376,20 @@ def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
     assert "round_bytes (--round-size) must be positive, got 0" in proc.stderr
 
 
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "must be at least 0, got -1"),
+    ("1MiB", "must be a number of bytes, got '1MiB'"),
+    ("0.5", "must be a number of bytes, got '0.5'"),
+])
+def test_placed_run_bytes_from_the_environment_must_be_a_whole_number_of_bytes(sources, tmp_path, monkeypatch,
+                                                                                 value, message):
+    monkeypatch.setenv("HPCIO_CONVERT_PLACED_RUN_BYTES", value)
+    with pytest.raises(PlanError) as info:
+        hpcio.convert(sources, tmp_path / "out", to="mds", progress=False)
+    assert str(info.value) == f"$HPCIO_CONVERT_PLACED_RUN_BYTES {message}"
+    assert not os.path.exists(tmp_path / "out") and not os.path.exists(staging_path(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_collector_is_paused_while_a_round_is_built_and_left_as_it_was(sources, tmp_path, enabled):
     import gc

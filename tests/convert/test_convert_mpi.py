@@ -19,6 +19,9 @@ from hpcio.convert.resume import staging_path
 pytestmark = pytest.mark.mpi
 
 SHARDS = ["--ngpus", "2", "--nworkers", "2", "--shard-size", "15000"]
+# Every run a rank writes into a shard is large enough to place it: the test sources are
+# small, and at the default (1 MiB) their records would be sent to the shards' owners.
+PLACING = {"HPCIO_CONVERT_PLACED_RUN_BYTES": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -246,14 +249,16 @@ def _parquet_and_jinx_sources(directory):
     return [directory / "a.parquet", directory / "b.jinx"], rows
 
 
+@pytest.mark.parametrize("extra_env", [None, PLACING])
 @pytest.mark.parametrize("round_size", ["512MiB", "1"])
-def test_parquet_and_lazy_jinx_sources_exchanged_between_ranks(tmp_path, round_size):
-    """Ranks read their own row groups and JINX samples and exchange them: the output is
-    the one-rank output, in one round or in one round per shard pair."""
+def test_parquet_and_lazy_jinx_sources_exchanged_between_ranks(tmp_path, round_size, extra_env):
+    """Ranks read their own row groups and JINX samples and exchange them (or place
+    their records): the output is the one-rank output, in one round or in one round per
+    shard pair."""
     srcs, rows = _parquet_and_jinx_sources(tmp_path)
     args = ["--to", "mds", "--num-shards", "4", "--round-size", round_size, "--json"]
     one = run_command("convert", [*srcs, tmp_path / "one", *args])
-    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2)
+    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2, extra_env=extra_env)
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
     assert json.loads(two.stdout)["samples_written"] == 480
@@ -277,19 +282,20 @@ def test_zero_copy_mds_source_is_exchanged_between_ranks(tmp_path):
         (i, bytes([i % 256]) * (i + 1)) for i in range(200)]
 
 
-@pytest.mark.parametrize("options", [
-    [],  # each rank writes its records into every shard's file
-    ["--filter", "convert_helpers:first_three"],  # and a shard left without records has no file
-    ["--compression", "zstd"],  # the owner of a shard compresses all of it: records are sent to it
-    ["-O", 'hashes=["sha1", "xxh64"]'],  # the owner hashes the whole file: records are sent to it
+@pytest.mark.parametrize(("options", "extra_env"), [
+    ([], PLACING),  # each rank writes its records into every shard's file
+    ([], None),  # runs of a few kB: the records are sent to the shards' owners
+    (["--filter", "convert_helpers:first_three"], PLACING),  # a shard left without records has no file
+    (["--compression", "zstd"], PLACING),  # the owner compresses a shard whole: records are sent to it
+    (["-O", 'hashes=["sha1", "xxh64"]'], PLACING),  # the owner hashes the whole file: records are sent to it
 ])
-def test_mds_records_placed_or_sent_give_the_one_rank_shards(tmp_path, options):
+def test_mds_records_placed_or_sent_give_the_one_rank_shards(tmp_path, options, extra_env):
     from convert_helpers import write_sources
 
     srcs = write_sources(tmp_path, nfiles=2, per_file=120)
     args = ["--to", "mds", "--num-shards", "4", *options, "--json"]
     one = run_command("convert", [*srcs, tmp_path / "one", *args])
-    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2)
+    two = run_command("convert", [*srcs, tmp_path / "two", *args], ranks=2, extra_env=extra_env)
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
     expected = [0, 1, 2] if options[:1] == ["--filter"] else list(range(240))
@@ -302,8 +308,9 @@ def test_mds_records_placed_or_sent_give_the_one_rank_shards(tmp_path, options):
     assert sorted(s["id"] for s in hpcio.open(tmp_path / "two")) == expected
 
 
+@pytest.mark.parametrize("extra_env", [None, PLACING])
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_path, ranks):
+def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_path, ranks, extra_env):
     """MDS samples are encoded on the rank that read them, with the columns of their
     shard's first sample that has columns, even when that sample was read by another
     rank: the shards and the bad-sample report are those of one rank."""
@@ -313,7 +320,7 @@ def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_
     args = ["--to", "mds", "--num-shards", "4", "--compression", "sample::zstd", "--skip-bad",
             "--map", "convert_helpers:mds_trouble", "--json"]
     one = run_command("convert", [*srcs, tmp_path / "one", *args])
-    many = run_command("convert", [*srcs, tmp_path / "many", *args], ranks=ranks)
+    many = run_command("convert", [*srcs, tmp_path / "many", *args], ranks=ranks, extra_env=extra_env)
     assert one.returncode == 0, one.stderr
     assert many.returncode == 0, many.stderr
     extra = [i for i in range(180, 240) if i % 11 == 3]
