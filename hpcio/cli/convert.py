@@ -31,6 +31,12 @@ same command with --resume: only missing or damaged shards are written again.
 
 Progress goes to stderr on rank 0: a bar on a terminal, a plain line every
 $HPCIO_PROGRESS_INTERVAL seconds (default 30) otherwise.
+
+MDS across ranks: each rank writes the records it made into every shard's file at their
+place, and only their lengths cross between ranks, while the mean run a rank writes into
+a shard is at least $HPCIO_CONVERT_PLACED_RUN_BYTES (default 1048576; 0: always).
+Smaller runs (thousands of ranks), shards compressed whole and hashed shards send their
+records to the rank writing the shard.
 """
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,

@@ -237,10 +237,13 @@ def test_array_fingerprint_depends_on_the_ids_not_their_container():
 
 
 def test_convert_help_explains(tmp_path):
+    from hpcio.convert.plan import DEFAULT_PLACED_RUN_BYTES
+
     proc = run_command("convert", ["--help"])
     assert proc.returncode == 0
     for text in ("byte-identical at any rank count", "--skip-bad", "--resume", "--shards-multiple-of",
-                 "mpiexec -n 8", "bad-samples.jsonl"):
+                 "mpiexec -n 8", "bad-samples.jsonl",
+                 f"$HPCIO_CONVERT_PLACED_RUN_BYTES (default {DEFAULT_PLACED_RUN_BYTES}; 0: always)"):
         assert text in proc.stdout
 
 
