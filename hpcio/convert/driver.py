@@ -514,30 +514,15 @@ def _share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
 
 def _arrow_memory_pool() -> Callable[[], None]:
     """Make jemalloc Arrow's default memory pool for the job, if the job's formats
-    imported pyarrow and the user did not choose a pool (``ARROW_DEFAULT_MEMORY_POOL``);
-    returns the function that puts the previous one back.
+    imported pyarrow (:func:`hpcio.formats.parquet.use_jemalloc`); returns the function
+    that puts the previous one back.  The whole job: its mapping and writing too, not
+    only the Parquet reads (one rank, vlm: the read phase 10-15 % longer with 4 KB pages
+    where mimalloc's were huge, the two-rank jobs 10-40 % shorter)."""
+    if "pyarrow" not in sys.modules:
+        return lambda: None
+    from ..formats.parquet import use_jemalloc
 
-    Arrow's default pool on Linux, mimalloc, gives each decoding thread segments of its
-    own, backed by transparent huge pages: reading 10 row groups of text (a peak of 9 MB
-    of Arrow memory) touched 56 MB, and as much when a rank reads half the row groups as
-    when one process reads them all.  Memory a process touches for the first time is
-    what costs (page faults, and on a virtual machine the host backing each page): with
-    jemalloc a rank touched 40 MB less.  Measured on the bench's conversions, alternating
-    runs of both: two ranks, text 0.138-0.144 s against 0.153-0.211 s, vlm 0.142-0.175 s
-    against 0.189-0.286 s; one rank, text 0.237-0.240 s against 0.240-0.255 s, vlm
-    0.197-0.220 s against 0.173-0.278 s, its read phase 10-15 % longer (4 KB pages where
-    mimalloc's were huge).  Readers opened meanwhile keep the pool they were opened with.
-    """
-    pa = sys.modules.get("pyarrow")
-    if pa is None or "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
-        return lambda: None
-    try:
-        pool = pa.jemalloc_memory_pool()
-    except NotImplementedError:  # a pyarrow built without jemalloc keeps its own default
-        return lambda: None
-    before = pa.default_memory_pool()
-    pa.set_memory_pool(pool)
-    return lambda: pa.set_memory_pool(before)
+    return use_jemalloc()
 
 
 def _threads() -> list[int]:

@@ -145,3 +145,51 @@ def test_a_pass_decodes_one_row_group_at_a_time(tmp_path, monkeypatch):
     assert sum(steps, []) == list(range(7, 63)) and max(cached) == 1
     with pytest.raises(IndexOutOfRangeError, match="index 70 out of range for a dataset of 70 samples"):
         list(reader.iter_range(60, 71))
+
+
+def test_rows_read_are_arrow_memory_from_jemalloc_and_the_pool_is_given_back(tmp_path, monkeypatch):
+    """The reader decodes and takes rows with jemalloc as Arrow's pool, then restores the
+    pool it found; a pool the user chose (ARROW_DEFAULT_MEMORY_POOL) is left alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        jemalloc = pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow is built without jemalloc")
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.table({"id": list(range(400)), "blob": [bytes([i % 256]) * 2000 for i in range(400)]}),
+                   path, row_group_size=100)
+    before = pa.default_memory_pool()
+    reader = hpcio.open(path).reader
+    held = jemalloc.bytes_allocated()
+    samples = reader.read_many(np.arange(0, 400, 3))  # rows taken from every row group
+    assert jemalloc.bytes_allocated() - held >= 100 * 2000  # the row group kept in the reader's cache
+    assert [s["blob"] for s in samples] == [bytes([i % 256]) * 2000 for i in range(0, 400, 3)]
+    assert pa.default_memory_pool().backend_name == before.backend_name
+    reader.close()
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", before.backend_name)
+    reader = hpcio.open(path).reader
+    held = jemalloc.bytes_allocated()
+    reader.read_many(np.arange(0, 400, 3))
+    assert jemalloc.bytes_allocated() == held
+    reader.close()
+
+
+def test_overlapping_uses_of_jemalloc_share_one_switch():
+    import pyarrow as pa
+
+    from hpcio.formats.parquet import use_jemalloc
+
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow is built without jemalloc")
+    before = pa.default_memory_pool().backend_name
+    first, second = use_jemalloc(), use_jemalloc()
+    assert pa.default_memory_pool().backend_name == "jemalloc"
+    first()
+    first()  # a second call of the same undo changes nothing
+    assert pa.default_memory_pool().backend_name == "jemalloc"
+    second()
+    assert pa.default_memory_pool().backend_name == before
