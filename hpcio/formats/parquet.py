@@ -336,7 +336,10 @@ class Reader(_Reader):
         if table is None:
             fi, rg = self.groups[g]
             try:
-                table = self.files[fi].read_row_group(rg, columns=list(fields))
+                # Decoding is where Arrow allocates, on its threads: the switch of pool
+                # (2-3 us) is paid per row group decoded, not per read of a cached one.
+                with _jemalloc_allocations():
+                    table = self.files[fi].read_row_group(rg, columns=list(fields))
             except (OSError, ValueError) as exc:
                 raise CorruptShardError(f"row group {rg} cannot be read: {exc}",
                                         path=self.paths[fi],
@@ -364,14 +367,13 @@ class Reader(_Reader):
             where = np.flatnonzero(groups == g)
             base = int(self.cum[g])
             rows = indices[where] - base
-            with _jemalloc_allocations():  # the row group's buffers, and the rows taken
-                table = self._group(int(g), fields)
-                if len(rows) and np.all(np.diff(rows) == 1):
-                    if len(rows) > 1 and rows[-1] == len(table) - 1:
-                        self.cache.pop((int(g), fields), None)  # read through to its end: a pass
-                    table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
-                else:
-                    table = table.take(rows)
+            table = self._group(int(g), fields)
+            if len(rows) and np.all(np.diff(rows) == 1):
+                if len(rows) > 1 and rows[-1] == len(table) - 1:
+                    self.cache.pop((int(g), fields), None)  # read through to its end: a pass
+                table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
+            else:
+                table = table.take(rows)
             columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, indices[where]) for f in fields]
             for k, pos in enumerate(where):
                 out[pos] = {f: col[k] for f, col in zip(fields, columns)}
