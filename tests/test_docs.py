@@ -77,3 +77,23 @@ def test_cli_page_has_every_command_help(site):
     for name in command_modules():
         assert f"usage: hpcio {name} " in html, f"hpcio {name} is missing from docs/cli.md"
     assert "usage: hpcio demo generate " in html and "usage: hpcio demo run " in html
+
+
+def _nav_pages(entries) -> list[str]:
+    pages = []
+    for entry in entries:
+        for value in (entry.values() if isinstance(entry, dict) else [entry]):
+            pages.extend(_nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+def test_every_page_is_in_the_navigation(site):
+    import yaml
+
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = set(_nav_pages(config["nav"]))
+    pages = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")}
+    assert pages - listed == set(), "pages missing from mkdocs.yml's nav"
+    for page in listed:
+        built = site / ("index.html" if page == "index.md" else page[:-3] + "/index.html")
+        assert built.is_file(), page
