@@ -43,15 +43,14 @@ from .._durable import fsync_dir
 from .._fileio import write_pieces
 from .._gc import cyclic_gc_paused
 from ..distributed.context import cpus_per_task
-from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
+from ..errors import BadSampleError, CapabilityError, CorruptShardError, DecodeError, HpcioError, PlanError, ResumeError
 from ..registry import get_format, load_libraries
 from . import plan as planning
 from ._comm import Comm, get_comm
-from .faults import BadSample, BadSampleError, bad_sample_from, write_report
+from .faults import BadSample, bad_sample_from, write_report
 from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_source
 from .progress import Progress
 from .resume import (
-    ResumeError,
     array_fingerprint,
     fingerprint,
     load_part,
@@ -105,7 +104,7 @@ def _round_bytes(value: int | None) -> int:
     if value is None:
         return _env_bytes(ROUND_BYTES_ENV, planning.DEFAULT_ROUND_BYTES, minimum=1)
     if value < 1:
-        raise planning.PlanError(f"round_bytes (--round-size) must be positive, got {value}")
+        raise PlanError(f"round_bytes (--round-size) must be positive, got {value}")
     return value
 
 
@@ -117,9 +116,9 @@ def _env_bytes(name: str, default: int, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise planning.PlanError(f"${name} must be a number of bytes, got {text!r}") from None
+        raise PlanError(f"${name} must be a number of bytes, got {text!r}") from None
     if value < minimum:
-        raise planning.PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
+        raise PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
                                  f"got {value}")
     return value
 
@@ -328,7 +327,7 @@ def convert(
             sel = np.arange(min(skip, len(sizes)), stop, dtype=np.int64)
         sel = np.asarray(sel, dtype=np.int64)
         if len(sel) == 0:
-            raise planning.PlanError("no samples selected to convert")
+            raise PlanError("no samples selected to convert")
         total = int(sizes[sel].sum())
         count = planning.shard_count(total, len(sel), shard_size=shard_size,
                                      num_shards=num_shards, multiple_of=multiple)

@@ -23,10 +23,9 @@ import numpy as np
 # converter, it is not paid inside a conversion's own time by rank 0 alone.
 import numpy.random
 
-from ..errors import HpcioError
+from ..errors import PlanError
 
 __all__ = [
-    "PlanError",
     "ShardPlan",
     "Recommendation",
     "shard_count",
@@ -55,10 +54,6 @@ DEFAULT_PLACED_RUN_BYTES = 2**20
 BALANCE_TOLERANCE = 0.05
 
 
-class PlanError(HpcioError, ValueError):
-    """The requested shard layout cannot be made from these inputs."""
-
-
 def shard_count(
     total_bytes: int,
     num_samples: int,
@@ -77,7 +72,7 @@ def shard_count(
     >>> shard_count(10_000, 500, num_shards=6, multiple_of=4)
     Traceback (most recent call last):
     ...
-    hpcio.convert.plan.PlanError: --num-shards 6 is not a multiple of 4 (ngpus x nworkers or --shards-multiple-of)
+    hpcio.errors.PlanError: --num-shards 6 is not a multiple of 4 (ngpus x nworkers or --shards-multiple-of)
     """
     if multiple_of < 1:
         raise PlanError(f"the shard count must be a multiple of a positive number, got {multiple_of}")

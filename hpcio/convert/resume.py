@@ -35,10 +35,8 @@ import xxhash
 
 from .._core._io import start_writeback
 from .._durable import fsync_dir
-from ..errors import HpcioError
 
 __all__ = [
-    "ResumeError",
     "staging_path",
     "state_dir",
     "part_path",
@@ -50,10 +48,6 @@ __all__ = [
     "verify_part",
     "load_part",
 ]
-
-
-class ResumeError(HpcioError, RuntimeError):
-    """A previous partial run is in the way, or cannot be resumed with these inputs."""
 
 
 def staging_path(dst: str) -> str:
