@@ -29,7 +29,6 @@ import json
 import os
 import socket
 import stat
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +45,8 @@ from ..errors import (
     ShardNotFoundError,
     StagingError,
 )
+from ..progress import ProgressDisplay
+from ..units import format_bytes
 from . import _mpi
 from .manifest import (
     JOURNAL_GLOB,
@@ -60,7 +61,7 @@ from .manifest import (
     read_manifest,
     write_manifest,
 )
-from .tiers import Tier, format_bytes, fs_usage, is_node_local, resolve_tiers, tier_for_path
+from .tiers import Tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
 
 __all__ = ["stage", "plan_stage", "unstage", "StagePlan", "StageResult", "default_threads"]
 
@@ -80,6 +81,8 @@ WRITEBACK_BYTES = 8 * 2**20
 _CHUNK_ALIGN = 2**20
 _TMP_MARK = ".tmp."
 _OWN_FILES = (MANIFEST_NAME,)
+# Seconds between two progress lines when stderr is not a terminal.
+_PROGRESS_INTERVAL = 10.0
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # copy_file_range refusals that mean "this pair of filesystems cannot": use read/write.
 _CFR_UNSUPPORTED = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM)
@@ -401,45 +404,18 @@ def plan_stage(
 # ---------------------------------------------------------------------------- progress
 
 
-class _Progress:
-    """A tqdm bar on a terminal, a plain line every ``interval`` seconds otherwise."""
+def _progress(total: int, enabled: bool) -> ProgressDisplay | None:
+    """Bytes copied by this process: a bar on a terminal, a line every 10 s otherwise."""
+    if not enabled or total <= 0:
+        return None
 
-    def __init__(self, total: int, enabled: bool, label: str, interval: float = 10.0, stream=None):
-        self.total, self.done, self.label = total, 0, label
-        self.stream = sys.stderr if stream is None else stream
-        self.enabled, self.interval = enabled and total > 0, interval
-        self._lock = threading.Lock()
-        self._start = self._last = time.monotonic()
-        self._bar = None
-        if self.enabled and getattr(self.stream, "isatty", lambda: False)():
-            from tqdm import tqdm
+    def line(done: int, elapsed: float, _final: bool) -> str:
+        rate = done / max(elapsed, 1e-9)
+        return (f"stage: {format_bytes(done)} / {format_bytes(total)} ({100.0 * done / total:.0f}%), "
+                f"{format_bytes(rate)}/s")
 
-            self._bar = tqdm(total=total, unit="B", unit_scale=True, desc=label, file=self.stream)
-
-    def update(self, n: int) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self.done += n
-            if self._bar is not None:
-                self._bar.update(n)
-                return
-            now = time.monotonic()
-            if now - self._last >= self.interval:
-                self._last = now
-                self._line(now)
-
-    def _line(self, now: float) -> None:
-        rate = self.done / max(now - self._start, 1e-9)
-        pct = 100.0 * self.done / self.total
-        print(f"{self.label}: {format_bytes(self.done)} / {format_bytes(self.total)} ({pct:.0f}%), "
-              f"{format_bytes(rate)}/s", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        elif self.enabled:
-            self._line(time.monotonic())
+    return ProgressDisplay(total, label="stage", unit="B", unit_scale=True, line=line,
+                           interval=_PROGRESS_INTERVAL)
 
 
 # ---------------------------------------------------------------------------- copying
@@ -461,7 +437,7 @@ class _Engine:
     """Copies and verifies items with a thread pool inside one process."""
 
     def __init__(self, plan: StagePlan, threads: int, method: str, tmp_suffix: str, journal: Journal | None,
-                 progress: _Progress | None, durable: bool = True):
+                 progress: ProgressDisplay | None, durable: bool = True):
         self.plan = plan
         self.durable = durable
         self.src_root = plan.src if os.path.isdir(plan.src) else os.path.dirname(plan.src)
@@ -501,7 +477,7 @@ class _Engine:
         if self.cancel.is_set():
             raise _Cancelled()
         if self.progress is not None:
-            self.progress.update(n)
+            self.progress.advance(n)
 
     def map(self, fn, items: list) -> list:
         """Run ``fn`` over ``items`` (largest first); the first error cancels the rest."""
@@ -880,7 +856,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
     # 2. copy: whole files are published by the rank that copied them; chunked files by
     #    rank 0 once every chunk has landed.
     mine = _assign(items, comm.size, comm.rank)
-    progress = _Progress(sum(it.length for it in mine), show_progress and comm.rank == 0, "stage")
+    progress = _progress(sum(it.length for it in mine), show_progress and comm.rank == 0)
     engine.progress = progress
     engine.journal = Journal(plan.dst, comm.rank, durable)
     try:
@@ -889,7 +865,8 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
         )
     finally:
         engine.journal.close()
-        progress.close()
+        if progress is not None:
+            progress.close()
     gathered = [o for part in comm.allgather(outputs) for o in part]
     records = {r.path: r for r in gathered if isinstance(r, FileRecord)}
     chunks: dict[str, dict[int, bytes]] = {}
