@@ -24,6 +24,7 @@ import numpy as np
 import numpy.random
 
 from ..errors import PlanError
+from ..units import format_bytes
 
 __all__ = [
     "ShardPlan",
@@ -282,14 +283,6 @@ class Recommendation:
         }
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
 def recommend(
     total_bytes: int,
     num_samples: int,
@@ -326,18 +319,18 @@ def recommend(
     if hi >= lo:
         count = min(max(near, lo), hi)
         reasons.append(
-            f"{_human(total_bytes)} in shards of about {_human(total_bytes / count)} "
-            f"(between 100 MB and 1 GB, near the {_human(target)} target)"
+            f"{format_bytes(total_bytes)} in shards of about {format_bytes(total_bytes / count)} "
+            f"(between 100 MB and 1 GB, near the {format_bytes(target)} target)"
         )
     elif total_bytes / m < MIN_RECOMMENDED_SHARD:
         count = m
         reasons.append(
-            f"the dataset ({_human(total_bytes)}) is too small for {m} shards of 100 MB: "
-            f"one shard per worker, {_human(total_bytes / m)} each"
+            f"the dataset ({format_bytes(total_bytes)}) is too small for {m} shards of 100 MB: "
+            f"one shard per worker, {format_bytes(total_bytes / m)} each"
         )
     else:
         count = lo
-        reasons.append(f"{count} shards of {_human(total_bytes / count)} keep shards under 1 GB")
+        reasons.append(f"{count} shards of {format_bytes(total_bytes / count)} keep shards under 1 GB")
     if count > num_samples:
         raise PlanError(
             f"{num_samples} samples cannot fill {count} shards: fewer workers, or more data"
@@ -353,7 +346,7 @@ def recommend(
             count = fit
             reasons.append(
                 f"the inode quota ({inode_quota}) allows at most {fit} shards of "
-                f"{files_per_shard} file(s): shards grow to {_human(total_bytes / count)}"
+                f"{files_per_shard} file(s): shards grow to {format_bytes(total_bytes / count)}"
             )
         else:
             reasons.append(
@@ -362,7 +355,7 @@ def recommend(
             )
     per_sample = total_bytes / max(num_samples, 1)
     reasons.append(
-        f"about {num_samples // count} samples of {_human(per_sample)} per shard"
+        f"about {num_samples // count} samples of {format_bytes(per_sample)} per shard"
     )
     return Recommendation(
         num_shards=count,
