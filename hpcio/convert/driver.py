@@ -45,6 +45,7 @@ from .._gc import cyclic_gc_paused
 from ..distributed.context import cpus_per_task
 from ..errors import BadSampleError, CapabilityError, CorruptShardError, DecodeError, HpcioError, PlanError, ResumeError
 from ..registry import get_format, load_libraries
+from ..units import ByteSizeError, parse_bytes
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .faults import BadSample, bad_sample_from, write_report
@@ -109,17 +110,23 @@ def _round_bytes(value: int | None) -> int:
 
 
 def _env_bytes(name: str, default: int, minimum: int) -> int:
-    """The number of bytes in ``$name``, else ``default``; at least ``minimum``."""
+    """The byte size in ``$name`` (``4096``, ``256MB``, ``1GiB``), else ``default``; at
+    least ``minimum``."""
     text = os.environ.get(name)
     if not text:
         return default
     try:
+        # A plain integer first, so a negative count is refused as too small, not as
+        # unreadable.
         value = int(text)
     except ValueError:
-        raise PlanError(f"${name} must be a number of bytes, got {text!r}") from None
+        try:
+            value = parse_bytes(text, what=f"${name}")
+        except ByteSizeError:
+            raise PlanError(f"${name} must be a number of bytes, got {text!r}") from None
     if value < minimum:
         raise PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
-                                 f"got {value}")
+                        f"got {value}")
     return value
 
 
