@@ -333,6 +333,7 @@ class _Job:
     progress: bool
 
     def run(self) -> dict:
+        """Every phase, in order; returns the summary (the same on every rank)."""
         comm = self.comm
         sources: list[Source] = _collective(comm, self.list_sources)
         # The formats' libraries are imported on every rank before the clock starts: like

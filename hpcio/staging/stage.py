@@ -49,7 +49,7 @@ from .manifest import (
 from .plan import DEFAULT_CHUNK_BYTES, StagePlan, plan_stage
 from .tiers import Tier, is_node_local, resolve_tiers
 
-__all__ = ["stage", "plan_stage", "unstage", "StagePlan", "StageResult", "default_threads"]
+__all__ = ["stage", "unstage", "StageResult", "default_threads"]
 
 # Seconds between two progress lines when stderr is not a terminal.
 _PROGRESS_INTERVAL = 10.0
