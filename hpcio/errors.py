@@ -26,6 +26,9 @@ __all__ = [
     "StagingError",
     "InsufficientSpaceError",
     "ChecksumMismatchError",
+    "PlanError",
+    "ResumeError",
+    "BadSampleError",
     "where",
 ]
 
@@ -128,3 +131,26 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+# --- conversion ------------------------------------------------------------------------
+
+
+class PlanError(HpcioError, ValueError):
+    """The requested shard layout cannot be made from these inputs."""
+
+
+class ResumeError(HpcioError, RuntimeError):
+    """A previous partial run is in the way, or cannot be resumed with these inputs."""
+
+
+class BadSampleError(HpcioError, ValueError):
+    """A sample failed and ``skip_bad`` was not set; ``bad`` holds its
+    :class:`hpcio.convert.faults.BadSample` record."""
+
+    def __init__(self, bad):
+        self.bad = bad
+        super().__init__(
+            f"bad sample, conversion stopped ({bad.describe()}); "
+            "pass --skip-bad to leave such samples out and list them in a report"
+        )

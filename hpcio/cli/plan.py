@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from hpcio.convert.plan import PlanError, recommend
-    from hpcio.errors import HpcioError
+    from hpcio.convert.plan import recommend
+    from hpcio.errors import HpcioError, PlanError
 
     try:
         total, samples = args.bytes, args.samples

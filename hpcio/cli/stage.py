@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from ..errors import HpcioError
-from ..staging.stage import DEFAULT_CHUNK_BYTES, stage
+from ..staging.plan import DEFAULT_CHUNK_BYTES
+from ..staging.stage import stage
 from ..staging.tiers import parse_size
 
 HELP = "copy a dataset to another tier: plan space and inodes, parallel verified copy, resume"

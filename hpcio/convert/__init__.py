@@ -9,10 +9,10 @@ crash (:mod:`.resume`) and shows one aggregated progress display (:mod:`.progres
 import sys
 import types
 
+from ..errors import BadSampleError, PlanError, ResumeError
 from .driver import convert
-from .faults import BadSample, BadSampleError
-from .plan import PlanError, Recommendation, ShardPlan, assign_shards, recommend, shard_count
-from .resume import ResumeError
+from .faults import BadSample
+from .plan import Recommendation, ShardPlan, assign_shards, recommend, shard_count
 
 __all__ = [
     "convert",

@@ -1,8 +1,8 @@
 """Bad samples: what is recorded about them, and the report written beside the output.
 
 Without ``skip_bad`` the first sample that fails to parse, decode, map or encode stops
-the conversion with a :class:`BadSampleError` naming the source file, the sample's index
-in it and the byte offset when the reader knows it.  With ``skip_bad`` the sample is left
+the conversion with a :class:`~hpcio.errors.BadSampleError` naming the source file, the
+sample's index in it and the byte offset when the reader knows it.  With ``skip_bad`` the sample is left
 out and recorded; the records of all shards are written, in shard order, to
 ``<output>.bad-samples.jsonl`` (one JSON object per line) and counted in the summary.
 """
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HpcioError, where
 
-__all__ = ["BadSample", "BadSampleError", "bad_sample_from", "report_path", "write_report"]
+__all__ = ["BadSample", "bad_sample_from", "report_path", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,6 @@ class BadSample:
         if self.file and self.file != self.source:
             loc += f" of source {self.source}"
         return f"{self.stage} failed at {loc}: {self.error_type}: {self.error}"
-
-
-class BadSampleError(HpcioError, ValueError):
-    """A sample failed and ``skip_bad`` was not set."""
-
-    def __init__(self, bad: BadSample):
-        self.bad = bad
-        super().__init__(
-            f"bad sample, conversion stopped ({bad.describe()}); "
-            "pass --skip-bad to leave such samples out and list them in a report"
-        )
 
 
 def bad_sample_from(exc: BaseException, *, source: str, sample: int, stage: str, shard: int) -> BadSample:

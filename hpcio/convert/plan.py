@@ -23,10 +23,10 @@ import numpy as np
 # converter, it is not paid inside a conversion's own time by rank 0 alone.
 import numpy.random
 
-from ..errors import HpcioError
+from ..errors import PlanError
+from ..units import format_bytes
 
 __all__ = [
-    "PlanError",
     "ShardPlan",
     "Recommendation",
     "shard_count",
@@ -55,10 +55,6 @@ DEFAULT_PLACED_RUN_BYTES = 2**20
 BALANCE_TOLERANCE = 0.05
 
 
-class PlanError(HpcioError, ValueError):
-    """The requested shard layout cannot be made from these inputs."""
-
-
 def shard_count(
     total_bytes: int,
     num_samples: int,
@@ -77,7 +73,7 @@ def shard_count(
     >>> shard_count(10_000, 500, num_shards=6, multiple_of=4)
     Traceback (most recent call last):
     ...
-    hpcio.convert.plan.PlanError: --num-shards 6 is not a multiple of 4 (ngpus x nworkers or --shards-multiple-of)
+    hpcio.errors.PlanError: --num-shards 6 is not a multiple of 4 (ngpus x nworkers or --shards-multiple-of)
     """
     if multiple_of < 1:
         raise PlanError(f"the shard count must be a multiple of a positive number, got {multiple_of}")
@@ -287,14 +283,6 @@ class Recommendation:
         }
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
 def recommend(
     total_bytes: int,
     num_samples: int,
@@ -331,18 +319,18 @@ def recommend(
     if hi >= lo:
         count = min(max(near, lo), hi)
         reasons.append(
-            f"{_human(total_bytes)} in shards of about {_human(total_bytes / count)} "
-            f"(between 100 MB and 1 GB, near the {_human(target)} target)"
+            f"{format_bytes(total_bytes)} in shards of about {format_bytes(total_bytes / count)} "
+            f"(between 100 MB and 1 GB, near the {format_bytes(target)} target)"
         )
     elif total_bytes / m < MIN_RECOMMENDED_SHARD:
         count = m
         reasons.append(
-            f"the dataset ({_human(total_bytes)}) is too small for {m} shards of 100 MB: "
-            f"one shard per worker, {_human(total_bytes / m)} each"
+            f"the dataset ({format_bytes(total_bytes)}) is too small for {m} shards of 100 MB: "
+            f"one shard per worker, {format_bytes(total_bytes / m)} each"
         )
     else:
         count = lo
-        reasons.append(f"{count} shards of {_human(total_bytes / count)} keep shards under 1 GB")
+        reasons.append(f"{count} shards of {format_bytes(total_bytes / count)} keep shards under 1 GB")
     if count > num_samples:
         raise PlanError(
             f"{num_samples} samples cannot fill {count} shards: fewer workers, or more data"
@@ -358,7 +346,7 @@ def recommend(
             count = fit
             reasons.append(
                 f"the inode quota ({inode_quota}) allows at most {fit} shards of "
-                f"{files_per_shard} file(s): shards grow to {_human(total_bytes / count)}"
+                f"{files_per_shard} file(s): shards grow to {format_bytes(total_bytes / count)}"
             )
         else:
             reasons.append(
@@ -367,7 +355,7 @@ def recommend(
             )
     per_sample = total_bytes / max(num_samples, 1)
     reasons.append(
-        f"about {num_samples // count} samples of {_human(per_sample)} per shard"
+        f"about {num_samples // count} samples of {format_bytes(per_sample)} per shard"
     )
     return Recommendation(
         num_shards=count,

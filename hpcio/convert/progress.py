@@ -1,28 +1,30 @@
 """One progress display for the whole conversion, on rank 0.
 
 Every rank counts the samples and bytes it has written; ranks other than 0 send their
-running totals to rank 0 at most twice a second (non-blocking), and rank 0 shows the sum:
-a tqdm bar on a terminal, or a plain line every ``HPCIO_PROGRESS_INTERVAL`` seconds
-(default 30) when stderr is not a terminal, as in a Slurm log.
+running totals to rank 0 at most twice a second (non-blocking), and rank 0 shows the sum
+(:class:`hpcio.progress.ProgressDisplay`): a tqdm bar on a terminal, or a plain line every
+``HPCIO_PROGRESS_INTERVAL`` seconds (default 30) when stderr is not a terminal, as in a
+Slurm log.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
+from ..progress import ProgressDisplay, interval_from_env
+from ..units import format_bytes
 from ._comm import Comm
 
 __all__ = ["Progress", "format_rate"]
 
 _SEND_INTERVAL = 0.5
+_LINE_INTERVAL = 30.0
 
 
 def format_rate(samples: int, nbytes: int, seconds: float) -> str:
-    """``"1200 samples/s, 3.4 MB/s"``."""
+    """``"1200 samples/s, 3.40 MB/s"``."""
     seconds = max(seconds, 1e-9)
-    return f"{samples / seconds:.0f} samples/s, {nbytes / seconds / 1e6:.1f} MB/s"
+    return f"{samples / seconds:.0f} samples/s, {format_bytes(nbytes / seconds)}/s"
 
 
 class Progress:
@@ -33,24 +35,18 @@ class Progress:
         self.comm = comm
         self.total_samples = total_samples
         self.total_bytes = total_bytes
-        self.enabled = enabled
         self.samples = 0
         self.nbytes = 0
         self.start = time.monotonic()
         self._last_send = 0.0
         self._requests: list = []
-        self._stream = sys.stderr if stream is None else stream
         self._others: dict[int, tuple[int, int]] = {}
         self._done: set[int] = set()
-        self._bar = None
-        self._last_line = self.start
-        self._interval = float(os.environ.get("HPCIO_PROGRESS_INTERVAL", "30"))
+        self._display = None
         if comm.rank == 0 and enabled:
-            if self._stream.isatty():
-                from tqdm import tqdm
-
-                self._bar = tqdm(total=total_samples, unit="sample", desc=description,
-                                 file=self._stream, dynamic_ncols=True, smoothing=0.1)
+            self._display = ProgressDisplay(total_samples, label=description, unit="sample", line=self._line,
+                                            postfix=self._postfix, interval=interval_from_env(_LINE_INTERVAL),
+                                            stream=stream)
 
     # --- totals ---------------------------------------------------------------------
     def _totals(self) -> tuple[int, int]:
@@ -64,31 +60,22 @@ class Progress:
             if done:
                 self._done.add(rank)
 
-    def _show(self, final: bool = False) -> None:
-        if not self.enabled:
-            return
-        samples, nbytes = self._totals()
-        elapsed = time.monotonic() - self.start
-        if self._bar is not None:
-            self._bar.n = samples
-            self._bar.set_postfix_str(f"{nbytes / 1e6:.1f} MB, {nbytes / max(elapsed, 1e-9) / 1e6:.1f} MB/s",
-                                      refresh=False)
-            self._bar.refresh()
-            return
-        now = time.monotonic()
-        if not final and now - self._last_line < self._interval:
-            return
-        self._last_line = now
+    def _show(self) -> None:
+        if self._display is not None:
+            self._display.show(self._totals()[0])
+
+    def _postfix(self, _samples: int, elapsed: float) -> str:
+        nbytes = self._totals()[1]
+        return f"{format_bytes(nbytes)}, {format_bytes(nbytes / max(elapsed, 1e-9))}/s"
+
+    def _line(self, samples: int, elapsed: float, final: bool) -> str:
+        nbytes = self._totals()[1]
         pct = 100.0 * samples / self.total_samples if self.total_samples else 100.0
         rate = samples / max(elapsed, 1e-9)
         left = (self.total_samples - samples) / rate if rate > 0 else float("nan")
         eta = "done" if final else (f"ETA {left:.0f}s" if left == left else "ETA ?")
-        print(
-            f"[hpcio convert] {samples}/{self.total_samples} samples ({pct:.1f}%), "
-            f"{nbytes / 1e6:.1f} MB, {format_rate(samples, nbytes, elapsed)}, {eta}",
-            file=self._stream,
-            flush=True,
-        )
+        return (f"[hpcio convert] {samples}/{self.total_samples} samples ({pct:.1f}%), "
+                f"{format_bytes(nbytes)}, {format_rate(samples, nbytes, elapsed)}, {eta}")
 
     # --- called by every rank ---------------------------------------------------------
     def advance(self, samples: int, nbytes: int) -> None:
@@ -121,9 +108,7 @@ class Progress:
                 self.comm.wait_all(self._requests)
                 self._requests = []
         elapsed = time.monotonic() - self.start
-        if self.comm.rank == 0:
-            self._show(final=True)
-            if self._bar is not None:
-                self._bar.close()
+        if self._display is not None:
+            self._display.close(self._totals()[0])
         samples, nbytes = self._totals()
         return samples, nbytes, elapsed

@@ -35,10 +35,8 @@ import xxhash
 
 from .._core._io import start_writeback
 from .._durable import fsync_dir
-from ..errors import HpcioError
 
 __all__ = [
-    "ResumeError",
     "staging_path",
     "state_dir",
     "part_path",
@@ -50,10 +48,6 @@ __all__ = [
     "verify_part",
     "load_part",
 ]
-
-
-class ResumeError(HpcioError, RuntimeError):
-    """A previous partial run is in the way, or cannot be resumed with these inputs."""
 
 
 def staging_path(dst: str) -> str:
@@ -100,8 +94,7 @@ def file_digest(path: str) -> str:
     """xxh3-64 of a file's bytes, as hex.
 
     The file is hashed through a read-only mapping: a shard just written is in the page
-    cache, and reading it into buffers would copy it once more into fresh memory (on the
-    vlm bench, 19,000 page faults for 117 MB)."""
+    cache, and reading it into buffers would copy it once more into fresh memory."""
     h = xxhash.xxh3_64()
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size:
@@ -123,9 +116,7 @@ def _walk_files(root: str):
 def start_writeback_files(tmpdir: str) -> None:
     """Start writing what a shard writer left in ``tmpdir`` to storage, without waiting:
     storage works while this rank writes its next shard or waits for the others, and the
-    fsyncs of :func:`publish_files` wait only for the rest (one rank writing the bench's
-    four vlm shards: 0.202 -> 0.179 s for the job, text 0.276 -> 0.263 s, medians of 9
-    and 5 alternating runs)."""
+    fsyncs of :func:`publish_files` wait only for the rest."""
     for rel in _walk_files(tmpdir):
         start_writeback(os.path.join(tmpdir, rel))
 

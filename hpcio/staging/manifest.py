@@ -41,11 +41,16 @@ __all__ = [
     "write_manifest",
     "Journal",
     "read_journals",
+    "journal_paths",
+    "is_journal",
     "new_hasher",
+    "TMP_MARK",
 ]
 
 MANIFEST_NAME = ".hpcio-manifest.json"
 JOURNAL_GLOB = ".hpcio-journal.*.jsonl"
+# A file being written is named ``<name>.tmp.<job>`` until it is complete and renamed.
+TMP_MARK = ".tmp."
 MANIFEST_VERSION = 1
 WHOLE_FILE_ALGOS = ("xxh64", "xxh3_64")
 TREE_ALGO = "xxh3_64-tree"
@@ -150,7 +155,7 @@ def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix:
     manifest.created = manifest.created or datetime.datetime.now(datetime.timezone.utc).isoformat()
     manifest.host = manifest.host or socket.gethostname()
     final = os.path.join(directory, MANIFEST_NAME)
-    tmp = f"{final}.tmp.{tmp_suffix}"
+    tmp = f"{final}{TMP_MARK}{tmp_suffix}"
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode() + b"\n"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -217,10 +222,20 @@ class Journal:
             self._fd = None
 
 
+def is_journal(name: str) -> bool:
+    """Whether the file name ``name`` is a journal's."""
+    return name.startswith(".hpcio-journal.") and name.endswith(".jsonl")
+
+
+def journal_paths(directory: str | os.PathLike) -> list[str]:
+    """The journals in ``directory``."""
+    return glob.glob(os.path.join(glob.escape(str(directory)), JOURNAL_GLOB))
+
+
 def read_journals(directory: str | os.PathLike) -> dict[str, FileRecord]:
     """Records left by earlier runs' journals (a torn last line is ignored)."""
     records: dict[str, FileRecord] = {}
-    for path in sorted(glob.glob(os.path.join(glob.escape(str(directory)), JOURNAL_GLOB))):
+    for path in sorted(journal_paths(directory)):
         with open(path, "rb") as f:
             for line in f:
                 try:

@@ -379,9 +379,20 @@ def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
     assert "round_bytes (--round-size) must be positive, got 0" in proc.stderr
 
 
+def test_byte_sizes_from_the_environment_take_units(sources, tmp_path, monkeypatch):
+    from hpcio.convert.driver import PLACED_RUN_BYTES_ENV, ROUND_BYTES_ENV, _env_bytes
+
+    monkeypatch.setenv(ROUND_BYTES_ENV, "256MiB")
+    monkeypatch.setenv(PLACED_RUN_BYTES_ENV, "1.5k")
+    assert _env_bytes(ROUND_BYTES_ENV, 1, minimum=1) == 256 * 2**20
+    assert _env_bytes(PLACED_RUN_BYTES_ENV, 1, minimum=0) == 1500
+    summary = hpcio.convert(sources, tmp_path / "out", to="lines", num_shards=2, progress=False)
+    assert summary["samples_written"] == 360
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ("-1", "must be at least 0, got -1"),
-    ("1MiB", "must be a number of bytes, got '1MiB'"),
+    ("1MiBs", "must be a number of bytes, got '1MiBs'"),
     ("0.5", "must be a number of bytes, got '0.5'"),
 ])
 def test_placed_run_bytes_from_the_environment_must_be_a_whole_number_of_bytes(sources, tmp_path, monkeypatch,

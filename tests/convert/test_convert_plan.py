@@ -7,13 +7,13 @@ import pytest
 
 from hpcio.convert.plan import (
     BALANCE_TOLERANCE,
-    PlanError,
     assign_shards,
     read_shares,
     recommend,
     shard_count,
     write_rounds,
 )
+from hpcio.errors import PlanError
 
 
 @pytest.mark.parametrize("multiple", [1, 3, 8, 16])

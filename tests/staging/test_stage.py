@@ -25,7 +25,7 @@ from hpcio.staging.stage import default_threads
 from .conftest import OLD_MTIME, fake_statvfs, tree_bytes, write_tree, xxh3
 
 NO_TIERS: dict = {}
-stage_module = sys.modules["hpcio.staging.stage"]  # the package exports the function as "stage"
+engine_module = sys.modules["hpcio.staging.engine"]
 MiB = 2**20
 
 
@@ -38,7 +38,7 @@ def leftovers(root) -> list[str]:
 @pytest.mark.parametrize("threads", [1, 3])
 def test_stage_copies_tree_byte_exact(dataset, fast_tier, method, threads, monkeypatch):
     # this small tree is copied on a thread pool only when any second file makes it worth it
-    monkeypatch.setattr(stage_module, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(engine_module, "PARALLEL_MIN_BYTES", 0)
     src, files = dataset
     dst = fast_tier / "ds"
     result = stage(src, dst, threads=threads, method=method, chunk_bytes=MiB, tiers=NO_TIERS, progress=False)
@@ -374,7 +374,7 @@ def test_copies_use_the_pool_only_when_more_than_one_file_is_large(dataset, fast
                                                                    parallel_min, pooled):
     """A pool's start-up (milliseconds) is paid only when the bytes beyond the largest item
     reach PARALLEL_MIN_BYTES; either way the copy is the same."""
-    monkeypatch.setattr(stage_module, "PARALLEL_MIN_BYTES", parallel_min)
+    monkeypatch.setattr(engine_module, "PARALLEL_MIN_BYTES", parallel_min)
     writers = set()
     real = os.pwrite
 
@@ -402,15 +402,16 @@ def test_hpcio_stage_is_lazy_and_public(dataset, fast_tier):
 
 KILLED_CHILD = textwrap.dedent("""
     import importlib, sys, time
-    st = importlib.import_module("hpcio.staging.stage")
+    st = importlib.import_module("hpcio.staging.engine")
+    from hpcio.staging import stage
     st.BLOCK_BYTES = 1 << 20
-    tick = st._Engine._tick
+    tick = st.CopyEngine._tick
     def slow_tick(self, n):  # throttle so the parent can kill mid-copy
         time.sleep(0.02)
         tick(self, n)
-    st._Engine._tick = slow_tick
-    st.stage(sys.argv[1], sys.argv[2], threads=1, chunk_bytes=4 << 20, tiers={}, progress=False,
-             tmp_suffix="killed")
+    st.CopyEngine._tick = slow_tick
+    stage(sys.argv[1], sys.argv[2], threads=1, chunk_bytes=4 << 20, tiers={}, progress=False,
+          tmp_suffix="killed")
 """)
 
 

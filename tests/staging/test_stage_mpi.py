@@ -25,7 +25,7 @@ RANK_SCRIPT = textwrap.dedent("""
     import json, sys
     from mpi4py import MPI
     import hpcio
-    from hpcio.staging.stage import _Engine
+    from hpcio.staging.engine import CopyEngine as _Engine
 
     src, dst, mode, out = sys.argv[1:5]
     comm = MPI.COMM_WORLD
