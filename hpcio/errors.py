@@ -26,6 +26,7 @@ __all__ = [
     "StagingError",
     "InsufficientSpaceError",
     "ChecksumMismatchError",
+    "MPIWorldMismatchError",
     "where",
 ]
 
@@ -128,3 +129,8 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+class MPIWorldMismatchError(HpcioError, RuntimeError):
+    """The launcher started more tasks than MPI sees: the launcher and the MPI library do
+    not share a process-management interface (e.g. ``srun --mpi=none`` with MPICH)."""
