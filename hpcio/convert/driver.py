@@ -46,6 +46,7 @@ from ..distributed.context import cpus_per_task
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format, load_libraries
 from . import plan as planning
+from . import jobstate
 from ._comm import Comm, get_comm
 from .faults import BadSample, BadSampleError, bad_sample_from, write_report
 from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_source
@@ -266,6 +267,9 @@ def convert(
         opts["compression"] = compression
 
     # --- 1. sources, listed once -------------------------------------------------------
+    if resume and (finished := jobstate.finished_output(comm, dst, staging, fmt.NAME)) is not None:
+        return finished  # a requeue of a job that had finished: nothing to write
+
     def list_sources():
         if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
             raise ResumeError("the destination already exists; remove it or choose another", path=dst)
@@ -396,8 +400,12 @@ def convert(
     restore_cpus = _share_node_cpus(comm, decodes_parquet=any(s.format == "parquet" for s in sources))
     clock.lap("plan")
     try:
+        written = 0
         for round_shards in rounds:
+            if jobstate.stop_requested(comm):
+                break
             writer.write_round(comm, round_shards, plan)
+            written += len(round_shards)
         writer.close()
         bar.finish()
     except BaseException as exc:  # noqa: BLE001 -- every failure must end all ranks
@@ -406,6 +414,7 @@ def convert(
     finally:
         restore_cpus()
         restore_pool()
+    jobstate.raise_if_stopped(staging, written, len(todo))
 
     # --- 4. merge and publish, on rank 0 ------------------------------------------------
     comm.barrier()
