@@ -60,7 +60,8 @@ from .manifest import (
     read_manifest,
     write_manifest,
 )
-from .tiers import Tier, format_bytes, fs_usage, is_node_local, resolve_tiers, tier_for_path
+from ..units import format_bytes
+from .tiers import Tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
 
 __all__ = ["stage", "plan_stage", "unstage", "StagePlan", "StageResult", "default_threads"]
 
@@ -382,9 +383,9 @@ def plan_stage(
     if tier is not None:
         q_bytes, q_inodes = tier.quota_free()
         if q_bytes is not None and q_bytes < free_bytes:
-            free_bytes, limited_by = q_bytes, f"quota of tier {tier.name!r}"
+            free_bytes, limited_by = q_bytes, tier.quota_label()
         if q_inodes is not None and q_inodes < free_inodes:
-            free_inodes, limited_by = q_inodes, f"quota of tier {tier.name!r}"
+            free_inodes, limited_by = q_inodes, tier.quota_label()
     need_bytes = sum(_round_up(by_rel[rel].size, usage.block_size) for rel in to_copy)
     new_dirs = [d for d in dirs if not os.path.isdir(os.path.join(dst, d))]
     need_inodes = (
