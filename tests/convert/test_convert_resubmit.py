@@ -15,6 +15,7 @@ import time
 
 import pytest
 from convert_helpers import BOOT, MPIEXEC, env, write_sources
+from test_convert_mpi import _rank_pids
 
 from hpcio.convert.jobstate import INTERRUPTED_EXIT_CODE
 from hpcio.convert.resume import staging_path
@@ -41,37 +42,11 @@ def ranks_of(proc, ranks):
         return [proc.pid]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        found = [p for p in _descendants(proc.pid) if _cmdline(p).startswith(sys.executable)]
+        found = _rank_pids(proc.pid)
         if len(found) == ranks:
             return found
         time.sleep(0.05)
     raise AssertionError(f"{ranks} ranks did not start")
-
-
-def _descendants(pid):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rpartition(")")[2].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def interrupt(src, dst, sig, ranks):
