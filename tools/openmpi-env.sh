@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 ENV_DIR=${HPCIO_OPENMPI_ENV:-$HOME/.cache/hpcio/openmpi-py311}
 PY=${PYTHON:-python3}
-PROBE='from mpi4py import MPI; import numpy, blosc2, xxhash, orjson, tqdm; v = MPI.Get_library_version(); assert "Open MPI" in v, v; print(v.splitlines()[0])'
+PROBE='from mpi4py import MPI; import numpy, blosc2, xxhash, orjson, tqdm; v = MPI.Get_library_version().replace(chr(0), ""); assert "Open MPI" in v, v; print(v.splitlines()[0])'
 
 say() { printf 'openmpi-env: %s\n' "$*"; }
 

@@ -81,7 +81,8 @@ def launcher_rank(env: Mapping[str, str] | None = None, local: bool = False) -> 
 def mpi_library(MPI) -> str:
     """The first line of the loaded MPI library's version string (``MPICH Version: 4.3``),
     given the already imported ``mpi4py.MPI`` module."""
-    return " ".join((MPI.Get_library_version().strip().splitlines() or [""])[0].split())
+    text = MPI.Get_library_version().replace("\0", "")  # Open MPI pads it with NULs
+    return " ".join((text.strip().splitlines() or [""])[0].split())
 
 
 def mismatch_message(tasks: int, variable: str, mpi_size: int, library: str | None = None) -> str:
