@@ -19,11 +19,10 @@ from .test_stage import KILLED_CHILD
 def test_sigterm_mid_copy_then_the_same_command_completes_then_copies_nothing(tmp_path):
     rng = __import__("numpy").random.default_rng(5)
     files = {f"shard.{i}.bin": rng.bytes(3 * 2**20) for i in range(4)}
-    src, dst = tmp_path / "src", tmp_path / "dst"
+    src = tmp_path / "src"
     write_tree(src, files)
-    script = tmp_path / "child.py"
-    script.write_text(KILLED_CHILD)
-    child = subprocess.Popen([sys.executable, str(script), str(src), str(dst)],
+    dst = tmp_path / "dst"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, str(src), str(dst)],
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and child.poll() is None:
