@@ -2,15 +2,18 @@
 # make test   the test suite (without the interop, slow and benchmark tests)
 # make test-interop  the interop tests, in the cached Python 3.12 reference environment
 # make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
+# make test-openmpi  conversion and staging under Debian's Open MPI, against the mpich wheel
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
 export HPCIO_INTEROP_ENV
-PYTEST_DEFAULT_MARKS := not interop and not slow and not bench
+HPCIO_OPENMPI_ENV ?= $(HOME)/.cache/hpcio/openmpi-py311
+export HPCIO_OPENMPI_ENV
+PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi
 
-.PHONY: setup demo test test-interop test-bench docs clean
+.PHONY: setup demo test test-interop test-bench test-openmpi docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -30,6 +33,11 @@ test-interop: setup
 test-bench:
 	VENV=$(VENV) HPCIO_EXTRAS=bench tools/setup.sh
 	HPCIO_REQUIRE_BENCH=1 $(PY) -m pytest -m "bench and not interop"
+
+test-openmpi: setup
+	PYTHON=$(abspath $(PY)) tools/openmpi-env.sh
+	HPCIO_REQUIRE_OPENMPI=1 HPCIO_OPENMPI_PYTHON=$(HPCIO_OPENMPI_ENV)/bin/python \
+		$(PY) -m pytest -m openmpi
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site

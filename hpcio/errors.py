@@ -29,6 +29,7 @@ __all__ = [
     "PlanError",
     "ResumeError",
     "BadSampleError",
+    "MPIWorldMismatchError",
     "where",
 ]
 
@@ -154,3 +155,11 @@ class BadSampleError(HpcioError, ValueError):
             f"bad sample, conversion stopped ({bad.describe()}); "
             "pass --skip-bad to leave such samples out and list them in a report"
         )
+
+
+# --- MPI ------------------------------------------------------------------------------
+
+
+class MPIWorldMismatchError(HpcioError, RuntimeError):
+    """The launcher started more tasks than MPI sees: the launcher and the MPI library do
+    not share a process-management interface (e.g. ``srun --mpi=none`` with MPICH)."""

@@ -115,7 +115,7 @@ def _mpi(timeout: float) -> dict | None:
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
         return {"error": f"mpi4py failed to initialise MPI: {detail}"}
-    return {"library": proc.stdout.strip()}
+    return {"library": proc.stdout.replace("\0", "").strip()}  # Open MPI pads it with NULs
 
 
 def collect(mpi: bool = True, mpi_timeout: float = 60.0) -> dict:

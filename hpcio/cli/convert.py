@@ -28,6 +28,9 @@ Faults: without --skip-bad the first sample that cannot be read, mapped or writt
 the run and names its file, sample index and byte offset.  With --skip-bad such samples
 are left out and listed in DST.bad-samples.jsonl.  After a crash or kill, rerun the
 same command with --resume: only missing or damaged shards are written again.
+SIGTERM (a time limit) or SIGUSR1 (srun --signal=USR1@60) stops the run at the next
+round boundary with exit code 75; --resume on a fresh start simply starts, and on a
+finished, verified DST exits 0 without writing: one command line serves every resubmission.
 
 Progress goes to stderr on rank 0: a bar on a terminal, a plain line every
 $HPCIO_PROGRESS_INTERVAL seconds (default 30) otherwise.
@@ -147,6 +150,10 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
     if as_json:
         print(json.dumps(summary, sort_keys=True), file=stream)
         return
+    if summary.get("already_complete"):
+        print(f"{summary['output']} is already complete ({summary['num_shards']} shards, verified): "
+              "nothing to do", file=stream)
+        return
     rate = summary["samples_written"] / max(summary["seconds"], 1e-9)
     print(
         f"wrote {summary['output']} ({summary['format']}): {summary['num_shards']} shards, "
@@ -176,10 +183,16 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
 def run_guarded(fn, args) -> int:
     """Run ``fn()``; print hpcio errors (on rank 0 only) and return the exit code."""
     from hpcio.convert._comm import launcher_world_size
+    from hpcio.convert.jobstate import ConversionInterrupted, stop_on_signals
     from hpcio.errors import HpcioError
 
     try:
-        summaries = fn()
+        with stop_on_signals():
+            summaries = fn()
+    except ConversionInterrupted as exc:
+        if _rank() == 0:
+            print(f"hpcio: {exc}", file=sys.stderr)
+        return exc.exit_code
     except (HpcioError, ValueError, ImportError) as exc:
         rank = _rank()
         if rank == 0 or launcher_world_size() == 1:

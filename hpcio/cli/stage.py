@@ -7,7 +7,7 @@ import sys
 from ..errors import HpcioError
 from ..staging.plan import DEFAULT_CHUNK_BYTES
 from ..staging.stage import stage
-from ..staging.tiers import parse_size
+from ..units import parse_bytes as parse_size
 
 HELP = "copy a dataset to another tier: plan space and inodes, parallel verified copy, resume"
 

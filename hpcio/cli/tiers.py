@@ -7,7 +7,9 @@ import os
 import sys
 
 from ..errors import HpcioError
-from ..staging.tiers import bench_tier, config_path, format_bytes, fs_usage, parse_size, resolve_tiers
+from ..staging.tiers import bench_tier, config_path, fs_usage, resolve_tiers
+from ..units import format_bytes
+from ..units import parse_bytes as parse_size
 
 HELP = "list storage tiers (free bytes and inodes, quotas, purge policy); --bench measures bandwidth"
 

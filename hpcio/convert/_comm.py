@@ -1,51 +1,19 @@
 """The converter's view of the process group: one process, or an MPI communicator.
 
-mpi4py is imported only when the environment says this process was started by a launcher
-with more than one task (``from mpi4py import MPI`` calls ``MPI_Init``, which a plain
-``python`` run must not pay for, and which fails where no MPI library is installed).
-Launchers announce themselves through their environment:
-
-* MPICH / Hydra, Intel MPI: ``PMI_SIZE`` and ``PMI_RANK``
-* Open MPI: ``OMPI_COMM_WORLD_SIZE`` and ``OMPI_COMM_WORLD_RANK``
-* Slurm ``srun``: ``SLURM_NTASKS`` (or ``SLURM_STEP_NUM_TASKS``) with ``SLURM_PROCID``
-
-``SLURM_NTASKS`` alone is not enough: it is also set in the batch script itself, where a
-single ``python`` process runs; ``SLURM_PROCID`` is only set for tasks started by srun.
+mpi4py is imported only when the launcher says this process is one of several tasks
+(:mod:`hpcio.distributed.launcher`): ``from mpi4py import MPI`` calls ``MPI_Init``, which a
+plain ``python`` run must not pay for, and which fails where no MPI library is installed.
+A world smaller than the launcher's task count is refused before anything is written.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
+from ..distributed.launcher import check_mpi_world, launcher_world_size, mpi_library
 from ..errors import MissingDependencyError
 
 __all__ = ["Comm", "SerialComm", "MPIComm", "launcher_world_size", "get_comm"]
-
-
-def launcher_world_size(environ=None) -> int:
-    """The number of tasks the launcher started (1 when not under a launcher).
-
-    >>> launcher_world_size({"PMI_SIZE": "4", "PMI_RANK": "1"})
-    4
-    >>> launcher_world_size({"SLURM_NTASKS": "8"})  # the batch script itself, not a task
-    1
-    >>> launcher_world_size({"SLURM_NTASKS": "8", "SLURM_PROCID": "3"})
-    8
-    """
-    env = os.environ if environ is None else environ
-    for size_var, rank_var in (
-        ("PMI_SIZE", "PMI_RANK"),
-        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
-        ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),
-        ("SLURM_NTASKS", "SLURM_PROCID"),
-    ):
-        if size_var in env and rank_var in env:
-            try:
-                return max(1, int(env[size_var]))
-            except ValueError:
-                continue
-    return 1
 
 
 class Comm:
@@ -210,5 +178,7 @@ def get_comm(comm=None) -> Comm:
     if comm is not None:
         return MPIComm(comm)
     if launcher_world_size() > 1:
-        return MPIComm()
+        world = MPIComm()
+        check_mpi_world(world.size, library=mpi_library(world._MPI))
+        return world
     return SerialComm()

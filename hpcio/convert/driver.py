@@ -41,6 +41,7 @@ from .._durable import fsync_dir
 from ..errors import CapabilityError, PlanError, ResumeError
 from ..registry import get_format, load_libraries
 from ..units import ByteSizeError, parse_bytes
+from . import jobstate
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .affinity import share_node_cpus
@@ -335,6 +336,9 @@ class _Job:
     def run(self) -> dict:
         """Every phase, in order; returns the summary (the same on every rank)."""
         comm = self.comm
+        if self.resume and (finished := jobstate.finished_output(
+                comm, self.dst, self.staging, self.fmt.NAME)) is not None:
+            return finished  # a requeue of a job that had finished: nothing to write
         sources: list[Source] = _collective(comm, self.list_sources)
         # The formats' libraries are imported on every rank before the clock starts: like
         # the interpreter's start-up they are the process's, not the job's.  The clock
@@ -494,9 +498,13 @@ class _Job:
         rounds = planning.write_rounds(todo, plan.shard_bytes, comm.size, self.round_bytes)
         restore_cpus = share_node_cpus(comm, decodes_parquet=decodes_parquet)
         writer.clock.lap("plan")
+        written = 0
         try:
             for round_shards in rounds:
+                if jobstate.stop_requested(comm):
+                    break
                 writer.write_round(comm, round_shards, plan)
+                written += len(round_shards)
             writer.close()
             bar.finish()
         except BaseException as exc:  # noqa: BLE001 -- every failure must end all ranks
@@ -504,6 +512,7 @@ class _Job:
             _fail_rank(comm, exc)
         finally:
             restore_cpus()
+        jobstate.raise_if_stopped(self.staging, written, len(todo))
 
     def publish(self, clock: PhaseClock, plan) -> dict | None:
         """Merge and publish the dataset on rank 0; returns its summary there (None on

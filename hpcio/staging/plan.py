@@ -317,7 +317,7 @@ def _free_space(usage, tier: Tier | None) -> tuple[int, int, str]:
     if tier is not None:
         q_bytes, q_inodes = tier.quota_free()
         if q_bytes is not None and q_bytes < free_bytes:
-            free_bytes, limited_by = q_bytes, f"quota of tier {tier.name!r}"
+            free_bytes, limited_by = q_bytes, tier.quota_label()
         if q_inodes is not None and q_inodes < free_inodes:
-            free_inodes, limited_by = q_inodes, f"quota of tier {tier.name!r}"
+            free_inodes, limited_by = q_inodes, tier.quota_label()
     return free_bytes, free_inodes, limited_by

@@ -1,26 +1,29 @@
 """Named storage tiers: where they are, what they hold, how much room is left.
 
 A tier is a directory with a policy: a quota in bytes and inodes, a purge rule, whether
-it is shared by every node or local to one, whether compute nodes can reach it.  The
-defaults follow a Jean Zay-like cluster (IDRIS "Disk spaces" pages); paths come from the
-environment, then from a TOML config file, then from ``HPCIO_TIERS``:
+it is shared by every node or local to one, whether compute nodes can reach it.  Tiers
+come from, in order:
 
 1. environment variables: ``$HOME``, ``$WORK``, ``$SCRATCH``, ``$JOBSCRATCH``, ``$DSDIR``,
-   ``$STORE``, ``$TMPDIR`` and ``/dev/shm`` when it exists;
-2. ``$HPCIO_TIERS_CONFIG`` if set, else ``$XDG_CONFIG_HOME/hpcio/tiers.toml``
+   ``$STORE``, ``$TMPDIR`` and ``/dev/shm`` when it exists, with only the policies their
+   names imply (``$TMPDIR`` and ``/dev/shm`` are node-local);
+2. the site profile, on the site it describes only (:mod:`hpcio.staging.sites`:
+   ``HPCIO_SITE`` or detection), which adds the site's policies (Jean Zay's SCRATCH purge,
+   read-only DSDIR, STORE unreachable from compute nodes...);
+3. ``$HPCIO_TIERS_CONFIG`` if set, else ``$XDG_CONFIG_HOME/hpcio/tiers.toml``
    (``~/.config/hpcio/tiers.toml``): one ``[tiers.<name>]`` table per tier with ``path``
    and optional ``quota_bytes``, ``quota_inodes``, ``used_bytes``, ``used_inodes``,
    ``purge``, ``purge_days``, ``node_local``, ``read_only``, ``compute_reachable``,
-   ``description``; keys override the defaults of a known tier;
-3. ``HPCIO_TIERS="name=path,name=path"`` replaces paths (the benchmark convention).
+   ``description``; keys override what came before;
+4. ``HPCIO_TIERS="name=path,name=path"`` replaces paths (the benchmark convention).
+
+Quotas are never assumed: a tier's quota is the config file's, else what the
+filesystem's tools report (:mod:`hpcio.staging.quota`), else there is none; every quota
+carries its source.
 
 >>> t = Tier("scratch", "/tmp", purge="unused", purge_days=30)
->>> t.purge_managed
-True
->>> parse_size("5T"), parse_size("1.5k"), parse_size(4096)
-(5000000000000, 1500, 4096)
->>> format_bytes(1_500_000_000)
-'1.50 GB'
+>>> t.purge_managed, t.quota_label()
+(True, "quota of tier 'scratch'")
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import HpcioError, StagingError
+from ..units import parse_bytes
+from .quota import mount_of, read_quota
+from .sites import detect_site
 
 __all__ = [
     "Tier",
@@ -47,8 +53,6 @@ __all__ = [
     "filesystem_type",
     "is_node_local",
     "bench_tier",
-    "parse_size",
-    "format_bytes",
 ]
 
 #: Purge rules: ``None`` (kept), ``"unused"`` (files untouched for ``purge_days`` are
@@ -75,10 +79,12 @@ class Tier:
     env : str, optional
         Environment variable the path came from.
     quota_bytes, quota_inodes : int, optional
-        Known quota of the tier (``None`` when unlimited or unknown).
+        Quota of the tier (``None`` when unlimited or unknown).
     used_bytes, used_inodes : int, optional
-        Current use counted against the quota when known (``idr_quota_*`` output is
-        refreshed once a day, so it is never read automatically).
+        Current use counted against the quota when known.
+    quota_source : str, optional
+        Where the quota figures come from (``lfs quota``, ``idr_quota_user (refreshed
+        daily)``, ``tier config <path>``...).
     purge : str, optional
         One of :data:`PURGE_RULES`.
     purge_days : int, optional
@@ -98,6 +104,7 @@ class Tier:
     quota_inodes: int | None = None
     used_bytes: int | None = None
     used_inodes: int | None = None
+    quota_source: str | None = None
     purge: str | None = None
     purge_days: int | None = None
     node_local: bool = False
@@ -120,52 +127,27 @@ class Tier:
         free_i = None if self.quota_inodes is None else max(0, self.quota_inodes - (self.used_inodes or 0))
         return free_b, free_i
 
+    def quota_label(self) -> str:
+        """``quota of tier 'work'``, with the source of its figures when known."""
+        source = f" ({self.quota_source})" if self.quota_source else ""
+        return f"quota of tier {self.name!r}{source}"
 
-# Defaults of a Jean Zay-like cluster (IDRIS "Disk spaces" pages); HOME and WORK quotas
-# are per user / per project, STORE's inode quota is the one that binds first.
+
+# What a tier's variable says on any machine; a site profile adds its site's policies.
 KNOWN_TIERS: dict[str, dict] = {
-    "home": dict(env="HOME", quota_bytes=3 * 10**9, quota_inodes=150_000,
-                 description="backed up, small files"),
-    "work": dict(env="WORK", quota_bytes=5 * 10**12, quota_inodes=500_000,
-                 description="project space on rotating disks, not backed up"),
-    "scratch": dict(env="SCRATCH", purge="unused", purge_days=30,
-                    description="SSD tier, best shared I/O; unused files purged after 30 days"),
-    "jobscratch": dict(env="JOBSCRATCH", purge="job",
-                       description="per job, deleted when the job ends"),
-    "dsdir": dict(env="DSDIR", read_only=True, description="read-only common datasets"),
-    "store": dict(env="STORE", quota_bytes=50 * 10**12, quota_inodes=100_000, compute_reachable=False,
-                  description="long-term; only reachable from prepost/archive jobs"),
+    "home": dict(env="HOME", description="home directory"),
+    "work": dict(env="WORK", description="work space"),
+    "scratch": dict(env="SCRATCH", description="scratch space"),
+    "jobscratch": dict(env="JOBSCRATCH", purge="job", description="per job, deleted when the job ends"),
+    "dsdir": dict(env="DSDIR", description="common datasets"),
+    "store": dict(env="STORE", description="long-term storage"),
     "tmp": dict(env="TMPDIR", purge="job", node_local=True, description="job temporary directory"),
     "shm": dict(env=None, default_path="/dev/shm", purge="node", node_local=True,
                 description="node memory (tmpfs)"),
 }
 
-_FIELDS = {f.name for f in dataclasses.fields(Tier)} - {"name"}
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtpe]?)(i?)b?\s*$", re.IGNORECASE)
-
-
-def parse_size(value) -> int:
-    """Parse ``4096``, ``"64M"``, ``"1.5GiB"`` or ``"5T"`` into bytes (SI unless ``i``)."""
-    if isinstance(value, int):
-        return value
-    m = _SIZE_RE.match(str(value))
-    if not m:
-        raise HpcioError(f"cannot parse size {value!r}: expected a number with an optional k/M/G/T/P suffix")
-    number, unit, binary = m.groups()
-    power = "kmgtpe".find(unit.lower()) + 1 if unit else 0
-    base = 1024 if binary else 1000
-    return int(float(number) * base**power)
-
-
-def format_bytes(n: float | None) -> str:
-    """Human-readable byte count with SI units (``'1.50 GB'``)."""
-    if n is None:
-        return "-"
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
+_FIELDS = {f.name for f in dataclasses.fields(Tier)} - {"name", "quota_source"}
+_QUOTA_KEYS = ("quota_bytes", "quota_inodes", "used_bytes", "used_inodes")
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -191,16 +173,26 @@ def _tier_from_options(name: str, options: Mapping, source: str) -> dict:
     if unknown:
         raise HpcioError(f"{source}: tier {name!r} has unknown keys {sorted(unknown)}; known: {sorted(_FIELDS)}")
     out = dict(options)
-    for key in ("quota_bytes", "used_bytes"):
+    for key in _QUOTA_KEYS:
         if out.get(key) is not None:
-            out[key] = parse_size(out[key])
-    for key in ("quota_inodes", "used_inodes"):
-        if out.get(key) is not None:
-            out[key] = int(parse_size(out[key]))
+            out[key] = parse_bytes(out[key], what=f"{source}: tier {name!r}: {key}")
+    if any(out.get(key) is not None for key in _QUOTA_KEYS):
+        out["quota_source"] = f"tier config {source}"
     return out
 
 
-def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLike | None = None) -> dict[str, Tier]:
+def _site_specs(env: Mapping[str, str], specs: dict) -> str | None:
+    """Merge the detected site's tiers into ``specs``; returns the site's quota command."""
+    site = detect_site(env)
+    if site is None:
+        return None
+    for name, options in site.tiers.items():
+        specs.setdefault(name, {}).update(options)
+    return site.quota_command
+
+
+def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLike | None = None,
+                  read_quotas: bool = True) -> dict[str, Tier]:
     """Resolve the named tiers visible to this process.
 
     Parameters
@@ -210,6 +202,9 @@ def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLik
     config : path, optional
         TOML config file; default :func:`config_path`.  A missing default file is fine,
         a missing explicit one is an error.
+    read_quotas : bool
+        Ask the filesystem's quota tools about tiers whose quota the config does not
+        give (:func:`hpcio.staging.quota.read_quota`; nothing runs where none is installed).
 
     Returns
     -------
@@ -218,6 +213,7 @@ def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLik
     """
     env = os.environ if env is None else env
     specs: dict[str, dict] = {name: dict(spec) for name, spec in KNOWN_TIERS.items()}
+    quota_command = _site_specs(env, specs)
     for spec in specs.values():
         path = env.get(spec["env"]) if spec.get("env") else None
         if not path and spec.get("default_path") and os.path.isdir(spec["default_path"]):
@@ -247,10 +243,21 @@ def resolve_tiers(env: Mapping[str, str] | None = None, config: str | os.PathLik
     for name, spec in specs.items():
         if not spec.get("path"):
             continue
-        spec = {k: v for k, v in spec.items() if k != "default_path"}
+        section = spec.get("quota_section")
+        spec = {k: v for k, v in spec.items() if k not in ("default_path", "quota_section")}
         spec["path"] = _expand(str(spec["path"]), env)
+        if read_quotas and spec.get("quota_source") is None:
+            spec.update(_read_tier_quota(spec["path"], quota_command, section))
         tiers[name] = Tier(name=name, **spec)
     return tiers
+
+
+def _read_tier_quota(path: str, quota_command: str | None, section: str | None) -> dict:
+    quota = read_quota(path, site_command=quota_command, section=section)
+    if quota is None:
+        return {}
+    return dict(quota_bytes=quota.limit_bytes, quota_inodes=quota.limit_inodes, used_bytes=quota.used_bytes,
+                used_inodes=quota.used_inodes, quota_source=quota.source)
 
 
 def tier_for_path(path: str | os.PathLike, tiers: Mapping[str, Tier]) -> Tier | None:
@@ -307,23 +314,8 @@ def fs_usage(path: str | os.PathLike, fs_stat: Callable = os.statvfs) -> FsUsage
 
 def filesystem_type(path: str | os.PathLike) -> str | None:
     """Filesystem type (``ext4``, ``tmpfs``, ``gpfs``, ``lustre``...) of the mount holding ``path``."""
-    target = os.path.realpath(_existing_ancestor(path))
-    best, best_len = None, -1
-    try:
-        with open("/proc/self/mountinfo") as f:
-            lines = f.readlines()
-    except OSError:
-        return None
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        root = mount_point.rstrip("/") + "/"
-        if (target == mount_point or target.startswith(root) or mount_point == "/") and len(mount_point) > best_len:
-            best, best_len = right.split()[0], len(mount_point)
-    return best
+    mount = mount_of(path)
+    return None if mount is None else mount[1]
 
 
 def is_node_local(path: str | os.PathLike, tiers: Mapping[str, Tier] | None = None) -> bool:

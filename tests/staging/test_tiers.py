@@ -14,21 +14,23 @@ from hpcio.cli import tiers as tiers_cli
 from hpcio.cli import unstage as unstage_cli
 from hpcio.errors import HpcioError
 from hpcio.staging import MANIFEST_NAME, Tier, bench_tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
-from hpcio.staging.tiers import config_path, format_bytes, parse_size
+from hpcio.staging.tiers import config_path
+from hpcio.units import format_bytes, parse_bytes
 
 from .conftest import fake_statvfs, tree_bytes
 
 JZ_ENV = {"HOME": "/home/u", "WORK": "/gpfswork/p", "SCRATCH": "/gpfsscratch/p", "JOBSCRATCH": "/js/123",
-          "DSDIR": "/gpfsdswork/dataset", "STORE": "/gpfsstore/p", "TMPDIR": "/tmp/job"}
+          "DSDIR": "/gpfsdswork/dataset", "STORE": "/gpfsstore/p", "TMPDIR": "/tmp/job", "HPCIO_SITE": "jean-zay"}
 
 
-def test_tiers_from_environment_with_known_quotas(tmp_path):
+def test_tiers_from_environment_and_the_site_profile(tmp_path):
     tiers = resolve_tiers(env={**JZ_ENV, "XDG_CONFIG_HOME": str(tmp_path)})
     assert {n: t.path for n, t in tiers.items() if n != "shm"} == {
         "home": "/home/u", "work": "/gpfswork/p", "scratch": "/gpfsscratch/p", "jobscratch": "/js/123",
         "dsdir": "/gpfsdswork/dataset", "store": "/gpfsstore/p", "tmp": "/tmp/job"}
-    assert (tiers["work"].quota_bytes, tiers["work"].quota_inodes) == (5 * 10**12, 500_000)
-    assert (tiers["store"].quota_inodes, tiers["store"].compute_reachable) == (100_000, False)
+    # The profile documents quotas but states none: no quota tool runs here.
+    assert all(t.quota_bytes is None and t.quota_inodes is None for t in tiers.values())
+    assert tiers["store"].compute_reachable is False
     assert (tiers["scratch"].purge, tiers["scratch"].purge_days, tiers["scratch"].purge_managed) == ("unused", 30, True)
     assert tiers["dsdir"].read_only and not tiers["work"].purge_managed
     assert tiers["jobscratch"].purge == "job" and tiers["tmp"].node_local
@@ -40,12 +42,14 @@ def test_config_file_and_hpcio_tiers_override(tmp_path):
     cfg = tmp_path / "tiers.toml"
     cfg.write_text(
         '[tiers.nvme]\npath = "/lscratch/$SLURM_JOB_ID"\nnode_local = true\npurge = "job"\nquota_bytes = "3.2T"\n'
-        '[tiers.work]\nused_inodes = 499000\n'
+        '[tiers.work]\nquota_inodes = 500000\nused_inodes = 499000\n'
     )
     env = {**JZ_ENV, "SLURM_JOB_ID": "77", "HPCIO_TIERS_CONFIG": str(cfg), "HPCIO_TIERS": "scratch=/fast/b, x=/y"}
     tiers = resolve_tiers(env=env)
-    assert tiers["nvme"] == Tier("nvme", "/lscratch/77", node_local=True, purge="job", quota_bytes=3_200_000_000_000)
-    assert tiers["work"].quota_free() == (5 * 10**12, 1000)
+    assert tiers["nvme"] == Tier("nvme", "/lscratch/77", node_local=True, purge="job", quota_bytes=3_200_000_000_000,
+                                 quota_source=f"tier config {cfg}")
+    assert tiers["work"].quota_free() == (None, 1000)
+    assert tiers["work"].quota_label() == f"quota of tier 'work' (tier config {cfg})"
     assert tiers["scratch"].path == "/fast/b" and tiers["scratch"].purge == "unused"
     assert tiers["x"].path == "/y"
     assert config_path(env) == cfg
@@ -61,8 +65,10 @@ def test_config_errors_are_clear(tmp_path):
         resolve_tiers(env={}, config=tmp_path / "no.toml")
     with pytest.raises(HpcioError, match=re.escape("HPCIO_TIERS entry 'scratch' is not name=path")):
         resolve_tiers(env={"HPCIO_TIERS": "scratch", "XDG_CONFIG_HOME": str(tmp_path)})
-    with pytest.raises(HpcioError, match=re.escape("cannot parse size '12 parsecs'")):
-        parse_size("12 parsecs")
+    cfg.write_text('[tiers.nvme]\npath = "/x"\nquota_bytes = "12 parsecs"\n')
+    with pytest.raises(HpcioError, match=re.escape(f"{cfg}: tier 'nvme': quota_bytes: not a byte size: '12 parsecs'")):
+        resolve_tiers(env={"HPCIO_TIERS_CONFIG": str(cfg)})
+    assert parse_bytes("5T") == 5 * 10**12
 
 
 def test_tier_for_path_takes_the_longest_root(tmp_path):
@@ -102,6 +108,7 @@ def cli(module, argv):
 
 def test_tiers_cli_lists_free_space_and_bench(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HPCIO_TIERS", f"scratch={tmp_path}")
+    monkeypatch.setenv("HPCIO_SITE", "jean-zay")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     monkeypatch.delenv("HPCIO_TIERS_CONFIG", raising=False)
     assert cli(tiers_cli, ["scratch", "--json", "--bench", "--bench-size", "2M"]) == 0
