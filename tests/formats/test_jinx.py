@@ -25,6 +25,7 @@ from hpcio.errors import (
 )
 from hpcio._core import _jinx
 from hpcio.formats import jinx
+from hpcio.formats.jinx import shard as jinx_shard
 from hpcio.testing import FormatTests
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "jinx"
@@ -100,7 +101,8 @@ def test_golden_files(name, lazy):
 
 
 def test_golden_sharded_footer_links():
-    footers = [jinx.inspect(p)["shards"][0] for p in sorted((FIXTURES / "sharded").glob("shard-*.jinx"))]
+    footers = [jinx.inspect(p)["shards"][0]
+               for p in sorted((FIXTURES / "sharded").glob("shard-*.jinx"))]
     assert [f["shard_id"] for f in footers] == [0, 1, 2]
     assert footers[1]["shard_prev"] == "sharded/shard-00000.jinx"
     assert footers[1]["shard_next"] == "sharded/shard-00002.jinx"
@@ -128,13 +130,13 @@ def zst_file(tmp_path):
 
 def test_lazy_sample_decodes_only_what_is_accessed(zst_file, monkeypatch):
     calls = []
-    real = jinx._decompress
+    real = jinx_shard.decompress
 
     def counting(ext, data, *a, **k):
         calls.append(ext)
         return real(ext, data, *a, **k)
 
-    monkeypatch.setattr(jinx, "_decompress", counting)
+    monkeypatch.setattr(jinx_shard, "decompress", counting)
     s = hpcio.open(zst_file)[3]
     assert isinstance(s, jinx.JinxSample)
     assert list(s) == list(S.make_samples(6)[3])  # file order, unlike mldataforge's LazyDict
@@ -348,8 +350,8 @@ def _no_decoding(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("passthrough decoded a value")
 
-    monkeypatch.setattr(jinx, "_decompress", refuse)
-    monkeypatch.setattr(jinx._Shard, "unserialize", refuse)
+    monkeypatch.setattr(jinx_shard, "decompress", refuse)
+    monkeypatch.setattr(jinx_shard.Shard, "unserialize", refuse)
 
 
 def test_join_copies_without_decoding(source, tmp_path, monkeypatch):
