@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -26,6 +27,7 @@ from hpcio.errors import (
 from hpcio._core import _jinx
 from hpcio.formats import jinx
 from hpcio.formats.jinx import shard as jinx_shard
+from hpcio.formats.reports import InspectReport, VerifyReport
 from hpcio.testing import FormatTests
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "jinx"
@@ -101,7 +103,7 @@ def test_golden_files(name, lazy):
 
 
 def test_golden_sharded_footer_links():
-    footers = [jinx.inspect(p)["shards"][0]
+    footers = [jinx.inspect(p)["details"]["shards"][0]
                for p in sorted((FIXTURES / "sharded").glob("shard-*.jinx"))]
     assert [f["shard_id"] for f in footers] == [0, 1, 2]
     assert footers[1]["shard_prev"] == "sharded/shard-00000.jinx"
@@ -114,7 +116,7 @@ def test_golden_sharded_footer_links():
 
 def test_golden_sidecar_index():
     info = jinx.inspect(FIXTURES / "bin_zst.jinx")
-    assert info["shards"][0]["index"] == "index.npy.bin"
+    assert info["details"]["shards"][0]["index"] == "index.npy.bin"
     assert info["fields"]["text"] in ("str.zst", "str.zst.bin", "str.bin", None)
 
 
@@ -330,7 +332,7 @@ def test_compression_aliases_are_recorded_as_extensions(tmp_path):
     with hpcio.open_writer(path, format="jinx", compression="zstd", index_compression="gzip",
                            compress_threshold=8) as w:
         w.write({"t": "abc" * 100})
-    footer = jinx.inspect(path)["shards"][0]
+    footer = jinx.inspect(path)["details"]["shards"][0]
     assert footer["compression"] == "zst" and footer["index_compression"] == "gz"
     assert "t.str.zst" in orjson.loads(path.read_bytes().split(b"\n")[0])
 
@@ -384,7 +386,7 @@ def test_join_with_other_settings_re_encodes(source, tmp_path, options):
     with hex_warning if inline_hex else contextlib.nullcontext():
         jinx.join([source], out, **options)
     assert [S.to_jsonable(s) for s in hpcio.open(out)] == [S.to_jsonable(s) for s in S.make_samples(8)]
-    footer = jinx.inspect(out)["shards"][0]
+    footer = jinx.inspect(out)["details"]["shards"][0]
     for key, value in options.items():
         assert footer[key] == value
     if options.get("compression") is None and "compression" in options:
@@ -569,12 +571,65 @@ def test_not_found():
 
 def test_verify_reports_bad_values(tmp_path):
     p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
-    assert jinx.verify(p) == {"ok": True, "num_samples": 3, "errors": []}
+    assert jinx.verify(p) == {"format": "jinx", "path": str(p), "ok": True, "samples": 3, "shards": 1,
+                              "checked": 3, "hashes_checked": 0, "errors": []}
     binx = p.with_suffix(".binx")
     binx.write_bytes(binx.read_bytes()[:70])
     report = jinx.verify(p)
-    assert not report["ok"] and report["num_samples"] == 3
-    assert [e.split(":")[0] for e in report["errors"]] == ["value 'b.raw.bin'"] * 2
+    assert not report["ok"] and report["samples"] == 3 and report["checked"] == 1
+    assert [e["error"].split(":")[0] for e in report["errors"]] == ["value 'b.raw.bin'"] * 2
+
+
+def test_inspect_report(tmp_path):
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    info = jinx.inspect(p)
+    assert set(info) == set(InspectReport.__annotations__)
+    assert (info["format"], info["path"], info["samples"], info["shards"]) == ("jinx", str(p), 3, 1)
+    assert info["fields"] == {"id": None, "b": "raw.bin"}
+    assert info["stored_bytes"] == p.stat().st_size + p.with_suffix(".binx").stat().st_size
+    shard = info["details"]["shards"][0]
+    assert (shard["index"], shard["num_samples"], shard["sidecar_bytes"]) == ("index.npy", 3, 150)
+
+
+def test_verify_report_schema_and_max_errors(tmp_path):
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    binx = p.with_suffix(".binx")
+    binx.write_bytes(binx.read_bytes()[:70])
+    report = jinx.verify(p, max_errors=1)
+    assert set(report) == set(VerifyReport.__annotations__)
+    assert not report["ok"] and report["checked"] == 1
+    assert report["errors"] == [{
+        "path": str(binx), "offset": 50, "sample": 1, "type": "TruncatedShardError",
+        "error": f"value 'b.raw.bin': sidecar bytes [50, 100) lie beyond its end (70 bytes) "
+                 f"({binx}, byte offset 50, sample 1)",
+    }]
+    missing = jinx.verify(tmp_path / "nope")
+    assert not missing["ok"] and missing["errors"][0]["type"] == "ShardNotFoundError"
+
+
+def test_verify_unpickles_pt_values_only_when_allowed(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    p = _write(tmp_path / "t.jinx", [{"id": i, "w": torch.arange(i + 1)} for i in range(3)],
+               compression="zst", compress_threshold=16)
+    loads = []
+    real = jinx_shard.load_torch
+    monkeypatch.setattr(jinx_shard, "load_torch", lambda data: loads.append(len(data)) or real(data))
+    report = jinx.verify(p)
+    assert (report["ok"], report["checked"], loads) == (True, 3, [])
+    report = jinx.verify(p, allow_pickle=True)
+    assert (report["ok"], report["checked"], len(loads)) == (True, 3, 3)
+
+
+def test_cli_verify_and_inspect(tmp_path, capsys):
+    from hpcio.cli.main import main
+
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    assert main(["verify", str(p)]) == 0
+    assert capsys.readouterr().out == "OK: 3 samples in 1 shards, 3 records decoded, 0 hashes checked\n"
+    assert main(["verify", str(p), "--allow-pickle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checked"] == 3
+    assert main(["inspect", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fields"] == {"b": "raw.bin", "id": None}
 
 
 def test_sniff(tmp_path):

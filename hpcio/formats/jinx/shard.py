@@ -227,8 +227,11 @@ class Shard:
                 self.keymaps[layout] = km
         return km
 
-    def decode(self, raw_key: str, value, sample: int):
-        """The Python value of stored ``raw_key: value`` (sidecar, base, codec, type)."""
+    def decode(self, raw_key: str, value, sample: int, unpickle: bool = True):
+        """The Python value of stored ``raw_key: value`` (sidecar, base, codec, type).
+
+        With ``unpickle`` False a ``.pt`` value is returned as its stored bytes:
+        torch.load unpickles, which only trusted data may do."""
         exts = self.plan(raw_key)[1]
         if not exts:
             return self.plain(value, sample)
@@ -251,9 +254,9 @@ class Shard:
                 offset=offset,
                 sample=sample,
             )
-        return self.unserialize(raw_key, data, exts, sample, offset)
+        return self.unserialize(raw_key, data, exts, sample, offset, unpickle)
 
-    def unserialize(self, raw_key, data, exts, sample, offset):
+    def unserialize(self, raw_key, data, exts, sample, offset, unpickle: bool = True):
         """Undo ``exts`` right to left on the stored bytes: codecs, then the type."""
         for ext in reversed(exts):
             if ext in COMPRESSIONS:
@@ -267,7 +270,7 @@ class Shard:
                 if ext == "npy":
                     return load_npy(data)
                 if ext == "pt":
-                    return load_torch(data)
+                    return load_torch(data) if unpickle else bytes(data)
                 if ext == "np":
                     dtype, _, buf = bytes(data).partition(b"\x00")
                     return np.frombuffer(buf, dtype=dtype.decode("ascii"))[0]
@@ -283,25 +286,25 @@ class Shard:
         """A value stored without suffix: nested objects with encoded keys stay lazy."""
         return _jinx.plain_value(value, self.ext_sep, JinxSample, self, sample)
 
-    def materialize(self, raw: dict, sample: int) -> dict:
+    def materialize(self, raw: dict, sample: int, unpickle: bool = True) -> dict:
         """Every value of ``raw`` decoded: the eager sample."""
         out = {}
         for rk, v in raw.items():
             logical, exts = self.plan(rk)
             if exts:
-                out[logical] = self.decode(rk, v, sample)
+                out[logical] = self.decode(rk, v, sample, unpickle)
             elif type(v) is dict:
-                out[logical] = self.materialize(v, sample)
+                out[logical] = self.materialize(v, sample, unpickle)
             elif type(v) is list:
-                out[logical] = self._materialize_list(v, sample)
+                out[logical] = self._materialize_list(v, sample, unpickle)
             else:
                 out[logical] = v
         return out
 
-    def _materialize_list(self, items, sample):
+    def _materialize_list(self, items, sample, unpickle):
         return [
-            self.materialize(v, sample) if type(v) is dict
-            else self._materialize_list(v, sample) if type(v) is list
+            self.materialize(v, sample, unpickle) if type(v) is dict
+            else self._materialize_list(v, sample, unpickle) if type(v) is list
             else v
             for v in items
         ]
