@@ -491,6 +491,95 @@ def test_index_not_increasing(tmp_path):
         hpcio.open(p, format="jinx")
 
 
+def test_truncated_footer(tmp_path, capsys):
+    from hpcio.cli.main import main
+
+    p = _write(tmp_path / "a.jinx")
+    lines = p.read_bytes().split(b"\n")
+    footer_offset = sum(len(x) + 1 for x in lines[:-3])
+    lines[-3] = lines[-3][:20]
+    p.write_bytes(b"\n".join(lines))
+    message = f"garbled JINX footer: unexpected end of data ({p}, byte offset {footer_offset + 20})"
+    with pytest.raises(CorruptShardError) as err:
+        hpcio.open(p, format="jinx")
+    assert str(err.value) == message
+    assert main(["inspect", str(p)]) == 1
+    assert capsys.readouterr().err == f"hpcio: error: {message}\n"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_samples", "3", "garbled JINX footer: expected a JSON object with an integer num_samples"),
+    ("num_samples", -1, "garbled JINX footer: num_samples -1 is not in 0..{fo} (the footer offset)"),
+    ("num_samples", 2**40, "garbled JINX footer: num_samples 1099511627776 is not in 0..{fo} (the footer offset)"),
+    ("ext_sep", 1, "garbled JINX footer: ext_sep must be a non-empty string, got 1"),
+    ("ext_sep", "", "garbled JINX footer: ext_sep must be a non-empty string, got ''"),
+    ("encoding", ["a85"], "unknown JINX encoding ['a85']; expected one of a85, b64, hex"),
+    ("index.npy", 5, "JINX footer 'index.npy' is not a string"),
+], ids=["num_samples-str", "num_samples-negative", "num_samples-huge", "ext_sep-int", "ext_sep-empty",
+        "encoding-list", "index-int"])
+def test_footer_with_wrong_types(tmp_path, capsys, field, value, message):
+    from hpcio.cli.main import main
+
+    p = _write(tmp_path / "a.jinx")
+    lines, footer = _footer(p)
+    footer[field] = value
+    _rewrite(p, lines, footer)
+    fo = sum(len(x) + 1 for x in lines[:-3])
+    expected = f"{message.format(fo=fo)} ({p}, byte offset {fo})"
+    with pytest.raises(CorruptShardError) as err:
+        hpcio.open(p, format="jinx")
+    assert str(err.value) == expected
+    assert main(["inspect", str(p)]) == 1
+    assert capsys.readouterr().err == f"hpcio: error: {expected}\n"
+    report = jinx.verify(p)
+    assert (report["ok"], report["samples"], report["errors"][0]["error"]) == (False, 0, expected)
+
+
+def test_footer_settings_a_join_cannot_use(tmp_path):
+    p = _write(tmp_path / "a.jinx")
+    lines, footer = _footer(p)
+    footer["compress_threshold"] = "64"
+    _rewrite(p, lines, footer)
+    assert len(hpcio.open(p)) == 3  # the reader needs no writer settings
+    fo = sum(len(x) + 1 for x in lines[:-3])
+    with pytest.raises(CorruptShardError, match=re.escape(
+            "JINX footer settings cannot be written again: compress_threshold must be an integer >= 0, "
+            f"got '64' ({p}, byte offset {fo})")):
+        jinx.join([p], tmp_path / "out.jinx")
+    assert jinx.join([p], tmp_path / "out.jinx", compress_threshold=64) == 3
+
+
+def test_corrupt_npy_header(tmp_path):
+    p = _write(tmp_path / "a.jinx", [{"a": np.arange(3.0)}])
+    data = p.read_bytes()
+    stored = orjson.loads(data.split(b"\n")[0])["a.npy"]
+    npy = _jinx.a85decode(stored)
+    broken = _jinx.a85encode(npy.replace(b"(3,), }", b"(3,    "))
+    assert len(orjson.dumps(broken)) == len(orjson.dumps(stored))  # the index stays valid
+    p.write_bytes(data.replace(orjson.dumps(stored), orjson.dumps(broken)))
+    message = (f"value 'a.npy': cannot decode npy: garbled .npy header "
+               f"\"{{'descr': '<f8', 'fortran_order': False, 'shape': (3,\" ({p}, byte offset 0, sample 0)")
+    with pytest.raises(DecodeError) as err:
+        hpcio.open(p)[0]["a"]
+    assert str(err.value) == message
+    assert jinx.verify(p)["errors"] == [
+        {"path": str(p), "offset": 0, "sample": 0, "type": "DecodeError", "error": message}]
+
+
+def test_corrupt_pt_value_is_reported_only_when_unpickled(tmp_path):
+    torch = pytest.importorskip("torch")
+    p = _write(tmp_path / "a.jinx", [{"w": torch.arange(4)}])
+    data = p.read_bytes()
+    stored = orjson.loads(data.split(b"\n")[0])["w.pt"]
+    broken = _jinx.a85encode(b"\x01" * 4 + _jinx.a85decode(stored)[4:])
+    assert len(orjson.dumps(broken)) == len(orjson.dumps(stored))
+    p.write_bytes(data.replace(orjson.dumps(stored), orjson.dumps(broken)))
+    assert jinx.verify(p)["ok"]
+    report = jinx.verify(p, allow_pickle=True)
+    assert report["errors"][0]["type"] == "DecodeError"
+    assert report["errors"][0]["error"].startswith("value 'w.pt': cannot decode pt: not a torch.save value: ")
+
+
 SIDECAR_SAMPLES = [{"id": i, "b": bytes([i]) * 50} for i in range(3)]
 
 

@@ -194,6 +194,7 @@ class Passthrough(Encoder):
         src = self.src
         last = exts[-1]
         if last in NUMPY_SCALARS:
+            src.decode(rk, v, self.src_index)  # a value out of its type's range cannot be written
             return v, self.o.ext_sep.join(exts)
         in_bin = last == "bin"
         body = exts[:-1] if in_bin else exts
@@ -220,12 +221,16 @@ class Passthrough(Encoder):
         else:
             return self.value(src.decode(rk, v, self.src_index), rk)
         if kind == "str" and comp is None:
-            text = str(data, "utf-8")
+            text = src.unserialize(rk, data, body, self.src_index, src.offsets[self.src_index])
             return self.value(text, rk)
         return self.place(data, kind, comp)
 
 
-def _compression_settings(footer: dict) -> tuple:
-    """A source footer's ``(compression, threshold, ratio)``."""
-    compression = canonical_compression(footer.get("compression"))
+def _compression_settings(footer: dict) -> tuple | None:
+    """A source footer's ``(compression, threshold, ratio)``; None when it names no codec
+    hpcio knows (a damaged footer: nothing is then copied on the strength of it)."""
+    try:
+        compression = canonical_compression(footer.get("compression"))
+    except ValueError:
+        return None
     return compression, footer.get("compress_threshold"), footer.get("compress_ratio")

@@ -1,4 +1,8 @@
 """One JINX file, mapped: its footer, offset index, BINX sidecar and value decoding.
+
+Every footer and index problem is raised as a :class:`CorruptShardError` naming the
+file and the byte offset of the footer, so a damaged file is reported in one line
+instead of failing later with whatever Python error its garbage happens to cause.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from .values import COMPRESSIONS, ENCODINGS, NUMPY_SCALARS, decompress, load_npy
 NAME = "jinx"
 SHARD_GLOB = "shard-*.jinx"
 SHARD_TEMPLATE = "shard-{:05d}.jinx"
+# What decoding a typed value raises for bytes that are not of its type.
+_VALUE_ERRORS = (ValueError, TypeError, EOFError, IndexError, OverflowError)
 
 
 def sidecar_path(path) -> str:
@@ -75,7 +81,7 @@ class Shard:
         self.num_samples = footer["num_samples"]
         self.ext_sep = footer.get("ext_sep", ".")
         self.encoding = footer.get("encoding", encoding or "a85")
-        if self.encoding not in ENCODINGS:
+        if type(self.encoding) is not str or self.encoding not in ENCODINGS:
             raise self._corrupt(f"unknown JINX encoding {self.encoding!r}; expected one of {', '.join(ENCODINGS)}")
         self.enc_code = ENCODINGS.index(self.encoding)
         self.binx_path = sidecar_path(path)
@@ -90,13 +96,19 @@ class Shard:
         return CorruptShardError(message, path=self.path, offset=self.footer_offset if offset is None else offset)
 
     def _parse_footer(self, fo: int, fe: int) -> dict:
-        """The footer object, with an integer ``num_samples``."""
+        """The footer object, its fields the reader relies on checked."""
         try:
             footer = orjson.loads(self.buf[fo:fe])
         except orjson.JSONDecodeError as exc:
-            raise self._corrupt(f"garbled JINX footer: {exc}", fo) from None
+            raise self._corrupt(f"garbled JINX footer: {exc.msg}", fo + exc.pos) from None
         if not isinstance(footer, dict) or not isinstance(footer.get("num_samples"), int):
             raise self._corrupt("garbled JINX footer: expected a JSON object with an integer num_samples")
+        n = footer["num_samples"]
+        if not 0 <= n <= fo:  # every sample is at least a newline before the footer
+            raise self._corrupt(f"garbled JINX footer: num_samples {n} is not in 0..{fo} (the footer offset)")
+        sep = footer.get("ext_sep", ".")
+        if type(sep) is not str or not sep:
+            raise self._corrupt(f"garbled JINX footer: ext_sep must be a non-empty string, got {sep!r}")
         return footer
 
     # --- index --------------------------------------------------------------------------
@@ -240,7 +252,7 @@ class Shard:
         if last in NUMPY_SCALARS:
             try:
                 return np.dtype(last).type(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise DecodeError(f"value {raw_key!r}: not a {last}: {exc}", path=self.path, offset=offset, sample=sample) from None
         if last == "bin":
             data = self.sidecar_view(value, raw_key, sample, offset)
@@ -274,7 +286,7 @@ class Shard:
                 if ext == "np":
                     dtype, _, buf = bytes(data).partition(b"\x00")
                     return np.frombuffer(buf, dtype=dtype.decode("ascii"))[0]
-            except (ValueError, UnicodeDecodeError, TypeError, EOFError) as exc:
+            except _VALUE_ERRORS as exc:
                 raise DecodeError(f"value {raw_key!r}: cannot decode {ext}: {exc}", path=self.path, offset=offset, sample=sample) from None
             raise DecodeError(f"value {raw_key!r}: unsupported extension {ext!r}", path=self.path, offset=offset, sample=sample)
         try:

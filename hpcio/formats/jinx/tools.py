@@ -6,8 +6,9 @@ import os
 
 import numpy as np
 
+from ...errors import CorruptShardError
 from .reader import Reader
-from .writer import Writer
+from .writer import Options, Writer
 
 
 def _footer_options(footer: dict) -> dict:
@@ -20,6 +21,21 @@ def _footer_options(footer: dict) -> dict:
         "binary_threshold": footer.get("binary_threshold"),
         "ext_sep": footer.get("ext_sep", "."),
     }
+
+
+def _writer_options(readers: list[Reader], overrides: dict) -> dict:
+    """The first input's footer settings, ``overrides`` replacing them.
+
+    Settings taken from a footer are checked here, so a damaged footer is reported as
+    the corrupt file it is rather than as a bad writer option."""
+    first = next((r.shards[0] for r in readers if r.shards), None)
+    inherited = {k: v for k, v in _footer_options(first.footer if first else {}).items() if k not in overrides}
+    try:
+        Options(**{**_footer_options({}), **inherited})
+    except ValueError as exc:
+        raise CorruptShardError(f"JINX footer settings cannot be written again: {exc}",
+                                path=first.path, offset=first.footer_offset) from None
+    return {**inherited, **overrides}
 
 
 def _open_inputs(inputs) -> list[Reader]:
@@ -37,8 +53,7 @@ def join(inputs, output, **writer_options) -> int:
     """
     readers = _open_inputs(inputs)
     try:
-        first = next((r.shards[0].footer for r in readers if r.shards), {})
-        opts = {**_footer_options(first), **writer_options}
+        opts = _writer_options(readers, writer_options)
         with Writer(output, **opts) as w:
             for r in readers:
                 for s in r.iter_range():
@@ -63,8 +78,7 @@ def split(inputs, output_dir, *, parts: int | None = None, size_hint: int | None
     readers = _open_inputs(inputs)
     try:
         n = sum(len(r) for r in readers)
-        first = next((r.shards[0].footer for r in readers if r.shards), {})
-        opts = {**_footer_options(first), **writer_options}
+        opts = _writer_options(readers, writer_options)
         os.makedirs(output_dir, exist_ok=True)
         paths, w = [], None
         bounds = None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import binascii
 import io
+import pickle
+import tokenize
 
 import numpy as np
 
@@ -43,15 +45,14 @@ TYPE_EXTS = frozenset(["raw", "str", "npy", "pt", "np"]) | NUMPY_SCALARS
 
 def canonical_compression(name):
     """The JINX extension of a compression name or alias (``zstd`` -> ``zst``)."""
-    if name is None:
-        return None
-    name = COMPRESSION_ALIASES.get(name, name)
-    if name is not None and name not in COMPRESSIONS:
-        raise ValueError(
-            f"unknown JINX compression {name!r}; use one of {', '.join(COMPRESSIONS)} "
-            "(or zstd, gzip, brotli)"
-        )
-    return name
+    if isinstance(name, str):
+        name = COMPRESSION_ALIASES.get(name, name)
+    if name is None or (isinstance(name, str) and name in COMPRESSIONS):
+        return name
+    raise ValueError(
+        f"unknown JINX compression {name!r}; use one of {', '.join(COMPRESSIONS)} "
+        "(or zstd, gzip, brotli)"
+    )
 
 
 def compress(ext: str, data: bytes) -> bytes:
@@ -81,31 +82,23 @@ def encoder(encoding: str):
     return lambda b: b.hex()
 
 
+# Header parses are cached by the header's bytes: the values of one field share a few.
 _npy_headers: dict[bytes, tuple] = {}
+# What numpy's header parser raises for text that is not a header: literal_eval errors,
+# and tokenize errors from the fallback parse of headers written by Python 2.
+_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, tokenize.TokenError, RecursionError)
 
 
 def load_npy(data) -> np.ndarray:
-    """``np.load`` of .npy bytes, with the header parse cached by its bytes."""
+    """``np.load`` of .npy bytes without pickles; ValueError names what is wrong."""
     mv = memoryview(data)
     if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
         raise ValueError("not a .npy value (bad magic)")
-    major = mv[6]
-    if major == 1:
-        hlen = 10 + int.from_bytes(mv[8:10], "little")
-    else:
-        hlen = 12 + int.from_bytes(mv[8:12], "little")
+    hlen = (10 + int.from_bytes(mv[8:10], "little")) if mv[6] == 1 else (12 + int.from_bytes(mv[8:12], "little"))
     header = bytes(mv[:hlen])
     parsed = _npy_headers.get(header)
     if parsed is None:
-        fp = io.BytesIO(header)
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-        if dtype.hasobject:
-            raise ValueError(".npy value holds Python objects (pickles are refused)")
-        parsed = (shape, fortran, dtype, int(np.prod(shape, dtype=np.int64)))
+        parsed = _parse_npy_header(header)
         if len(_npy_headers) < 1024:
             _npy_headers[header] = parsed
     shape, fortran, dtype, count = parsed
@@ -115,9 +108,29 @@ def load_npy(data) -> np.ndarray:
     return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
 
 
+def _parse_npy_header(header: bytes) -> tuple:
+    fp = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+    except _NPY_HEADER_ERRORS:
+        text = header[10 if header[6] == 1 else 12 :].decode("latin-1").strip()
+        raise ValueError(f"garbled .npy header {text!r}") from None
+    if dtype.hasobject:
+        raise ValueError(".npy value holds Python objects (pickles are refused)")
+    return shape, fortran, dtype, int(np.prod(shape, dtype=np.int64))
+
+
 def load_torch(data):
+    """``torch.load(weights_only=True)`` of .pt bytes; ValueError for bytes it rejects."""
     try:
         import torch
     except ImportError:
         raise MissingDependencyError("a .pt value needs torch: pip install torch") from None
-    return torch.load(io.BytesIO(bytes(data)), weights_only=True)
+    try:
+        return torch.load(io.BytesIO(bytes(data)), weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, OSError, KeyError, AttributeError) as exc:
+        raise ValueError(f"not a torch.save value: {exc}") from None

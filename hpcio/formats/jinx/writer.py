@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import warnings
 from array import array
@@ -127,6 +128,12 @@ class Options:
             raise ValueError(f"unknown JINX encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
         if not isinstance(ext_sep, str) or not ext_sep:
             raise ValueError(f"ext_sep must be a non-empty string, got {ext_sep!r}")
+        _check_size("compress_threshold", compress_threshold)
+        if binary_threshold is not None:
+            _check_size("binary_threshold", binary_threshold)
+        if (isinstance(compress_ratio, bool) or not isinstance(compress_ratio, numbers.Real)
+                or not 0 <= compress_ratio < math.inf):
+            raise ValueError(f"compress_ratio must be a finite number >= 0, got {compress_ratio!r}")
         self.compress_threshold = compress_threshold
         self.compress_ratio = compress_ratio
         self.encoding = encoding
@@ -145,6 +152,11 @@ class Options:
     def settings(self) -> tuple:
         """What decides whether and how a value is compressed."""
         return (self.compression, self.compress_threshold, self.compress_ratio)
+
+
+def _check_size(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 class Writer(base.Writer):
