@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import pickle
 import re
 import sys
 import tempfile
@@ -238,6 +239,52 @@ def test_iterating_lazy_samples_keeps_only_those_the_caller_keeps(zst_file, orde
     next(it)
     assert sys.getrefcount(first) == held - 1  # only `first` and getrefcount's argument
     assert held - 1 == 2
+
+
+def test_lazy_sample_pickles_as_a_plain_dict(zst_file):
+    s = hpcio.open(zst_file)[4]
+    s["meta"]["tags"].append("new")  # pickled as the sample now reads
+    s["arr"][0, 0] = 99
+    back = pickle.loads(pickle.dumps(s))
+    expected = S.make_samples(6)[4]
+    expected["meta"]["tags"].append("new")
+    expected["arr"][0, 0] = 99
+    assert type(back) is dict and type(back["meta"]) is dict and type(back["items"][0]) is dict
+    assert S.to_jsonable(back) == S.to_jsonable(expected)
+    meta = hpcio.open(zst_file)[4]["meta"]
+    assert isinstance(meta, jinx.JinxSample)  # a nested lazy object pickles the same way
+    assert S.to_jsonable(pickle.loads(pickle.dumps(meta))) == S.to_jsonable(S.make_samples(6)[4]["meta"])
+
+
+def _as_list(batch):
+    return batch
+
+
+@pytest.mark.parametrize("collate", ["default", "list"])
+def test_dataloader_workers_send_lazy_samples_back(tmp_path, collate):
+    torch = pytest.importorskip("torch")
+    import hpcio.torch as ht
+
+    path = tmp_path / "t.jinx"
+    with hpcio.open_writer(path, format="jinx", compression="zst", binary_threshold=64) as w:
+        for i in range(12):
+            w.write({"id": i, "x": np.full(3, i, dtype=np.float32), "text": "t" * (40 + i), "meta": {"i": i}})
+    ds = ht.MapDataset(hpcio.open(path), batch_size=4, shuffle=False)
+    kwargs = {} if collate == "default" else {"collate_fn": _as_list}
+    loader = ht.DataLoader(ds, num_workers=2, timeout=120, **kwargs)
+    batches = list(loader)
+    if collate == "default":
+        assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        assert torch.equal(batches[1]["x"], torch.arange(4, 8, dtype=torch.float32)[:, None].expand(4, 3))
+        assert batches[2]["text"] == ["t" * (40 + i) for i in range(8, 12)]
+        assert batches[0]["meta"]["i"].tolist() == [0, 1, 2, 3]
+    else:
+        samples = [s for b in batches for s in b]
+        assert all(type(s) is dict for s in samples)
+        assert [s["id"] for s in samples] == list(range(12))
+        assert [s["text"] for s in samples] == ["t" * (40 + i) for i in range(12)]
+        assert all(np.array_equal(s["x"], np.full(3, s["id"], np.float32)) for s in samples)
+        assert [s["meta"] for s in samples] == [{"i": i} for i in range(12)]
 
 
 def test_eager_samples_are_plain_dicts(zst_file):

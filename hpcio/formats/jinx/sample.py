@@ -18,6 +18,10 @@ class JinxSample(_jinx.LazySample, Mapping):
     reads instead of copying it.  Item access, ``keys``, ``in``, iteration and ``len``
     are compiled (``hpcio._core._jinx.LazySample``); ``get``, ``items``, ``values`` and
     ``==`` are the Mapping ones.
+
+    A sample pickles as a plain dict of its values as it now reads (nested lazy objects
+    become dicts too): the mapped file it reads from cannot cross a process boundary, and
+    a DataLoader worker must send decoded values back.
     """
 
     __slots__ = ()
@@ -34,6 +38,9 @@ class JinxSample(_jinx.LazySample, Mapping):
     def materialize(self) -> dict:
         """A plain dict with every value decoded (nested objects too)."""
         return self._shard.materialize(self._raw, self._sample)
+
+    def __reduce__(self):
+        return dict, (dict(self),)
 
     def __repr__(self):
         return f"JinxSample({self._raw!r})"
