@@ -538,20 +538,25 @@ def test_index_not_increasing(tmp_path):
         hpcio.open(p, format="jinx")
 
 
-def test_truncated_footer(tmp_path, capsys):
+def _assert_corrupt(path, message, capsys):
+    """Opening ``path`` raises CorruptShardError(message); ``hpcio inspect`` prints it in one line."""
     from hpcio.cli.main import main
 
+    with pytest.raises(CorruptShardError) as err:
+        hpcio.open(path, format="jinx")
+    assert str(err.value) == message
+    assert main(["inspect", str(path)]) == 1
+    assert capsys.readouterr().err == f"hpcio: error: {message}\n"
+
+
+def test_truncated_footer(tmp_path, capsys):
     p = _write(tmp_path / "a.jinx")
     lines = p.read_bytes().split(b"\n")
     footer_offset = sum(len(x) + 1 for x in lines[:-3])
     lines[-3] = lines[-3][:20]
     p.write_bytes(b"\n".join(lines))
-    message = f"garbled JINX footer: unexpected end of data ({p}, byte offset {footer_offset + 20})"
-    with pytest.raises(CorruptShardError) as err:
-        hpcio.open(p, format="jinx")
-    assert str(err.value) == message
-    assert main(["inspect", str(p)]) == 1
-    assert capsys.readouterr().err == f"hpcio: error: {message}\n"
+    _assert_corrupt(p, f"garbled JINX footer: unexpected end of data ({p}, byte offset {footer_offset + 20})",
+                    capsys)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -565,19 +570,13 @@ def test_truncated_footer(tmp_path, capsys):
 ], ids=["num_samples-str", "num_samples-negative", "num_samples-huge", "ext_sep-int", "ext_sep-empty",
         "encoding-list", "index-int"])
 def test_footer_with_wrong_types(tmp_path, capsys, field, value, message):
-    from hpcio.cli.main import main
-
     p = _write(tmp_path / "a.jinx")
     lines, footer = _footer(p)
     footer[field] = value
     _rewrite(p, lines, footer)
     fo = sum(len(x) + 1 for x in lines[:-3])
     expected = f"{message.format(fo=fo)} ({p}, byte offset {fo})"
-    with pytest.raises(CorruptShardError) as err:
-        hpcio.open(p, format="jinx")
-    assert str(err.value) == expected
-    assert main(["inspect", str(p)]) == 1
-    assert capsys.readouterr().err == f"hpcio: error: {expected}\n"
+    _assert_corrupt(p, expected, capsys)
     report = jinx.verify(p)
     assert (report["ok"], report["samples"], report["errors"][0]["error"]) == (False, 0, expected)
 
