@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
+import pickle
 import re
 import sys
 import tempfile
@@ -25,6 +27,8 @@ from hpcio.errors import (
 )
 from hpcio._core import _jinx
 from hpcio.formats import jinx
+from hpcio.formats.jinx import shard as jinx_shard
+from hpcio.formats.reports import InspectReport, VerifyReport
 from hpcio.testing import FormatTests
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "jinx"
@@ -100,7 +104,8 @@ def test_golden_files(name, lazy):
 
 
 def test_golden_sharded_footer_links():
-    footers = [jinx.inspect(p)["shards"][0] for p in sorted((FIXTURES / "sharded").glob("shard-*.jinx"))]
+    footers = [jinx.inspect(p)["details"]["shards"][0]
+               for p in sorted((FIXTURES / "sharded").glob("shard-*.jinx"))]
     assert [f["shard_id"] for f in footers] == [0, 1, 2]
     assert footers[1]["shard_prev"] == "sharded/shard-00000.jinx"
     assert footers[1]["shard_next"] == "sharded/shard-00002.jinx"
@@ -112,7 +117,7 @@ def test_golden_sharded_footer_links():
 
 def test_golden_sidecar_index():
     info = jinx.inspect(FIXTURES / "bin_zst.jinx")
-    assert info["shards"][0]["index"] == "index.npy.bin"
+    assert info["details"]["shards"][0]["index"] == "index.npy.bin"
     assert info["fields"]["text"] in ("str.zst", "str.zst.bin", "str.bin", None)
 
 
@@ -128,13 +133,13 @@ def zst_file(tmp_path):
 
 def test_lazy_sample_decodes_only_what_is_accessed(zst_file, monkeypatch):
     calls = []
-    real = jinx._decompress
+    real = jinx_shard.decompress
 
     def counting(ext, data, *a, **k):
         calls.append(ext)
         return real(ext, data, *a, **k)
 
-    monkeypatch.setattr(jinx, "_decompress", counting)
+    monkeypatch.setattr(jinx_shard, "decompress", counting)
     s = hpcio.open(zst_file)[3]
     assert isinstance(s, jinx.JinxSample)
     assert list(s) == list(S.make_samples(6)[3])  # file order, unlike mldataforge's LazyDict
@@ -236,6 +241,52 @@ def test_iterating_lazy_samples_keeps_only_those_the_caller_keeps(zst_file, orde
     assert held - 1 == 2
 
 
+def test_lazy_sample_pickles_as_a_plain_dict(zst_file):
+    s = hpcio.open(zst_file)[4]
+    s["meta"]["tags"].append("new")  # pickled as the sample now reads
+    s["arr"][0, 0] = 99
+    back = pickle.loads(pickle.dumps(s))
+    expected = S.make_samples(6)[4]
+    expected["meta"]["tags"].append("new")
+    expected["arr"][0, 0] = 99
+    assert type(back) is dict and type(back["meta"]) is dict and type(back["items"][0]) is dict
+    assert S.to_jsonable(back) == S.to_jsonable(expected)
+    meta = hpcio.open(zst_file)[4]["meta"]
+    assert isinstance(meta, jinx.JinxSample)  # a nested lazy object pickles the same way
+    assert S.to_jsonable(pickle.loads(pickle.dumps(meta))) == S.to_jsonable(S.make_samples(6)[4]["meta"])
+
+
+def _as_list(batch):
+    return batch
+
+
+@pytest.mark.parametrize("collate", ["default", "list"])
+def test_dataloader_workers_send_lazy_samples_back(tmp_path, collate):
+    torch = pytest.importorskip("torch")
+    import hpcio.torch as ht
+
+    path = tmp_path / "t.jinx"
+    with hpcio.open_writer(path, format="jinx", compression="zst", binary_threshold=64) as w:
+        for i in range(12):
+            w.write({"id": i, "x": np.full(3, i, dtype=np.float32), "text": "t" * (40 + i), "meta": {"i": i}})
+    ds = ht.MapDataset(hpcio.open(path), batch_size=4, shuffle=False)
+    kwargs = {} if collate == "default" else {"collate_fn": _as_list}
+    loader = ht.DataLoader(ds, num_workers=2, timeout=120, **kwargs)
+    batches = list(loader)
+    if collate == "default":
+        assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        assert torch.equal(batches[1]["x"], torch.arange(4, 8, dtype=torch.float32)[:, None].expand(4, 3))
+        assert batches[2]["text"] == ["t" * (40 + i) for i in range(8, 12)]
+        assert batches[0]["meta"]["i"].tolist() == [0, 1, 2, 3]
+    else:
+        samples = [s for b in batches for s in b]
+        assert all(type(s) is dict for s in samples)
+        assert [s["id"] for s in samples] == list(range(12))
+        assert [s["text"] for s in samples] == ["t" * (40 + i) for i in range(12)]
+        assert all(np.array_equal(s["x"], np.full(3, s["id"], np.float32)) for s in samples)
+        assert [s["meta"] for s in samples] == [{"i": i} for i in range(12)]
+
+
 def test_eager_samples_are_plain_dicts(zst_file):
     s = hpcio.open(zst_file, lazy=False)[2]
     assert type(s) is dict and type(s["meta"]) is dict
@@ -328,7 +379,7 @@ def test_compression_aliases_are_recorded_as_extensions(tmp_path):
     with hpcio.open_writer(path, format="jinx", compression="zstd", index_compression="gzip",
                            compress_threshold=8) as w:
         w.write({"t": "abc" * 100})
-    footer = jinx.inspect(path)["shards"][0]
+    footer = jinx.inspect(path)["details"]["shards"][0]
     assert footer["compression"] == "zst" and footer["index_compression"] == "gz"
     assert "t.str.zst" in orjson.loads(path.read_bytes().split(b"\n")[0])
 
@@ -348,8 +399,8 @@ def _no_decoding(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("passthrough decoded a value")
 
-    monkeypatch.setattr(jinx, "_decompress", refuse)
-    monkeypatch.setattr(jinx._Shard, "unserialize", refuse)
+    monkeypatch.setattr(jinx_shard, "decompress", refuse)
+    monkeypatch.setattr(jinx_shard.Shard, "unserialize", refuse)
 
 
 def test_join_copies_without_decoding(source, tmp_path, monkeypatch):
@@ -382,7 +433,7 @@ def test_join_with_other_settings_re_encodes(source, tmp_path, options):
     with hex_warning if inline_hex else contextlib.nullcontext():
         jinx.join([source], out, **options)
     assert [S.to_jsonable(s) for s in hpcio.open(out)] == [S.to_jsonable(s) for s in S.make_samples(8)]
-    footer = jinx.inspect(out)["shards"][0]
+    footer = jinx.inspect(out)["details"]["shards"][0]
     for key, value in options.items():
         assert footer[key] == value
     if options.get("compression") is None and "compression" in options:
@@ -487,6 +538,94 @@ def test_index_not_increasing(tmp_path):
         hpcio.open(p, format="jinx")
 
 
+def _assert_corrupt(path, message, capsys):
+    """Opening ``path`` raises CorruptShardError(message); ``hpcio inspect`` prints it in one line."""
+    from hpcio.cli.main import main
+
+    with pytest.raises(CorruptShardError) as err:
+        hpcio.open(path, format="jinx")
+    assert str(err.value) == message
+    assert main(["inspect", str(path)]) == 1
+    assert capsys.readouterr().err == f"hpcio: error: {message}\n"
+
+
+def test_truncated_footer(tmp_path, capsys):
+    p = _write(tmp_path / "a.jinx")
+    lines = p.read_bytes().split(b"\n")
+    footer_offset = sum(len(x) + 1 for x in lines[:-3])
+    lines[-3] = lines[-3][:20]
+    p.write_bytes(b"\n".join(lines))
+    _assert_corrupt(p, f"garbled JINX footer: unexpected end of data ({p}, byte offset {footer_offset + 20})",
+                    capsys)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_samples", "3", "garbled JINX footer: expected a JSON object with an integer num_samples"),
+    ("num_samples", -1, "garbled JINX footer: num_samples -1 is not in 0..{fo} (the footer offset)"),
+    ("num_samples", 2**40, "garbled JINX footer: num_samples 1099511627776 is not in 0..{fo} (the footer offset)"),
+    ("ext_sep", 1, "garbled JINX footer: ext_sep must be a non-empty string, got 1"),
+    ("ext_sep", "", "garbled JINX footer: ext_sep must be a non-empty string, got ''"),
+    ("encoding", ["a85"], "unknown JINX encoding ['a85']; expected one of a85, b64, hex"),
+    ("index.npy", 5, "JINX footer 'index.npy' is not a string"),
+], ids=["num_samples-str", "num_samples-negative", "num_samples-huge", "ext_sep-int", "ext_sep-empty",
+        "encoding-list", "index-int"])
+def test_footer_with_wrong_types(tmp_path, capsys, field, value, message):
+    p = _write(tmp_path / "a.jinx")
+    lines, footer = _footer(p)
+    footer[field] = value
+    _rewrite(p, lines, footer)
+    fo = sum(len(x) + 1 for x in lines[:-3])
+    expected = f"{message.format(fo=fo)} ({p}, byte offset {fo})"
+    _assert_corrupt(p, expected, capsys)
+    report = jinx.verify(p)
+    assert (report["ok"], report["samples"], report["errors"][0]["error"]) == (False, 0, expected)
+
+
+def test_footer_settings_a_join_cannot_use(tmp_path):
+    p = _write(tmp_path / "a.jinx")
+    lines, footer = _footer(p)
+    footer["compress_threshold"] = "64"
+    _rewrite(p, lines, footer)
+    assert len(hpcio.open(p)) == 3  # the reader needs no writer settings
+    fo = sum(len(x) + 1 for x in lines[:-3])
+    with pytest.raises(CorruptShardError, match=re.escape(
+            "JINX footer settings cannot be written again: compress_threshold must be an integer >= 0, "
+            f"got '64' ({p}, byte offset {fo})")):
+        jinx.join([p], tmp_path / "out.jinx")
+    assert jinx.join([p], tmp_path / "out.jinx", compress_threshold=64) == 3
+
+
+def test_corrupt_npy_header(tmp_path):
+    p = _write(tmp_path / "a.jinx", [{"a": np.arange(3.0)}])
+    data = p.read_bytes()
+    stored = orjson.loads(data.split(b"\n")[0])["a.npy"]
+    npy = _jinx.a85decode(stored)
+    broken = _jinx.a85encode(npy.replace(b"(3,), }", b"(3,    "))
+    assert len(orjson.dumps(broken)) == len(orjson.dumps(stored))  # the index stays valid
+    p.write_bytes(data.replace(orjson.dumps(stored), orjson.dumps(broken)))
+    message = (f"value 'a.npy': cannot decode npy: garbled .npy header "
+               f"\"{{'descr': '<f8', 'fortran_order': False, 'shape': (3,\" ({p}, byte offset 0, sample 0)")
+    with pytest.raises(DecodeError) as err:
+        hpcio.open(p)[0]["a"]
+    assert str(err.value) == message
+    assert jinx.verify(p)["errors"] == [
+        {"path": str(p), "offset": 0, "sample": 0, "type": "DecodeError", "error": message}]
+
+
+def test_corrupt_pt_value_is_reported_only_when_unpickled(tmp_path):
+    torch = pytest.importorskip("torch")
+    p = _write(tmp_path / "a.jinx", [{"w": torch.arange(4)}])
+    data = p.read_bytes()
+    stored = orjson.loads(data.split(b"\n")[0])["w.pt"]
+    broken = _jinx.a85encode(b"\x01" * 4 + _jinx.a85decode(stored)[4:])
+    assert len(orjson.dumps(broken)) == len(orjson.dumps(stored))
+    p.write_bytes(data.replace(orjson.dumps(stored), orjson.dumps(broken)))
+    assert jinx.verify(p)["ok"]
+    report = jinx.verify(p, allow_pickle=True)
+    assert report["errors"][0]["type"] == "DecodeError"
+    assert report["errors"][0]["error"].startswith("value 'w.pt': cannot decode pt: not a torch.save value: ")
+
+
 SIDECAR_SAMPLES = [{"id": i, "b": bytes([i]) * 50} for i in range(3)]
 
 
@@ -567,12 +706,65 @@ def test_not_found():
 
 def test_verify_reports_bad_values(tmp_path):
     p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
-    assert jinx.verify(p) == {"ok": True, "num_samples": 3, "errors": []}
+    assert jinx.verify(p) == {"format": "jinx", "path": str(p), "ok": True, "samples": 3, "shards": 1,
+                              "checked": 3, "hashes_checked": 0, "errors": []}
     binx = p.with_suffix(".binx")
     binx.write_bytes(binx.read_bytes()[:70])
     report = jinx.verify(p)
-    assert not report["ok"] and report["num_samples"] == 3
-    assert [e.split(":")[0] for e in report["errors"]] == ["value 'b.raw.bin'"] * 2
+    assert not report["ok"] and report["samples"] == 3 and report["checked"] == 1
+    assert [e["error"].split(":")[0] for e in report["errors"]] == ["value 'b.raw.bin'"] * 2
+
+
+def test_inspect_report(tmp_path):
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    info = jinx.inspect(p)
+    assert set(info) == set(InspectReport.__annotations__)
+    assert (info["format"], info["path"], info["samples"], info["shards"]) == ("jinx", str(p), 3, 1)
+    assert info["fields"] == {"id": None, "b": "raw.bin"}
+    assert info["stored_bytes"] == p.stat().st_size + p.with_suffix(".binx").stat().st_size
+    shard = info["details"]["shards"][0]
+    assert (shard["index"], shard["num_samples"], shard["sidecar_bytes"]) == ("index.npy", 3, 150)
+
+
+def test_verify_report_schema_and_max_errors(tmp_path):
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    binx = p.with_suffix(".binx")
+    binx.write_bytes(binx.read_bytes()[:70])
+    report = jinx.verify(p, max_errors=1)
+    assert set(report) == set(VerifyReport.__annotations__)
+    assert not report["ok"] and report["checked"] == 1
+    assert report["errors"] == [{
+        "path": str(binx), "offset": 50, "sample": 1, "type": "TruncatedShardError",
+        "error": f"value 'b.raw.bin': sidecar bytes [50, 100) lie beyond its end (70 bytes) "
+                 f"({binx}, byte offset 50, sample 1)",
+    }]
+    missing = jinx.verify(tmp_path / "nope")
+    assert not missing["ok"] and missing["errors"][0]["type"] == "ShardNotFoundError"
+
+
+def test_verify_unpickles_pt_values_only_when_allowed(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    p = _write(tmp_path / "t.jinx", [{"id": i, "w": torch.arange(i + 1)} for i in range(3)],
+               compression="zst", compress_threshold=16)
+    loads = []
+    real = jinx_shard.load_torch
+    monkeypatch.setattr(jinx_shard, "load_torch", lambda data: loads.append(len(data)) or real(data))
+    report = jinx.verify(p)
+    assert (report["ok"], report["checked"], loads) == (True, 3, [])
+    report = jinx.verify(p, allow_pickle=True)
+    assert (report["ok"], report["checked"], len(loads)) == (True, 3, 3)
+
+
+def test_cli_verify_and_inspect(tmp_path, capsys):
+    from hpcio.cli.main import main
+
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    assert main(["verify", str(p)]) == 0
+    assert capsys.readouterr().out == "OK: 3 samples in 1 shards, 3 records decoded, 0 hashes checked\n"
+    assert main(["verify", str(p), "--allow-pickle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checked"] == 3
+    assert main(["inspect", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fields"] == {"b": "raw.bin", "id": None}
 
 
 def test_sniff(tmp_path):
