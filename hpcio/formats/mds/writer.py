@@ -21,6 +21,7 @@ import numpy as np
 from ..._core import _records
 from ..._fileio import write_pieces
 from ...errors import SchemaError, UnsupportedValueError
+from ...units import parse_bytes
 from .. import base
 from .compression import Compression, _hash_functions, parse_compression
 from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
@@ -159,22 +160,6 @@ def _shard_head(lengths: np.ndarray, config_data: bytes, number: int, path) -> b
     return _U32.pack(n) + offsets.astype("<u4").tobytes() + config_data
 
 
-def _parse_size(value) -> int | None:
-    """streaming's ``bytes_to_int``: an int, or a string such as ``"100kb"``."""
-    if not value:
-        return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = value.lower().strip()
-    units = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * factor)
-    if text.endswith("b") and text[:-1].isdigit():
-        return int(text[:-1])
-    return int(text)
-
-
 class Writer(base.Writer):
     """Writes an MDS dataset, byte-identical to streaming's ``MDSWriter``.
 
@@ -219,7 +204,8 @@ class Writer(base.Writer):
         for algo in self.hashes:
             if algo not in _hash_functions():
                 raise ValueError(f"unknown hash {algo!r}; use a hashlib or xxhash algorithm name")
-        self.size_limit = _parse_size(size_limit)
+        # None or 0: no limit.  Strings read as streaming reads them ("64mb" is 64 MiB).
+        self.size_limit = parse_bytes(size_limit, what="size_limit", decimal_base=1024) if size_limit else None
         if self.size_limit is not None and not 0 <= self.size_limit < 1 << 32:
             raise ValueError(f"size_limit must be in [0, 2**32), got {self.size_limit}: offsets are u32")
         self.allow_pickle = allow_pickle
