@@ -391,9 +391,9 @@ def test_mldataforge_fixture():
 def test_inspect_fixture():
     info = mds.inspect(os.path.join(FIXTURES, "streaming-zstd7"))
     assert info["samples"] == 8 and info["shards"] == 4
-    assert info["compression"] == ["zstd:7"] and info["hashes"] == ["sha1", "xxh64"]
-    assert info["columns"]["nd_fixed"] == "ndarray:float32:2,3"
-    assert info["stored_bytes"] < info["raw_bytes"]
+    assert info["details"]["compression"] == ["zstd:7"] and info["details"]["hashes"] == ["sha1", "xxh64"]
+    assert info["fields"]["nd_fixed"] == "ndarray:float32:2,3"
+    assert info["stored_bytes"] < info["details"]["raw_bytes"]
 
 
 # --- readers ---------------------------------------------------------------------------
@@ -979,9 +979,9 @@ def test_cli_inspect(capsys):
     path = os.path.join(FIXTURES, "mldataforge-sample-zstd")
     assert run_cli(inspect_cmd, path, "--json") == 0
     info = json.loads(capsys.readouterr().out)
-    assert (info["samples"], info["shards"], info["compression"]) == (20, 2, ["sample::zstd"])
+    assert (info["samples"], info["shards"], info["details"]["compression"]) == (20, 2, ["sample::zstd"])
     assert run_cli(inspect_cmd, path) == 0
-    assert "columns" in capsys.readouterr().out
+    assert "fields" in capsys.readouterr().out
 
 
 def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
@@ -997,7 +997,7 @@ def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
     edit_index(bad, lambda o: o["shards"][0]["raw_data"]["hashes"].clear())
     assert run_cli(verify_cmd, bad, "--json") == 1
     report = json.loads(capsys.readouterr().out)
-    assert not report["ok"] and report["records_checked"] == 6
+    assert not report["ok"] and report["checked"] == 6
     assert [(e["sample"], e["offset"], e["type"]) for e in report["errors"]] == [
         (2, b2, "DecodeError"), (5, b5, "DecodeError")]
     shutil.copytree(path, tmp_path / "badhash")

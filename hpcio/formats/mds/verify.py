@@ -1,8 +1,8 @@
-"""``inspect`` and ``verify`` of an MDS dataset.
+"""``inspect`` and ``verify`` of an MDS dataset, in the report schema every format shares.
 
 ``inspect`` reads only ``index.json``; ``verify`` checks every recorded hash, the header
 and offset table of every shard, and decodes every record, reporting each bad sample on
-its own.
+its own (see :mod:`hpcio.formats.reports`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from ...errors import CorruptShardError, HpcioError
+from ..reports import InspectReport, VerifyReport, problem
 from .compression import _digest, _hash_functions
 from .index import NAME, _dataset_dir, _load_index, _ShardInfo
 from .reader import Reader
@@ -20,46 +21,47 @@ __all__ = ["inspect", "verify"]
 _PAIR = struct.Struct("<2I")
 
 
-def inspect(path) -> dict:
-    """Summary of an MDS dataset: samples, shards, columns, compression, sizes."""
+def inspect(path) -> InspectReport:
+    """Summary of an MDS dataset: samples, shards, columns (``fields``, by encoding) and
+    stored size; compression, hashes, size limit, raw size and the fewest and most
+    samples per shard under ``details``."""
     directory = _dataset_dir(path)
     shards = _load_index(directory)
-    columns = dict(zip(*shards[0].columns[:2])) if shards else {}
     return {
         "format": NAME,
         "path": directory,
         "samples": sum(s.samples for s in shards),
         "shards": len(shards),
-        "columns": columns,
-        "compression": sorted({s.compression.spec if s.compression else "none" for s in shards}),
-        "hashes": sorted({h for s in shards for h in s.entry.get("hashes") or []}),
-        "size_limit": shards[0].entry.get("size_limit") if shards else None,
-        "raw_bytes": sum(s.raw_bytes for s in shards),
+        "fields": dict(zip(*shards[0].columns[:2])) if shards else {},
         "stored_bytes": sum(s.zip_bytes if s.whole_shard else s.raw_bytes for s in shards),
-        "shard_samples": {"min": min((s.samples for s in shards), default=0),
-                          "max": max((s.samples for s in shards), default=0)},
+        "details": {
+            "compression": sorted({s.compression.spec if s.compression else "none" for s in shards}),
+            "hashes": sorted({h for s in shards for h in s.entry.get("hashes") or []}),
+            "size_limit": shards[0].entry.get("size_limit") if shards else None,
+            "raw_bytes": sum(s.raw_bytes for s in shards),
+            "shard_samples": {"min": min((s.samples for s in shards), default=0),
+                              "max": max((s.samples for s in shards), default=0)},
+        },
     }
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Check every hash and decode every record of an MDS dataset.
 
-    Returns a report ``{"ok", "path", "samples", "shards", "hashes_checked",
-    "records_checked", "errors": [{"path", "offset", "sample", "error"}]}``; each bad
-    sample is reported on its own and checking goes on (up to ``max_errors``).  ``pkl``
-    columns are sliced and size-checked but only unpickled with ``allow_pickle``.
+    ``checked`` counts the records decoded, ``hashes_checked`` the hashes compared (of
+    the stored files and, for whole-shard compression, of the decompressed shards).
+    Each bad sample is reported on its own and checking goes on; at most ``max_errors``
+    problems are listed.  ``pkl`` columns are sliced and size-checked but only unpickled
+    with ``allow_pickle``.
     """
     directory = _dataset_dir(path)
-    report = {"ok": True, "path": directory, "samples": 0, "shards": 0,
-              "hashes_checked": 0, "records_checked": 0, "errors": []}
+    report: VerifyReport = {"format": NAME, "path": directory, "ok": True, "samples": 0, "shards": 0,
+                            "checked": 0, "hashes_checked": 0, "errors": []}
 
     def fail(exc: Exception) -> None:
         report["ok"] = False
         if len(report["errors"]) < max_errors:
-            report["errors"].append({
-                "path": getattr(exc, "path", None), "offset": getattr(exc, "offset", None),
-                "sample": getattr(exc, "sample", None), "error": str(exc), "type": type(exc).__name__,
-            })
+            report["errors"].append(problem(exc))
 
     try:
         reader = Reader(directory, allow_pickle=True)
@@ -77,7 +79,7 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
             except HpcioError as exc:
                 fail(exc)
                 continue
-            report["records_checked"] += _verify_records(reader, sh, cols, fail)
+            report["checked"] += _verify_records(reader, sh, cols, fail)
             reader.close()  # one shard at a time keeps memory flat
     return report
 
