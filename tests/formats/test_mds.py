@@ -37,6 +37,8 @@ from hpcio.errors import (
     UnsupportedValueError,
 )
 from hpcio.formats import mds
+from hpcio.formats.mds import shards as mds_shards
+from hpcio.formats.mds import writer as mds_writer
 from hpcio.testing import FormatTests
 
 gen = load_generators()
@@ -183,7 +185,7 @@ def test_sample_blosc2_round_trip_and_index(tmp_path):
 
 
 def test_sample_compression_warns_once(tmp_path):
-    mds._warned_sample_compression = False
+    mds_writer._warned_sample_compression = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         write(tmp_path / "a", [{"x": 1}], compression="sample::zstd")
@@ -389,9 +391,9 @@ def test_mldataforge_fixture():
 def test_inspect_fixture():
     info = mds.inspect(os.path.join(FIXTURES, "streaming-zstd7"))
     assert info["samples"] == 8 and info["shards"] == 4
-    assert info["compression"] == ["zstd:7"] and info["hashes"] == ["sha1", "xxh64"]
-    assert info["columns"]["nd_fixed"] == "ndarray:float32:2,3"
-    assert info["stored_bytes"] < info["raw_bytes"]
+    assert info["details"]["compression"] == ["zstd:7"] and info["details"]["hashes"] == ["sha1", "xxh64"]
+    assert info["fields"]["nd_fixed"] == "ndarray:float32:2,3"
+    assert info["stored_bytes"] < info["details"]["raw_bytes"]
 
 
 # --- readers ---------------------------------------------------------------------------
@@ -648,13 +650,13 @@ def test_sort_by_length_counts_in_place(tmp_path, compression):
 def value_reads(request, monkeypatch):
     """Large records' values read with pread (the file cached in small pages) or through
     the mapping (huge pages), whatever the page cache holds."""
-    monkeypatch.setattr(mds, "_maps_cheaply", lambda mapped: request.param == "mapping")
+    monkeypatch.setattr(mds_shards, "_maps_cheaply", lambda mapped: request.param == "mapping")
     return request.param
 
 
 @pytest.fixture
 def large_records(tmp_path):
-    """Records of ~40 KB (past mds._LARGE_RECORD) with small values on both sides of a blob
+    """Records of ~40 KB (past mds_shards._LARGE_RECORD) with small values on both sides of a blob
     (MDS stores columns in name order: "a_id", "blob", "meta")."""
     rng = np.random.default_rng(5)
     samples = [{"a_id": f"s{i}", "blob": rng.bytes(40_000 + i), "meta": {"n": i, "text": "é" * (i % 700)}}
@@ -669,7 +671,7 @@ def large_records(tmp_path):
 def test_large_records_read_the_same_on_every_path(large_records, value_reads, zero_copy):
     path, samples = large_records
     ds = hpcio.open(path, zero_copy=zero_copy)
-    assert ds.reader.shards[0].raw_bytes > mds._LARGE_RECORD * ds.reader.shards[0].samples
+    assert ds.reader.shards[0].raw_bytes > mds_shards._LARGE_RECORD * ds.reader.shards[0].samples
     order = np.random.default_rng(1).permutation(len(samples))
 
     def plain(s):
@@ -726,7 +728,7 @@ def test_large_records_in_huge_pages_are_read_through_the_mapping(large_records,
     ones are: no pread at all."""
     from hpcio._core import _records
 
-    monkeypatch.setattr(mds, "_maps_cheaply", lambda mapped: True)
+    monkeypatch.setattr(mds_shards, "_maps_cheaply", lambda mapped: True)
     path, samples = large_records
     ds = hpcio.open(path, zero_copy=zero_copy)
     order = np.random.default_rng(3).permutation(len(samples))
@@ -977,9 +979,9 @@ def test_cli_inspect(capsys):
     path = os.path.join(FIXTURES, "mldataforge-sample-zstd")
     assert run_cli(inspect_cmd, path, "--json") == 0
     info = json.loads(capsys.readouterr().out)
-    assert (info["samples"], info["shards"], info["compression"]) == (20, 2, ["sample::zstd"])
+    assert (info["samples"], info["shards"], info["details"]["compression"]) == (20, 2, ["sample::zstd"])
     assert run_cli(inspect_cmd, path) == 0
-    assert "columns" in capsys.readouterr().out
+    assert "fields" in capsys.readouterr().out
 
 
 def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
@@ -995,7 +997,7 @@ def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
     edit_index(bad, lambda o: o["shards"][0]["raw_data"]["hashes"].clear())
     assert run_cli(verify_cmd, bad, "--json") == 1
     report = json.loads(capsys.readouterr().out)
-    assert not report["ok"] and report["records_checked"] == 6
+    assert not report["ok"] and report["checked"] == 6
     assert [(e["sample"], e["offset"], e["type"]) for e in report["errors"]] == [
         (2, b2, "DecodeError"), (5, b5, "DecodeError")]
     shutil.copytree(path, tmp_path / "badhash")
@@ -1025,13 +1027,13 @@ _JSON_VALUES = st.recursive(
 def test_json_column_text_is_json_dumps(value):
     """A json column stores ``json.dumps(value)`` (streaming's bytes), from one reused
     encoder."""
-    from hpcio.formats._mds_encodings import _json_dumps
+    from hpcio.formats.mds.encodings import _json_dumps
 
     assert _json_dumps(value) == json.dumps(value)
 
 
 def test_json_column_errors_are_json_dumps_errors():
-    from hpcio.formats._mds_encodings import _json_dumps
+    from hpcio.formats.mds.encodings import _json_dumps
 
     loop: list = []
     loop.append(loop)

@@ -107,7 +107,7 @@ def test_streaming_written_read_by_hpcio(tmp_path, compression):
         for i, (g, o) in enumerate(zip(source, oracle)):
             for name, encoding in gen.ALL_COLUMNS.items():
                 if encoding in ("jpeg", "png", "pil"):
-                    assert _pil_bytes(hpcio.formats._mds_encodings.column_codec(encoding)
+                    assert _pil_bytes(hpcio.formats.mds.encodings.column_codec(encoding)
                                       .decode_one(memoryview(g[name]), True)) == _pil_bytes(o[name])
                 elif encoding.startswith("list[") or encoding.startswith("jpeg"):
                     assert len(g[name]) == len(o[name])

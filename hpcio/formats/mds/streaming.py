@@ -20,9 +20,9 @@ import struct
 from streaming.base.format import _readers
 from streaming.base.format.mds.reader import MDSReader
 
-from .codecs import DEFAULT_LIMIT
-from .errors import IndexOutOfRangeError
-from .formats.mds import parse_compression
+from ...codecs import DEFAULT_LIMIT
+from ...errors import IndexOutOfRangeError
+from .compression import parse_compression
 
 __all__ = ["MDSSampleReader", "install"]
 
@@ -55,7 +55,7 @@ class MDSSampleReader(MDSReader):
 
     def _buffer(self):
         if self._map is None or self._map_pid != os.getpid():
-            from ._core import _io
+            from ..._core import _io
 
             filename = os.path.join(self.dirname, self.split, self.raw_data.basename)
             self._map = _io.MappedShard(filename)

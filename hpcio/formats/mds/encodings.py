@@ -31,9 +31,9 @@ from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii
 
 import numpy as np
 
-from .._core._records import loads_exact
-from ..columns import loads_json
-from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
+from ..._core._records import loads_exact
+from ...columns import loads_json
+from ...errors import CorruptShardError, SchemaError, UnsupportedValueError
 
 __all__ = [
     "ColumnCodec",
@@ -65,7 +65,7 @@ def _json_dumps(value) -> str:
     """``json.dumps(value)`` with its default options, as streaming's MDSWriter writes
     a json column, from one C encoder per thread.
 
-    ``json.dumps`` builds a new encoder for every call: half of its 1.8 us on a small
+    ``json.dumps`` builds a new encoder for every call, about half its cost on a small
     object, paid for every sample of a conversion.  The encoder's circular-reference
     markers are emptied again after an error, as a fresh encoder would start.
     """
@@ -99,7 +99,7 @@ def _pil():
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - pillow is a declared extra
-        from ..errors import MissingDependencyError
+        from ...errors import MissingDependencyError
 
         raise MissingDependencyError(
             "image columns need Pillow: pip install pillow (or pip install 'hpcio[formats]')"
@@ -460,15 +460,6 @@ def column_codec(encoding: str, *, path=None, column: str | None = None) -> Colu
             ) from None
         _CACHE[encoding] = codec
     return codec
-
-
-def is_encoding(encoding: str) -> bool:
-    """Whether ``encoding`` is an MDS column encoding hpcio can read and write."""
-    try:
-        column_codec(encoding)
-    except CorruptShardError:
-        return False
-    return True
 
 
 def encode_value(codec: ColumnCodec, value, column: str, sample: int) -> bytes:

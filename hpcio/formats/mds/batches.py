@@ -1,0 +1,372 @@
+"""Reading samples by index, in batches: the random-access machinery of the MDS reader.
+
+A batch of sample ids is grouped by shard (one offset lookup and one batch decompression
+per shard touched), its records are sliced into columns or sample dicts in place, and
+the results are put back in the order asked for.  :class:`_BatchReads` is a part of
+:class:`~hpcio.formats.mds.reader.Reader`, which provides the shards (``_shard``,
+``shards``, ``_cum``, ``_total``), the layout and the read options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
+
+from ..._core import _records
+from ...columns import VarColumn, ViewColumn
+from ...errors import CorruptShardError, HpcioError, IndexOutOfRangeError
+from .compression import Compression
+from .shards import _OpenShard
+
+
+class _BatchReads:
+    """``read_many``, ``read_field``, ``read_columns`` and ``field_lengths`` of the reader."""
+
+    def read_many(self, indices, fields: Sequence[str] | None = None) -> list:
+        cols = self._layout.select(fields, self.path) if self._layout else []
+        samples = self._read_columns(indices, cols, as_samples=True)
+        return [] if samples is None else samples
+
+    def read_field(self, indices, field: str) -> list:
+        values = self._read_columns(indices, self._layout.select([field], self.path) if self._layout else [])
+        return [] if values is None else values[0]
+
+    def read_columns(self, indices, fields: Sequence[str] | None = None) -> dict:
+        """Columns of samples ``indices`` (see :mod:`hpcio.columns`): numbers as numpy
+        arrays, ``str``/``bytes``/``json`` columns (and undecoded images) as VarColumns
+        sliced out of the records by one compiled call, other encodings as lists.  With
+        ``zero_copy``, bytes columns are ViewColumns of the records where they lie."""
+        cols = self._layout.select(fields, self.path) if self._layout else []
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        kinds = {c: self._layout.column_kind(c, self.decode_images) for c in cols}
+        views = [c for c in cols if self.zero_copy and kinds[c] == "bytes"]
+        direct = [c for c in cols if kinds[c] is not None and c not in views]
+        out: dict = {}
+        # Copied bytes columns (images) touch every page of their records anyway: through
+        # the mapping they cost one copy, through pread two.
+        if len(ids) and (direct or views) and all(kinds[c] != "bytes" for c in direct):
+            read = self._columns_pread(ids, direct, views, kinds)
+            if read is not None:
+                out.update(read)
+                direct = views = []
+        if direct or views:
+            out.update(self._columns_in_place(ids, cols, direct, views, kinds))
+        general = [c for c in cols if kinds[c] is None]
+        if general:
+            values = self._read_columns(ids, general) if len(ids) else [[] for _ in general]
+            for c, v in zip(general, values):
+                out[self._layout.names[c]] = v
+        return {self._layout.names[c]: out[self._layout.names[c]] for c in cols}
+
+    def _columns_in_place(self, ids: np.ndarray, cols: list[int], direct: list[int], views: list[int],
+                          kinds: dict) -> dict:
+        """Columns ``direct`` copied out of the records where they lie (mapped, or
+        decompressed per shard) by one compiled call, and columns ``views`` as ViewColumns
+        of them; ``cols`` are the columns a bad record's error is reported for."""
+        layout = self._layout
+        bufs, buf_of, starts, ends = self._record_table(ids)
+        out = {}
+        if direct:
+            pairs, bad = _records.mds_columns(bufs, buf_of, starts, ends, layout._sizes_t, tuple(direct))
+            if pairs is None:
+                self._report_bad_record(int(ids[bad]), cols)
+            for c, (data, offsets) in zip(direct, pairs):
+                out[layout.names[c]] = _column(kinds[c], data, offsets)
+        for c in views:
+            begin = np.empty(len(ids), np.int64)
+            lengths, bad = _records.mds_lengths(bufs, buf_of, starts, ends, layout._sizes_t, c, False, begin)
+            if lengths is None:
+                self._report_bad_record(int(ids[bad]), cols)
+            begin += starts
+            out[layout.names[c]] = ViewColumn(bufs, buf_of, begin, begin + lengths)
+        return out
+
+    def _columns_pread(self, ids: np.ndarray, copied: list[int], viewed: list[int], kinds: dict) -> dict | None:
+        """:meth:`read_columns` for shards of large records in small pages: the column
+        sizes and the copied values are read with ``pread``, and the views (``zero_copy``)
+        point into the mapping without touching it, since reading a record through such a
+        mapping makes the kernel map the 64 KiB around it (fault-around).  None unless
+        every shard the batch touches reads its values with pread
+        (``_OpenShard.pread_values``) and has a descriptor to read them with."""
+        groups, order = self._shard_groups(ids)
+        if not all(self._shard(k).pread_values for k, _lidx, _a, _b in groups):
+            return None
+        pieces = self._pread_pieces(ids, groups, order, copied, viewed)
+        if pieces is None:
+            return None
+        copies, spans, bufs, which = pieces
+        inverse = None if order is None else _inverse(order)
+        out = {self._layout.names[c]: _copied_column(copies[c], kinds[c], inverse) for c in copied}
+        if inverse is not None:
+            which = which[inverse]
+        for c in viewed:
+            begin = np.concatenate([v[0] for v in spans[c]])
+            end = np.concatenate([v[1] for v in spans[c]])
+            if inverse is not None:
+                begin, end = begin[inverse], end[inverse]
+            out[self._layout.names[c]] = ViewColumn(bufs, which, begin, end)
+        return out
+
+    def _pread_pieces(self, ids: np.ndarray, groups: list, order, copied: list[int], viewed: list[int]):
+        """Each shard group's part of the columns, read by ``mds_columns_pread``:
+        ``(copies, spans, bufs, which)``, in shard order: per copied column its
+        ``(data, offsets)`` pieces, per viewed column its ``(begin, end)`` pieces, the
+        shards' buffers and the buffer of each record.  None when a shard has no
+        descriptor left (the caller then reads through the mapping)."""
+        sorted_ids = ids if order is None else ids[order]
+        copies: dict = {c: [] for c in copied}
+        spans: dict = {c: [] for c in viewed}
+        bufs, buf_of = [], []
+        for g, (k, lidx, a, b) in enumerate(groups):
+            sh, lidx, lo, hi = self._ranges(k, lidx)
+            fd = sh.read_fd()
+            if fd is None:
+                return None
+            got, where, bad = _records.mds_columns_pread(
+                fd, lo.astype(np.int64), hi.astype(np.int64), self._layout._sizes_t, tuple(copied),
+                tuple(viewed), path=sh.path)
+            if bad >= 0:
+                self._report_bad_record(int(sorted_ids[a + bad]), copied + viewed)
+            for c, pair in zip(copied, got):
+                copies[c].append(pair)
+            for c, pair in zip(viewed, where):
+                spans[c].append(pair)
+            bufs.append(memoryview(sh.buf))
+            buf_of.append(np.full(b - a, g, np.int32))
+        return copies, spans, bufs, np.concatenate(buf_of)
+
+    def field_lengths(self, indices, field: str) -> np.ndarray | None:
+        """``len()`` of a ``str`` or ``bytes`` field for samples ``indices`` (sort keys),
+        counted in the records by one compiled call without building the values; None for
+        other kinds.  A malformed record or a value that is not UTF-8 raises the error its
+        read would, naming the file, byte offset and sample."""
+        if not self._layout:
+            return None
+        (c,) = self._layout.select([field], self.path)
+        kind = self._layout.column_kind(c, self.decode_images)
+        if kind not in ("str", "bytes"):
+            return None
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(ids) == 0:
+            return np.empty(0, np.int64)
+        bufs, buf_of, starts, ends = self._record_table(ids)
+        lengths, bad = _records.mds_lengths(bufs, buf_of, starts, ends, self._layout._sizes_t, c, kind == "str")
+        if lengths is None:
+            self._report_bad_record(int(ids[bad]), [c])
+        return lengths
+
+    def _report_bad_record(self, i: int, cols: list[int]):
+        """Raise for sample ``i``, which a compiled kernel refused: the general path names
+        the file, byte offset and sample and the exact fault."""
+        self._read_columns(np.array([i], np.int64), cols)
+        raise CorruptShardError("malformed record", path=self.path, sample=i)
+
+    def _record_table(self, ids: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """Where the records of samples ``ids`` lie, for the compiled column kernels:
+        ``(bufs, buf_of, starts, ends)``, record j being ``bufs[buf_of[j]][starts[j]:ends[j]]``
+        (shards compressed per sample are decompressed into a buffer of their own)."""
+        m = len(ids)
+        bufs, buf_of = [], np.empty(m, np.int32)
+        starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
+        groups, order = self._shard_groups(ids) if m else ([], None)
+        for g, (k, lidx, a, b) in enumerate(groups):
+            sh, lidx, lo, hi = self._ranges(k, lidx)
+            codec = sh.info.compression
+            if codec is None or not codec.per_sample:
+                # a view of our own keeps the map alive if the shard is closed meanwhile
+                buf = memoryview(sh.buf)
+            else:
+                buf, pos = self._records(sh, lo, hi, lidx)
+                lo, hi = pos[:-1], pos[1:]
+            where = slice(a, b) if order is None else order[a:b]
+            bufs.append(buf)
+            buf_of[where] = g
+            starts[where] = lo
+            ends[where] = hi
+        return bufs, buf_of, starts, ends
+
+    def _read_columns(self, indices, cols: list[int], as_samples: bool = False) -> list | None:
+        """Column value lists for samples ``indices`` (non-negative, in range), in order;
+        with ``as_samples``, the list of sample dicts instead.
+
+        Records are grouped by shard (one offset lookup and one batch decompression per
+        shard).  Uncompressed and decompressed-in-memory shards are sliced in place (one
+        copy per value); when a batch touches many shards with few records each, the
+        records are first gathered into one buffer so the slicing runs once.
+        """
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        m = len(ids)
+        if m == 0:
+            return None
+        groups, order = self._shard_groups(ids)
+        if len(groups) > 8 and m < 8 * len(groups):
+            values = self._columns_gathered([(k, lidx) for k, lidx, _a, _b in groups], cols, as_samples)
+        else:
+            per_group = [self._columns_of(k, lidx, cols, as_samples) for k, lidx, _a, _b in groups]
+            if len(per_group) == 1:
+                values = per_group[0]
+            elif as_samples:
+                values = list(chain.from_iterable(per_group))
+            else:
+                values = [list(chain.from_iterable(g[c] for g in per_group)) for c in range(len(cols))]
+        if order is not None:
+            inv = _inverse(order).tolist()
+            if as_samples:
+                values = [values[j] for j in inv]
+            else:
+                values = [[col[j] for j in inv] for col in values]
+        return values
+
+    def _shard_groups(self, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
+        """Samples ``ids`` (int64, non-empty) grouped by shard: ``(groups, order)``.
+
+        ``groups`` lists ``(shard, local indices, a, b)`` in shard order; the group holds
+        the requested samples ``order[a:b]`` (positions ``a..b`` when ``order`` is None,
+        which means the request lies in one shard and keeps its order).
+        """
+        from ..._core import _index
+
+        m = len(ids)
+        if len(self.shards) == 1:
+            shard_of = np.zeros(m, np.int64)
+            lo_id, hi_id = int(ids.min()), int(ids.max())
+            if lo_id < 0 or hi_id >= self._total:
+                raise IndexOutOfRangeError(
+                    f"index {lo_id if lo_id < 0 else hi_id} out of range for a dataset of "
+                    f"{self._total} samples", path=self.path,
+                )
+            local = ids
+        else:
+            shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
+            local = local.astype(np.int64, copy=False)
+        first = int(shard_of[0])
+        if (shard_of == first).all():
+            return [(first, local, 0, m)], None
+        order = np.lexsort((local, shard_of))
+        shard_of, local = shard_of[order], local[order]
+        cuts = np.flatnonzero(np.diff(shard_of)) + 1
+        bounds = [0, *cuts.tolist(), m]
+        groups = [(int(shard_of[a]), local[a:b], a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        return groups, order
+
+    def _ranges(self, k: int, lidx: np.ndarray):
+        from ..._core import _index
+
+        sh = self._shard(k)
+        lidx = np.ascontiguousarray(lidx, dtype=np.uint64)
+        starts, ends = _index.offset_ranges(
+            sh.table, 4, sh.n, sh.size, lidx, path=sh.path, table_offset=4, sample_base=sh.base
+        )
+        return sh, lidx, starts, ends
+
+    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int], as_samples: bool = False) -> list:
+        """Columns (or, with ``as_samples``, sample dicts) of shard ``k``'s records
+        ``lidx``, sliced in place where possible."""
+        sh, lidx, starts, ends = self._ranges(k, lidx)
+
+        def locate(j):
+            return sh.path, int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])
+
+        codec = sh.info.compression
+        fd = None
+        if codec is None or not codec.per_sample:
+            buf, lo, hi = sh.buf, starts, ends
+            if sh.pread_values:
+                fd = sh.read_fd()
+        else:
+            buf, pos = self._records(sh, starts, ends, lidx)
+            pos = pos.astype(np.int64, copy=False)
+            lo, hi = pos[:-1], pos[1:]
+        if as_samples:
+            return self._layout.samples(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy, fd)
+        if fd is not None and cols and self._layout.direct(cols, self.decode_images, self.zero_copy):
+            # read, not faulted in through the mapping (see _LARGE_RECORD), then transposed
+            samples = self._layout.samples(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy, fd)
+            return [[s[name] for s in samples] for name in (self._layout.names[c] for c in cols)]
+        return self._layout.columns(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
+
+    def _columns_gathered(self, groups, cols: list[int], as_samples: bool = False) -> list:
+        """Columns of records spread thinly over many shards: gather, then slice once."""
+        parts = []
+        for k, lidx in groups:
+            sh, lidx, starts, ends = self._ranges(k, lidx)
+            data, pos = self._records(sh, starts, ends, lidx)
+            parts.append((sh, data, pos, starts, lidx))
+        buf = b"".join(p[1] for p in parts)
+        shifts = np.cumsum([0] + [int(p[2][-1]) for p in parts[:-1]])
+        pos = np.concatenate(
+            [p[2][:-1].astype(np.int64) + s for p, s in zip(parts, shifts)] + [np.array([len(buf)], np.int64)]
+        )
+        firsts = np.cumsum([0] + [len(p[4]) for p in parts])
+
+        def locate(j):
+            g = int(np.searchsorted(firsts, j, side="right")) - 1
+            sh, _, _, file_starts, lidx = parts[g]
+            r = j - int(firsts[g])
+            return sh.path, int(file_starts[r]) if sh.in_file else None, sh.base + int(lidx[r])
+
+        decode = self._layout.samples if as_samples else self._layout.columns
+        return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
+
+    def _records(self, sh: _OpenShard, starts, ends, lidx):
+        """The (decompressed) records ``[starts[j], ends[j])`` of ``sh`` back to back."""
+        codec = sh.info.compression
+        if codec is None or not codec.per_sample:
+            return sh.gather(starts, ends)
+        return self._decode_records(sh.buf, starts, ends, codec, sh.path,
+                                    lambda j: (int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])))
+
+    def _decode_records(self, buf, starts, ends, codec: Compression, path, where):
+        """Decompress sample-compressed records in one batch call (zstd, blosc2) or a loop."""
+        from ..._core import _codecs
+
+        batch = {"zstd": _codecs.zstd_decode_many, "blosc2": _codecs.blosc2_decode_many}.get(codec.codec)
+        if batch is not None:
+            try:
+                return batch(buf, starts, ends, self.limit, self.decode_threads, path=path)
+            except HpcioError:
+                pass  # decode one by one below to name the bad record exactly
+        mv = memoryview(buf)
+        out = []
+        for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+            offset, sample = where(j)
+            out.append(codec.decompress(mv[a:b], self.limit, path=path, offset=offset, sample=sample))
+        pos = np.zeros(len(out) + 1, np.uint64)
+        np.cumsum([len(o) for o in out], out=pos[1:])
+        return b"".join(out), pos
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """The permutation that puts values taken in ``order`` back in request order."""
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.arange(len(order))
+    return inverse
+
+
+def _column(kind, data: np.ndarray, offsets: np.ndarray):
+    """A column of ``kind`` (see ``_Layout.column_kind``) from its values' bytes: a
+    VarColumn, or a numpy array of fixed-size numbers."""
+    return VarColumn(kind, data, offsets) if isinstance(kind, str) else data.view(kind)
+
+
+def _copied_column(parts: list, kind, inverse: np.ndarray | None):
+    """A column from its shards' ``(data, offsets)`` pieces, in request order."""
+    from ..._core import _io
+
+    data, offsets = _concat_values(parts)
+    if inverse is not None:
+        gathered, positions = _io.gather(data, offsets[inverse], offsets[inverse + 1])
+        data, offsets = np.frombuffer(gathered, np.uint8), positions.view(np.int64)
+    return _column(kind, data, offsets)
+
+
+def _concat_values(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """One ``(data, offsets)`` column from pieces of it, each ``(data, offsets)``."""
+    if len(parts) == 1:
+        return parts[0]
+    lengths = np.concatenate([np.diff(o) for _d, o in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.concatenate([d for d, _o in parts]), offsets

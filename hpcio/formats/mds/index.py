@@ -1,0 +1,185 @@
+"""An MDS dataset's ``index.json``: finding it, loading it, checking every shard entry.
+
+The index is trusted for nothing: each entry is checked (version, format, sample count,
+plain file names, a known compression, one encoding and size per column) before a
+reader opens a shard, so a bad index fails with the entry named instead of a stray read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import orjson
+
+from ...errors import CorruptShardError, ShardNotFoundError
+from .compression import Compression, parse_compression
+from .encodings import column_codec
+
+__all__ = ["NAME", "INDEX_NAME", "sniff"]
+
+NAME = "mds"
+INDEX_NAME = "index.json"
+
+
+def _dataset_dir(path) -> str:
+    """The dataset directory ``path`` names: itself, or the directory of its index.json."""
+    path = os.fspath(path)
+    if os.path.basename(path) == INDEX_NAME and os.path.isfile(path):
+        return os.path.dirname(path) or "."
+    return path
+
+
+def sniff(path) -> bool:
+    """Whether ``path`` is an MDS dataset directory (or its ``index.json``)."""
+    index = os.path.join(_dataset_dir(path), INDEX_NAME)
+    if not os.path.isfile(index):
+        return False
+    try:
+        with open(index, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if b'"format": "mds"' in head:
+        return True
+    # An empty dataset's index names no format: accept exactly streaming's empty index.
+    return head.strip() == b'{"shards": [], "version": 2}'
+
+
+@dataclass
+class _ShardInfo:
+    """One entry of ``index.json``, checked."""
+
+    position: int
+    samples: int
+    raw_basename: str
+    raw_bytes: int
+    raw_hashes: dict
+    zip_basename: str | None
+    zip_bytes: int | None
+    zip_hashes: dict
+    compression: Compression | None
+    columns: tuple  # (names, encodings, sizes) as tuples
+    entry: dict
+
+    @property
+    def file_basename(self) -> str:
+        return self.zip_basename or self.raw_basename
+
+    @property
+    def whole_shard(self) -> bool:
+        return self.zip_basename is not None
+
+
+def _loads(raw):
+    """JSON from bytes: orjson, or Python's json for what orjson refuses (NaN, huge
+    integers) and for its exact error messages."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(raw))
+
+
+_CONFIG_KEYS = ("column_encodings", "column_names", "column_sizes")
+
+
+def _load_index(directory: str) -> list[_ShardInfo]:
+    index_path = os.path.join(directory, INDEX_NAME)
+    try:
+        with open(index_path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ShardNotFoundError("no index.json: not an MDS dataset", path=index_path) from None
+    try:
+        obj = _loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        pos = getattr(exc, "pos", getattr(exc, "start", None))
+        detail = getattr(exc, "msg", None) or str(exc)
+        raise CorruptShardError(f"index.json is not valid JSON: {detail}", path=index_path, offset=pos) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("shards"), list):
+        raise CorruptShardError("index.json has no 'shards' list", path=index_path)
+    if obj.get("version") != 2:
+        raise CorruptShardError(
+            f"index.json has version {obj.get('version')!r}; MDS readers need version 2",
+            path=index_path,
+        )
+    return [_check_entry(k, entry, index_path) for k, entry in enumerate(obj["shards"])]
+
+
+def _check_entry(k: int, entry, index_path: str) -> _ShardInfo:
+    def bad(detail: str) -> CorruptShardError:
+        return CorruptShardError(f"shard entry {k} of index.json: {detail}", path=index_path)
+
+    if not isinstance(entry, dict):
+        raise bad(f"expected an object, got {type(entry).__name__}")
+    if entry.get("version") != 2:
+        raise bad(f"version {entry.get('version')!r}; MDS readers need version 2")
+    if entry.get("format") != NAME:
+        raise bad(f"format {entry.get('format')!r}, expected 'mds'")
+    samples = entry.get("samples")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+        raise bad(f"'samples' is {samples!r}, expected a non-negative integer")
+    raw, zip_ = entry.get("raw_data"), entry.get("zip_data")
+    _check_files(raw, zip_, bad)
+    compression = _entry_compression(entry, zip_, bad)
+    columns = _entry_columns(entry, index_path, bad)
+    return _ShardInfo(
+        position=k,
+        samples=samples,
+        raw_basename=raw["basename"],
+        raw_bytes=raw["bytes"],
+        raw_hashes=dict(raw.get("hashes") or {}),
+        zip_basename=None if zip_ is None else zip_["basename"],
+        zip_bytes=None if zip_ is None else zip_["bytes"],
+        zip_hashes={} if zip_ is None else dict(zip_.get("hashes") or {}),
+        compression=compression,
+        columns=columns,
+        entry=entry,
+    )
+
+
+def _check_files(raw, zip_, bad) -> None:
+    """The entry's ``raw_data`` and optional ``zip_data``: a plain basename and a size."""
+    for key, info in (("raw_data", raw), ("zip_data", zip_)):
+        if info is None and key == "zip_data":
+            continue
+        if not isinstance(info, dict) or not isinstance(info.get("basename"), str):
+            raise bad(f"'{key}' lacks a basename")
+        name = info["basename"]
+        # A basename that leaves the directory would let an index point anywhere.
+        if not name or os.path.basename(name) != name or name in (".", ".."):
+            raise bad(f"'{key}' basename {name!r} is not a plain file name")
+        if not isinstance(info.get("bytes"), int) or info["bytes"] < 0:
+            raise bad(f"'{key}' bytes is {info.get('bytes')!r}")
+
+
+def _entry_compression(entry: dict, zip_, bad) -> Compression | None:
+    """The entry's compression, which has a ``zip_data`` exactly when it is whole-shard."""
+    try:
+        compression = parse_compression(entry.get("compression"))
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if compression is not None and not compression.per_sample and zip_ is None:
+        raise bad(f"compression {compression.spec!r} but no 'zip_data'")
+    if zip_ is not None and (compression is None or compression.per_sample):
+        raise bad(f"'zip_data' present but compression is {entry.get('compression')!r}")
+    return compression
+
+
+def _entry_columns(entry: dict, index_path: str, bad) -> tuple:
+    """The entry's ``(names, encodings, sizes)``: known encodings, each with its size."""
+    names = entry.get("column_names")
+    encodings = entry.get("column_encodings")
+    sizes = entry.get("column_sizes")
+    if not (isinstance(names, list) and isinstance(encodings, list) and isinstance(sizes, list)):
+        raise bad("column_names, column_encodings and column_sizes must be lists")
+    if not len(names) == len(encodings) == len(sizes):
+        raise bad(
+            f"{len(names)} column names, {len(encodings)} encodings and {len(sizes)} sizes"
+        )
+    for name, encoding, size in zip(names, encodings, sizes):
+        codec = column_codec(encoding, path=index_path, column=name)
+        if size != codec.size:
+            raise bad(f"column {name!r} ({encoding}) has size {size!r}; the encoding's size is {codec.size!r}")
+    return tuple(names), tuple(encodings), tuple(sizes)

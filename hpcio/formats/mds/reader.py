@@ -1,0 +1,382 @@
+"""The MDS reader: random access and sequential bulk reads of an MDS dataset.
+
+* a sequential bulk path (``iter_range``): one buffered file per shard, records read in
+  large merged ``pread`` calls and sliced into columns a batch at a time, or, for a
+  mapped shard whose values have a fixed construction, samples built one at a time
+  straight from the mapping;
+* a random-access path (``read``, and the batch reads of :mod:`.batches`): global index
+  -> shard by bisection, memory-mapped shards kept in a bounded LRU, one offset lookup,
+  one gather and one batch decompression per shard touched by a batch.
+
+Whole-shard compressed datasets (``zstd``, ``gz``, ...) are decompressed into memory, or
+into a ``cache_dir`` the caller names; the reader never writes beside the dataset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
+
+import numpy as np
+
+from ... import codecs as _codec_table
+from ...errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
+from .. import base
+from .batches import _BatchReads
+from .compression import _FAST_HASHES, _digest
+from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
+from .layout import _Layout
+from .shards import _LARGE_RECORD, _check_header, _OpenShard
+
+__all__ = ["Reader"]
+
+# Samples decoded per step of the sequential path where they are not built one at a
+# time (Reader._record_samples): small enough that a batch's record bytes and new value
+# objects stay in cache while the caller consumes them.  Large records (read value by
+# value, see _LARGE_RECORD) take shorter steps, so that a fresh process reuses the
+# previous step's memory instead of growing its heap: 64 when their binary values are
+# viewed or not selected, 16 when those values are copied.
+_SCAN_BATCH = 256
+_LARGE_STEP = 64
+_LARGE_COPY_STEP = 16
+_PAIR = struct.Struct("<2I")
+
+
+class Reader(_BatchReads, base.Reader):
+    """Random-access and sequential reader of an MDS dataset.
+
+    The batch reads (``read_many``, ``read_field``, ``read_columns``, ``field_lengths``)
+    are those of :mod:`hpcio.formats.mds.batches`.
+
+    Parameters
+    ----------
+    path
+        The dataset directory (or its ``index.json``).
+    cache_dir
+        Where to decompress whole-shard compressed shards (``shard.NNNNN.mds.zstd``, ...);
+        by default they are decompressed into memory.  Never the dataset directory
+        unless the caller names it.
+    max_open
+        Most memory-mapped shards kept open at once (least recently used are closed).
+    max_decompressed
+        Most whole-shard decompressed shards kept in memory at once.
+    decode_images
+        Return PIL images for ``jpeg``/``png``/``pil`` columns instead of their bytes.
+    allow_pickle
+        Read ``pkl`` columns (unpickling runs code from the file: trusted data only).
+    validate_hashes
+        ``True`` (the fastest hash the index lists) or an algorithm name: check each
+        shard file against ``index.json`` when it is first opened.
+    decode_threads
+        Threads the C kernels use to decompress one batch of sample-compressed records.
+    limit
+        Largest decompressed size accepted for one record or shard.
+    zero_copy
+        Return ``bytes`` (and undecoded image) values as read-only memoryviews of the
+        mapped shard or decompressed batch instead of copies: fastest for large binary
+        values, but memoryviews cannot be pickled (e.g. sent back by DataLoader workers)
+        and keep their shard mapped while alive.
+    """
+
+    def __init__(self, path, *, cache_dir=None, max_open: int = 256, max_decompressed: int = 8,
+                 decode_images: bool = False, allow_pickle: bool = False,
+                 validate_hashes: bool | str = False, decode_threads: int = 1,
+                 limit: int = _codec_table.DEFAULT_LIMIT, zero_copy: bool = False):
+        from ..._core import _index  # noqa: F401  (a broken build fails here, on open)
+
+        self.directory = _dataset_dir(path)
+        super().__init__(self.directory)
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.max_open = max(1, int(max_open))
+        self.max_decompressed = max(1, int(max_decompressed))
+        self.decode_images = decode_images
+        self.zero_copy = zero_copy
+        self.decode_threads = decode_threads
+        self.limit = limit
+        self.validate_hashes = validate_hashes
+        self.shards = _load_index(self.directory)
+        counts = [s.samples for s in self.shards]
+        self._cum = np.zeros(len(counts) + 1, np.uint64)
+        np.cumsum(counts, out=self._cum[1:])
+        self._cum_list = self._cum.tolist()
+        self._total = int(self._cum[-1])
+        self._layout = self._common_layout()
+        self.fields = list(self._layout.names) if self._layout else []
+        self.columns = dict(zip(self._layout.names, self._layout.encodings)) if self._layout else {}
+        unsafe = [n for n, e in self.columns.items() if e == "pkl"]
+        if unsafe and not allow_pickle:
+            raise UnsupportedValueError(
+                f"column {unsafe[0]!r} uses the pkl encoding; reading it unpickles, which runs "
+                "code from the file: pass allow_pickle=True only for data you trust",
+                path=os.path.join(self.directory, INDEX_NAME),
+            )
+        self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
+        self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
+
+    def _common_layout(self) -> _Layout | None:
+        if not self.shards:
+            return None
+        first = self.shards[0].columns
+        for s in self.shards[1:]:
+            if s.columns != first:
+                raise CorruptShardError(
+                    f"shard entry {s.position} has columns {list(s.columns[0])} "
+                    f"({list(s.columns[1])}); shard entry 0 has {list(first[0])} ({list(first[1])})",
+                    path=os.path.join(self.directory, INDEX_NAME),
+                )
+        return _Layout(*first, path=os.path.join(self.directory, INDEX_NAME))
+
+    def __len__(self) -> int:
+        return self._total
+
+    def mean_sample_bytes(self) -> float | None:
+        return sum(s.raw_bytes for s in self.shards) / self._total if self._total else None
+
+    @functools.cached_property
+    def _views_only(self) -> bool:
+        """Zero-copy reads whose large values view the mapped or in-memory shard: a batch
+        allocates no memory for them, so its size need not be bounded in bytes."""
+        return self.zero_copy and not any(s.compression is not None and s.compression.per_sample
+                                          for s in self.shards)
+
+    @functools.cached_property
+    def batch_size(self) -> int:
+        return base.DEFAULT_BATCH if self._views_only else super().batch_size
+
+    # --- opening shards -----------------------------------------------------------------
+    def _file(self, info: _ShardInfo) -> str:
+        path = os.path.join(self.directory, info.file_basename)
+        if not os.path.isfile(path):
+            raise ShardNotFoundError(
+                f"shard file {info.file_basename} named by index.json is missing", path=path
+            )
+        return path
+
+    def _check_hash(self, info: _ShardInfo, path: str, data=None) -> None:
+        hashes = info.zip_hashes if info.whole_shard else info.raw_hashes
+        algo = self.validate_hashes
+        if algo is True:
+            algo = next((a for a in _FAST_HASHES if a in hashes), next(iter(sorted(hashes)), None))
+            if algo is None:
+                return
+        if algo not in hashes:
+            raise CorruptShardError(
+                f"index.json records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",
+                path=path,
+            )
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+        got = _digest(algo, data)
+        if got != hashes[algo]:
+            raise CorruptShardError(
+                f"{algo} mismatch: index.json says {hashes[algo]}, the file hashes to {got}", path=path
+            )
+
+    def _shard(self, k: int) -> _OpenShard:
+        """Shard ``k`` opened (mmap or decompressed), most recently used."""
+        for cache in (self._maps, self._mem):
+            sh = cache.get(k)
+            if sh is not None:
+                cache.move_to_end(k)
+                return sh
+        info = self.shards[k]
+        base_id = self._cum_list[k]
+        path = self._file(info)
+        if info.whole_shard and self.cache_dir is None:
+            raw = self._decompress_shard(info, path)
+            sh = _OpenShard(info, path, memoryview(raw), None, base_id, in_file=False)
+            cache, bound = self._mem, self.max_decompressed
+        else:
+            from ..._core import _io
+
+            if info.whole_shard:
+                path = self._cached_raw(info, path)
+            elif self.validate_hashes:
+                self._check_hash(info, path)
+            mapped = _io.MappedShard(path)
+            try:
+                sh = _OpenShard(info, path, mapped.buffer(), mapped, base_id, in_file=True)
+            except BaseException:
+                mapped.close()
+                raise
+            cache, bound = self._maps, self.max_open
+        cache[k] = sh
+        if len(cache) > bound:
+            cache.popitem(last=False)[1].close()
+        return sh
+
+    def _decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
+        with open(path, "rb") as f:
+            data = f.read()
+        if self.validate_hashes:
+            self._check_hash(info, path, data)
+        raw = info.compression.decompress(data, min(self.limit, info.raw_bytes), path=path, offset=0)
+        if len(raw) != info.raw_bytes:
+            raise CorruptShardError(
+                f"decompressed shard is {len(raw)} bytes, index.json says {info.raw_bytes}", path=path
+            )
+        return raw
+
+    def _cached_raw(self, info: _ShardInfo, path: str) -> str:
+        """The decompressed shard in ``cache_dir`` (written once, atomically)."""
+        st = os.stat(path)
+        import hashlib
+
+        key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        target = os.path.join(self.cache_dir, f"{key}.{info.raw_basename}")
+        if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
+            raw = self._decompress_shard(info, path)
+            os.makedirs(self.cache_dir, exist_ok=True)
+            tmp = f"{target}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(raw)
+            os.replace(tmp, target)
+        return target
+
+    # --- reading one sample -------------------------------------------------------------
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        i = self.check_index(int(i))
+        k = bisect.bisect_right(self._cum_list, i) - 1
+        sh = self._shard(k)
+        begin, end = _PAIR.unpack_from(sh.buf, 4 + 4 * (i - sh.base))
+        rec = sh.buf[begin:end]
+        codec = sh.info.compression
+        where = lambda: (sh.path, begin if sh.in_file else None, i)  # noqa: E731
+        if codec is not None and codec.per_sample:
+            rec = memoryview(codec.decompress(rec, self.limit, path=sh.path,
+                                              offset=begin if sh.in_file else None, sample=i))
+        return self._layout.record(rec, self._layout.select(fields, self.path), self.decode_images, where)
+
+    # --- sequential bulk path -----------------------------------------------------------
+    def iter_range(self, start: int = 0, stop: int | None = None,
+                   fields: Sequence[str] | None = None) -> Iterator[Mapping]:
+        stop = self._total if stop is None else min(stop, self._total)
+        if start >= stop:
+            return iter(())
+        cols = self._layout.select(fields, self.path)
+        # A flat chain of each shard's runs of samples: no generator frame is resumed
+        # per sample, only per run.
+        return chain.from_iterable(self._runs(start, stop, cols))
+
+    def _runs(self, start: int, stop: int, cols: list[int]) -> Iterator[Iterable[dict]]:
+        k = bisect.bisect_right(self._cum_list, start) - 1
+        while k < len(self.shards) and self._cum_list[k] < stop:
+            lo = max(start, self._cum_list[k]) - self._cum_list[k]
+            hi = min(stop, self._cum_list[k + 1]) - self._cum_list[k]
+            if hi > lo:
+                yield from self._scan_shard(k, lo, hi, cols)
+            k += 1
+
+    def _scan_shard(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[Iterable[dict]]:
+        """Shard ``k``'s samples ``lo..hi`` as dicts, in runs: a buffer-full at a time, or
+        all of them from one iterator that builds each sample as it is asked for."""
+        info = self.shards[k]
+        large = info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+        # In memory or mapped already (zero-copy values must not view a reused read
+        # buffer; large values are copied once from the map instead of twice through
+        # the read buffer): slice batches straight out of the shard.
+        if info.whole_shard or self.zero_copy or large or k in self._maps:
+            return self._scan_in_place(k, lo, hi, cols, large)
+        return self._scan_file(k, lo, hi, cols)
+
+    def _scan_in_place(self, k: int, lo: int, hi: int, cols: list[int], large: bool) -> Iterator[Iterable[dict]]:
+        """Samples of a shard held in memory or mapped: built one at a time where the
+        selected columns allow, else sliced a step of records at a time (shorter steps
+        for large records, so that a pass reuses the memory of the previous step)."""
+        one_by_one = self._record_samples(k, lo, hi, cols)
+        if one_by_one is not None:
+            yield one_by_one
+            return
+        if not large:
+            step = _SCAN_BATCH
+        elif self._views_only or not self._layout.binary(cols):
+            step = _LARGE_STEP
+        else:
+            step = _LARGE_COPY_STEP
+        for a in range(lo, hi, step):
+            b = min(a + step, hi)
+            yield self._columns_of(k, np.arange(a, b, dtype=np.int64), cols, as_samples=True)
+
+    def _scan_file(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[list[dict]]:
+        """Samples of a shard read through one buffered file: records come in merged
+        ``pread`` calls a buffer-full at a time, the buffer reused for the next one."""
+        from ..._core import _index, _io
+
+        info = self.shards[k]
+        base_id = self._cum_list[k]
+        path = self._file(info)
+        if self.validate_hashes:
+            self._check_hash(info, path)
+        with _io.ShardFile(path) as f:
+            size = f.size
+            n = _check_header(info, path, size, f.pread, base_id)
+            starts, ends = _index.offset_ranges(f.pread(4, 4 * (n + 1)), 4, n, size, None,
+                                                path=path, table_offset=4, sample_base=base_id)
+            starts, ends = starts[lo:hi], ends[lo:hi]
+            j = 0
+            while j < len(starts):
+                view, pos, count = f.read_records(starts[j:], ends[j:])
+
+                def where(r, first=j):
+                    return int(starts[first + r]), base_id + lo + first + r
+
+                yield from self._buffer_samples(info, path, view, pos, count, where, cols)
+                j += count
+
+    def _buffer_samples(self, info: _ShardInfo, path: str, buf, pos, count: int, where,
+                        cols: list[int]) -> Iterator[list[dict]]:
+        """The ``count`` records of a read buffer (``pos`` their bounds, ``where(r)`` the
+        file offset and sample of record ``r``) as sample dicts, decompressed if need be.
+        They are decoded a slice at a time: the values of a small batch are created and
+        consumed while the record bytes are still in cache."""
+        codec = info.compression
+        if codec is not None and codec.per_sample:
+            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where)
+        pos = np.asarray(pos, dtype=np.int64)
+        for a in range(0, count, _SCAN_BATCH):
+            b = min(a + _SCAN_BATCH, count)
+
+            def locate(r, a=a):
+                offset, sample = where(a + r)
+                return path, offset, sample
+
+            yield self._layout.samples(buf, pos[a:b], pos[a + 1 : b + 1], cols, self.decode_images, locate)
+
+    def _record_samples(self, k: int, lo: int, hi: int, cols: list[int]):
+        """Shard ``k``'s samples ``lo..hi`` built one at a time from its mapped (or
+        decompressed) bytes (:meth:`_Layout.sample_iterator`), or None when a selected
+        column needs the general decoder, records are compressed one by one, or the
+        records are read with ``pread`` (small cached pages, see _LARGE_RECORD).
+
+        One sample at a time keeps a pass's memory to one sample's, which a fresh process
+        then reuses instead of growing its heap.
+        """
+        codec = self.shards[k].compression
+        if (codec is not None and codec.per_sample) or not self._layout.direct(cols, self.decode_images,
+                                                                                 self.zero_copy):
+            return None
+        sh, _lidx, starts, ends = self._ranges(k, np.arange(lo, hi, dtype=np.int64))
+        if sh.pread_values:
+            return None
+
+        def locate(j):
+            return sh.path, int(starts[j]) if sh.in_file else None, sh.base + lo + j
+
+        # our own view of the shard keeps the map alive if the shard is evicted meanwhile
+        return self._layout.sample_iterator(memoryview(sh.buf), starts, ends, cols, self.decode_images,
+                                            locate, self.zero_copy)
+
+    def close(self) -> None:
+        for cache in (self._maps, self._mem):
+            while cache:
+                cache.popitem()[1].close()
+
+    def __repr__(self):
+        return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
+

@@ -1,0 +1,161 @@
+"""An open MDS shard: its bytes (a memory map or decompressed memory), header checked.
+
+A shard file starts with its record count, the u32 offset of every record and of the
+end, and the shard's configuration as JSON; the records follow.  The header is checked
+against ``index.json`` once, when the shard is opened, so that the per-sample paths
+can trust every offset.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+
+from ...errors import CorruptShardError, TruncatedShardError
+from .compression import parse_compression
+from .index import _CONFIG_KEYS, _loads, _ShardInfo
+
+# Mean record size above which the sequential path maps the shard instead of reading it
+# through the pread buffer (which costs a second copy of every value).  Records this large
+# share no pages: where the mapping maps small pages it takes a page fault or two per
+# record, and sample dicts are then built from reads of each record's values instead
+# (see _OpenShard.pread_values).
+_LARGE_RECORD = 16 << 10
+_U32 = struct.Struct("<I")
+
+
+class _OpenShard:
+    """A shard's bytes (mmap or decompressed memory) with its checked header."""
+
+    __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file", "_fd",
+                 "pread_values")
+
+    def __init__(self, info: _ShardInfo, path: str, buf: memoryview, mapped, base: int, in_file: bool):
+        self.info = info
+        self.path = path  # the file the offsets refer to (the zip file when decompressed)
+        self.buf = buf
+        self.mapped = mapped
+        # Large records are read value by value with pread (read_fd), not through the
+        # mapping, where the file's cached pages are small: a page fault or two per record
+        # costs more than two reads.  In huge pages one fault maps many records, and the
+        # mapping is faster.
+        self.pread_values = (mapped is not None and info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+                             and (info.compression is None or not info.compression.per_sample)
+                             and not _maps_cheaply(mapped))
+        self.size = len(buf)
+        self.base = base  # global id of local sample 0
+        self.in_file = in_file  # offsets are file offsets (False: into decompressed bytes)
+        self.n = _check_header(info, path, self.size, lambda off, ln: buf[off : off + ln], base)
+        self.table = buf[4 : 8 + 4 * self.n]
+        self._fd = -1
+
+    def read_fd(self) -> int | None:
+        """A descriptor of the mapped file to ``pread`` large records' values from, opened
+        on first use (None when the shard is held in memory)."""
+        if self.mapped is None:
+            return None
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    return None  # out of descriptors (a map holds none): read through the map
+                raise
+        return self._fd
+
+    def gather(self, starts, ends):
+        from ..._core import _io
+
+        if self.mapped is not None:
+            return self.mapped.gather(starts, ends)
+        return _io.gather(self.buf, starts, ends)
+
+    def close(self) -> None:
+        # Values handed out with zero_copy may still view the bytes: the mapping (or the
+        # decompressed buffer) then lives on with them, so never force a release here.
+        self.table.release()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
+
+
+def _maps_cheaply(mapped) -> bool:
+    """Most of the cached regions probed in a fresh mapping map 1 MiB or more per page
+    fault (``MappedShard.probe_pages``); False when none is cached."""
+    cheap, probed = mapped.probe_pages()
+    return 2 * cheap > probed
+
+
+def _check_header(info: _ShardInfo, path: str, size: int, read, base: int) -> int:
+    """Check a shard's header and offset table against index.json; return its count.
+
+    ``read(offset, length)`` returns bytes of the shard (decompressed when whole-shard
+    compressed).  Every offset is checked (non-decreasing, within the file) once here, so
+    the per-sample paths need no checks.
+    """
+    n, data_start = _check_offset_table(info, path, size, read, base)
+    _check_embedded_config(info, path, read(8 + 4 * n, data_start - 8 - 4 * n), 8 + 4 * n)
+    return n
+
+
+def _check_offset_table(info: _ShardInfo, path: str, size: int, read, base: int) -> tuple[int, int]:
+    """The shard's record count and first record offset, every offset checked."""
+    from ..._core import _index
+
+    if size != info.raw_bytes:
+        cls = TruncatedShardError if size < info.raw_bytes else CorruptShardError
+        raise cls(f"shard is {size} bytes, index.json says {info.raw_bytes}", path=path,
+                  offset=min(size, info.raw_bytes))
+    if size < 4:
+        raise TruncatedShardError(f"shard is {size} bytes, too short for a header", path=path, offset=0)
+    n = _U32.unpack(read(0, 4))[0]
+    if n != info.samples:
+        raise CorruptShardError(
+            f"shard header says {n} samples, index.json says {info.samples}", path=path, offset=0
+        )
+    table_end = 8 + 4 * n
+    if table_end > size:
+        raise TruncatedShardError(
+            f"shard is {size} bytes; its offset table needs {table_end}", path=path, offset=size
+        )
+    table = read(4, 4 * (n + 1))
+    data_start = _U32.unpack_from(table, 0)[0]
+    if not table_end <= data_start <= size:
+        raise CorruptShardError(
+            f"first record offset {data_start} is outside [{table_end}, {size}]", path=path, offset=4
+        )
+    _index.offset_ranges(table, 4, n, size, None, path=path, table_offset=4, sample_base=base)
+    return n, data_start
+
+
+def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int) -> None:
+    """The configuration a shard's header ends with (at ``offset``) must agree with its
+    index.json entry: same columns, and compressed per sample or not alike."""
+    try:
+        config = _loads(config_raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptShardError(
+            f"the shard's embedded config is not valid JSON: {exc}", path=path, offset=offset
+        ) from None
+    if not isinstance(config, dict):
+        raise CorruptShardError("the shard's embedded config is not an object", path=path, offset=offset)
+    for key in _CONFIG_KEYS:
+        if config.get(key) != info.entry.get(key):
+            raise CorruptShardError(
+                f"the shard's embedded config has {key} = {config.get(key)!r}; "
+                f"index.json has {info.entry.get(key)!r}",
+                path=path, offset=offset,
+            )
+    embedded = parse_compression(config.get("compression")) if isinstance(config.get("compression"), str) else None
+    per_sample = info.compression is not None and info.compression.per_sample
+    if per_sample != (embedded is not None and embedded.per_sample):
+        raise CorruptShardError(
+            f"the shard's embedded config has compression = {config.get('compression')!r}; "
+            f"index.json has {info.entry.get('compression')!r}",
+            path=path, offset=offset,
+        )
