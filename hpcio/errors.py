@@ -128,3 +128,17 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+# --- the format contract (hpcio.formats.contract) ------------------------------------------
+__all__ += ["FormatContractError", "FormatPluginError"]
+
+
+class FormatContractError(HpcioError, TypeError):
+    """A format module breaks the format contract: a required name is missing, or an
+    optional hook has another signature than its protocol's."""
+
+
+class FormatPluginError(HpcioError, ImportError):
+    """A format registered through the ``hpcio.formats`` entry-point group cannot be
+    loaded; the message names the distribution and the entry point."""
