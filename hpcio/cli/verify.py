@@ -27,9 +27,8 @@ def run(args) -> int:
         print_json(report)
     else:
         for err in report["errors"]:
-            print(f"BAD  {err['type']}: {err['error']}", file=sys.stderr)
+            print(f"BAD  {err['error']}", file=sys.stderr)
         status = "OK" if report["ok"] else f"FAILED ({len(report['errors'])} problems listed)"
-        print(f"{status}: {report['format']} {report['path']}: {report['samples']} samples in "
-              f"{report['shards']} shards, {report['checked']} decoded, "
-              f"{report['hashes_checked']} checksums compared")
+        print(f"{status}: {report['samples']} samples in {report['shards']} shards, "
+              f"{report['checked']} records decoded, {report['hashes_checked']} hashes checked")
     return 0 if report["ok"] else 1

@@ -9,7 +9,7 @@ from PIL import Image
 
 import hpcio
 from hpcio.errors import TruncatedShardError
-from hpcio.testing import FormatTests, assert_sample_equal
+from hpcio.testing import FormatTests, assert_sample_equal, stored_bytes
 
 
 def png(i):
@@ -48,3 +48,37 @@ def test_truncated_image(tmp_path):
             rf"^file holds 30 bytes, the index says {len(png(1))} \({victim}, sample 0\)$")):
         hpcio.open(tmp_path / "f")[0]
     assert_sample_equal(hpcio.open(tmp_path / "f").select(["caption"])[0], {"caption": "one"})
+
+
+# --- inspect and verify ---------------------------------------------------------------
+def write_report_dataset(path):
+    with hpcio.open_writer(path, format="imagefolder") as w:
+        for i in range(5):
+            w.write({"image": png(i), "label": f"c{i // 3}", "caption": f"t{i}"})
+    return str(path)
+
+
+def test_inspect_and_verify_report(tmp_path):
+    path = write_report_dataset(tmp_path / "f")
+    module = hpcio.get_format("imagefolder")
+    assert module.inspect(path) == {
+        "format": "imagefolder", "path": path, "samples": 5, "shards": 10,
+        "fields": {"caption": "txt", "image": "png", "label": "str"},
+        "stored_bytes": stored_bytes(path) - os.path.getsize(os.path.join(path, "index.json")),
+        "details": {"classes": 2, "indexed": True}}
+    assert module.verify(path) == {
+        "format": "imagefolder", "path": path, "ok": True, "samples": 5, "shards": 10, "checked": 5,
+        "hashes_checked": 0, "errors": []}
+
+
+def test_verify_locates_a_truncated_image(tmp_path):
+    path = write_report_dataset(tmp_path / "f")
+    victim = os.path.join(path, "c1", "000000004.png")
+    with open(victim, "r+b") as f:
+        f.truncate(30)
+    report = hpcio.get_format("imagefolder").verify(path)
+    assert (report["ok"], report["samples"], report["checked"]) == (False, 5, 4)
+    assert report["errors"] == [{
+        "path": victim, "offset": None, "sample": 4, "type": "TruncatedShardError",
+        "error": f"file holds 30 bytes, the index says {len(png(4))} ({victim}, sample 4)"}]
+
