@@ -25,7 +25,7 @@ from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError
 from .reports import InspectReport, VerifyReport, problem
 
 __all__ = ["Reader", "Writer", "project", "sample_starts", "locate", "by_shard",
-           "inspect_report", "Verification", "files_bytes"]
+           "inspect_report", "Verification", "verify_samples", "files_bytes"]
 
 # Batch size used by the default sequential paths: large enough to amortise Python
 # overhead, small enough to keep a batch of big samples in cache-sized memory.
@@ -353,3 +353,15 @@ class Verification:
             return self.report
         with reader:
             return self.decode(reader)
+
+
+def verify_samples(fmt: str, path, open_reader, list_shards, *, max_errors: int = 1000) -> VerifyReport:
+    """The report of a format whose verify is decoding every sample: ``open_reader()``
+    opens the dataset, ``list_shards(path)`` names its shard files (HpcioError when
+    there are none, then counted as 0)."""
+    try:
+        shards = len(list_shards(path))
+    except HpcioError:
+        shards = 0
+    check = Verification(fmt, path, max_errors=max_errors, shards=shards)
+    return check.decode_dataset(open_reader)

@@ -32,7 +32,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout
 from .base import Reader as _Reader
-from .base import PendingFiles, Verification, by_shard, files_bytes, inspect_report, sample_starts
+from .base import PendingFiles, by_shard, files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries",
@@ -371,9 +371,5 @@ def _filters(dataset) -> list[str]:
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every sample of every file; HDF5 checks the checksums of its own metadata
     as it opens a file, and a mismatch is reported as an unreadable file."""
-    try:
-        shards = len(_files(os.fspath(path)))
-    except ShardNotFoundError:
-        shards = 0
-    check = Verification(NAME, path, max_errors=max_errors, shards=shards)
-    return check.decode_dataset(lambda: Reader(path))
+    return verify_samples(NAME, path, lambda: Reader(path), lambda p: _files(os.fspath(p)),
+                          max_errors=max_errors)

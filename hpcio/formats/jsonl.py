@@ -280,5 +280,4 @@ def inspect(path) -> dict:
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decompress the file and parse every line."""
-    check = base.Verification(NAME, path, max_errors=max_errors, shards=1)
-    return check.decode_dataset(lambda: Reader(path))
+    return base.verify_samples(NAME, path, lambda: Reader(path), lambda p: [p], max_errors=max_errors)

@@ -25,7 +25,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
-from .base import PendingFiles, Verification, files_bytes, inspect_report, locate, sample_starts
+from .base import PendingFiles, files_bytes, inspect_report, locate, sample_starts, verify_samples
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
@@ -245,9 +245,4 @@ def inspect(path) -> dict:
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every map of every file (the offset index already walked their structure)."""
-    try:
-        shards = len(list_files(path))
-    except ShardNotFoundError:
-        shards = 0
-    check = Verification(NAME, path, max_errors=max_errors, shards=shards)
-    return check.decode_dataset(lambda: Reader(path))
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)

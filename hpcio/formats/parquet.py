@@ -24,7 +24,7 @@ from ..errors import CorruptShardError, MissingDependencyError, SchemaError, Sha
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
-from .base import PendingFiles, Verification, by_shard, files_bytes, inspect_report, locate, sample_starts
+from .base import PendingFiles, by_shard, files_bytes, inspect_report, locate, sample_starts, verify_samples
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
@@ -420,9 +420,4 @@ def inspect(path) -> dict:
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every row group and every value of every file."""
-    try:
-        shards = len(list_files(path))
-    except ShardNotFoundError:
-        shards = 0
-    check = Verification(NAME, path, max_errors=max_errors, shards=shards)
-    return check.decode_dataset(lambda: Reader(path))
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)

@@ -37,7 +37,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout
 from .base import Reader as _Reader
-from .base import Verification, by_shard, files_bytes, inspect_report, sample_starts
+from .base import by_shard, files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
@@ -458,6 +458,6 @@ def inspect(path) -> dict:
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every sample of every part; zarr compares the checksums of the shard
     indexes as it reads them, and a mismatch is reported as a damaged array."""
-    layout = _read_attrs(os.fspath(path)) or {"parts": []}
-    check = Verification(NAME, path, max_errors=max_errors, shards=len(layout["parts"]))
-    return check.decode_dataset(lambda: Reader(path))
+    return verify_samples(NAME, path, lambda: Reader(path),
+                          lambda p: (_read_attrs(os.fspath(p)) or {"parts": []})["parts"],
+                          max_errors=max_errors)

@@ -92,6 +92,17 @@ class FormatTests:
     reader_options: dict = {}
     num_samples: int = 57
 
+    # The exact reports of a small dataset (REPORT_SAMPLES samples of make_report_sample,
+    # written with report_options at report_path); the tests skip while they are None.
+    # Strings of expected_problem may name the corrupted file as {file}, the dataset as {path}.
+    REPORT_SAMPLES = 5
+    report_path: str = "ds"
+    report_options: dict = {}
+    expected_inspect: dict | None = None      # shards, fields and details of inspect()
+    expected_hashes_checked: int = 0
+    corruption: tuple[bytes, bytes] | None = None  # (value bytes, same-length damage)
+    expected_problem: dict | None = None      # the one error verify reports then
+
     # --- hooks a subclass may override -------------------------------------------------
     def make_sample(self, i: int) -> dict:
         """Sample ``i`` of the test dataset: every value type the format supports."""
@@ -114,6 +125,14 @@ class FormatTests:
         for root, _dirs, names in os.walk(path):
             files += [os.path.join(root, n) for n in names if not n.endswith(".json")]
         return sorted(files)
+
+    def make_report_sample(self, i: int) -> dict:
+        """Sample ``i`` of the small dataset of the report tests."""
+        return {"id": i, "text": f"t{i}", "meta": {"i": i}}
+
+    def report_stored_bytes(self, path: str) -> int:
+        """What inspect() says the small dataset stores."""
+        return stored_bytes(path)
 
     @property
     def capabilities(self) -> hpcio.Capabilities:
@@ -198,6 +217,38 @@ class FormatTests:
         assert first["path"] is not None, first
         assert os.path.abspath(first["path"]).startswith(os.path.abspath(written)), first
         json.dumps(report)
+
+    def write_report_dataset(self, tmp_path) -> str:
+        path = os.path.join(tmp_path, self.report_path)
+        with hpcio.open_writer(path, format=self.format_name, **self.report_options) as w:
+            for i in range(self.REPORT_SAMPLES):
+                w.write(self.make_report_sample(i))
+        return path
+
+    def test_report_values(self, tmp_path):
+        if self.expected_inspect is None:
+            pytest.skip("the subclass gives no expected_inspect")
+        path = self.write_report_dataset(tmp_path)
+        n = self.REPORT_SAMPLES
+        assert self.hook("inspect")(path) == {
+            "format": self.format_name, "path": path, "samples": n,
+            "stored_bytes": self.report_stored_bytes(path), **self.expected_inspect}
+        assert self.hook("verify")(path) == {
+            "format": self.format_name, "path": path, "ok": True, "samples": n, "checked": n,
+            "shards": self.expected_inspect["shards"],
+            "hashes_checked": self.expected_hashes_checked, "errors": []}
+
+    def test_verify_locates_a_corrupt_value(self, tmp_path):
+        if self.corruption is None:
+            pytest.skip("the subclass gives no corruption")
+        path = self.write_report_dataset(tmp_path)
+        [bad] = replace_bytes(path, *self.corruption)
+        report = self.hook("verify")(path)
+        assert (report["ok"], report["samples"], report["checked"]) == (
+            False, self.REPORT_SAMPLES, self.REPORT_SAMPLES - 1)
+        assert report["errors"] == [{
+            key: value.replace("{file}", bad).replace("{path}", path) if isinstance(value, str) else value
+            for key, value in self.expected_problem.items()}]
 
     def test_sniff(self, written):
         assert hpcio.sniff_format(written).NAME == self.format_name

@@ -11,12 +11,18 @@ import pytest
 
 import hpcio
 from hpcio.errors import CapabilityError, SchemaError
-from hpcio.testing import FormatTests, assert_sample_equal, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests, assert_sample_equal
 
 
 class TestHDF5Format(FormatTests):
     format_name = "hdf5"
     writer_options = {"max_count": 20, "chunk_samples": 8, "chunk_bytes": 64 << 10}
+    report_options = {"compression": None, "max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"filters": []}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{file}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({file}, sample 3)"}
 
 
 def sample(i):
@@ -88,33 +94,3 @@ def test_wrong_layout(tmp_path):
             r"^field 'emb': expected a dataset of shape \(4, 2, 3\) and dtype <f8, found \(4, 3\) <f8 "
             rf"\({shard}\)$")):
         hpcio.open(path)
-
-
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="hdf5", **{'compression': None, 'max_count': 2}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    module = hpcio.get_format("hdf5")
-    assert module.inspect(path) == {
-        "format": "hdf5", "path": path, "samples": 5, "shards": 3,
-        "fields": {"id": "int", "text": "str", "meta": "json"}, "stored_bytes": stored_bytes(path), "details": {"filters": []}}
-    assert module.verify(path) == {
-        "format": "hdf5", "path": path, "ok": True, "samples": 5, "shards": 3, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    [bad] = replace_bytes(path, b'{"i":3}', b'{"i":3!')
-    report = hpcio.get_format("hdf5").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    assert report["errors"] == [{
-        "path": bad, "offset": None, "sample": 3, "type": "DecodeError",
-        "error": f"field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({bad}, sample 3)"}]

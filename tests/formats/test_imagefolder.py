@@ -26,6 +26,15 @@ class TestImageFolderFormat(FormatTests):
         # classes in blocks so folder order equals write order
         return {**sample, "image": png(i), "label": f"class{i // 20}"}
 
+    expected_inspect = {"shards": 10, "fields": {"caption": "txt", "image": "png", "label": "str"},
+                        "details": {"classes": 2, "indexed": True}}
+
+    def make_report_sample(self, i):
+        return {"image": png(i), "label": f"c{i // 3}", "caption": f"t{i}"}
+
+    def report_stored_bytes(self, path):
+        return stored_bytes(path) - os.path.getsize(os.path.join(path, "index.json"))
+
 
 def test_plain_class_folders(tmp_path):
     for cls, n in (("dog", 2), ("cat", 3)):
@@ -50,29 +59,8 @@ def test_truncated_image(tmp_path):
     assert_sample_equal(hpcio.open(tmp_path / "f").select(["caption"])[0], {"caption": "one"})
 
 
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="imagefolder") as w:
-        for i in range(5):
-            w.write({"image": png(i), "label": f"c{i // 3}", "caption": f"t{i}"})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / "f")
-    module = hpcio.get_format("imagefolder")
-    assert module.inspect(path) == {
-        "format": "imagefolder", "path": path, "samples": 5, "shards": 10,
-        "fields": {"caption": "txt", "image": "png", "label": "str"},
-        "stored_bytes": stored_bytes(path) - os.path.getsize(os.path.join(path, "index.json")),
-        "details": {"classes": 2, "indexed": True}}
-    assert module.verify(path) == {
-        "format": "imagefolder", "path": path, "ok": True, "samples": 5, "shards": 10, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
 def test_verify_locates_a_truncated_image(tmp_path):
-    path = write_report_dataset(tmp_path / "f")
+    path = TestImageFolderFormat().write_report_dataset(tmp_path)
     victim = os.path.join(path, "c1", "000000004.png")
     with open(victim, "r+b") as f:
         f.truncate(30)

@@ -13,7 +13,7 @@ import zstandard
 import hpcio
 from hpcio.errors import CorruptShardError, UnsupportedValueError
 from hpcio.formats import jsonl
-from hpcio.testing import FormatTests, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests
 
 
 @pytest.fixture(autouse=True)
@@ -44,11 +44,19 @@ class _JsonlTests(FormatTests):
 
 
 class TestJsonl(_JsonlTests):
-    pass
+    report_path = "ds.jsonl"
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"compression": None, "decoded_bytes": 180}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {
+        "path": "{path}", "offset": 108, "sample": 3, "type": "CorruptShardError",
+        "error": "garbled JSON line: unexpected character, expected ',' or '}': line 1 column 34 "
+                 "(char 33) ({path}, byte offset 108, sample 3)"}
 
 
 class TestJsonlZstd(_JsonlTests):
     suffix = ".jsonl.zst"
+    report_path = "ds.jsonl.zst"
 
 
 class TestJsonlGzipCached(_JsonlTests):
@@ -119,39 +127,9 @@ def test_sniff_and_names(tmp_path):
         hpcio.open_writer(tmp_path / "a.txt", format="jsonl")
 
 
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="jsonl", **{}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds.jsonl')
-    module = hpcio.get_format("jsonl")
-    assert module.inspect(path) == {
-        "format": "jsonl", "path": path, "samples": 5, "shards": 1,
-        "fields": {"id": "int", "text": "str", "meta": "json"}, "stored_bytes": stored_bytes(path), "details": {"compression": None, "decoded_bytes": 180}}
-    assert module.verify(path) == {
-        "format": "jsonl", "path": path, "ok": True, "samples": 5, "shards": 1, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds.jsonl')
-    [bad] = replace_bytes(path, b'{"i":3}', b'{"i":3!')
-    report = hpcio.get_format("jsonl").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    assert report["errors"] == [{
-        "path": path, "offset": 108, "sample": 3, "type": "CorruptShardError",
-        "error": "garbled JSON line: unexpected character, expected ',' or '}': line 1 column 34 "
-                 f"(char 33) ({path}, byte offset 108, sample 3)"}]
-
 
 def test_verify_a_truncated_compressed_file(tmp_path):
-    path = write_report_dataset(tmp_path / "ds.jsonl.zst")
+    path = TestJsonlZstd().write_report_dataset(tmp_path)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
     report = jsonl.verify(path)

@@ -8,12 +8,19 @@ import pytest
 import hpcio
 from hpcio.errors import CorruptShardError, TruncatedShardError
 from hpcio.formats import msgpack as mfmt
-from hpcio.testing import FormatTests, assert_sample_equal, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests, assert_sample_equal
 
 
 class TestMsgpackFormat(FormatTests):
     format_name = "msgpack"
     writer_options = {"max_count": 20}
+    report_options = {"max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "int", "text": "str", "meta": "json"}, "details": {}}
+    corruption = (b"t3", b"\xff3")  # not UTF-8
+    expected_problem = {
+        "path": "{file}", "offset": 22, "sample": 3, "type": "CorruptShardError",
+        "error": "invalid MessagePack data: 'utf-8' codec can't decode byte 0xff in position 0: "
+                 "invalid start byte ({file}, byte offset 22, sample 3)"}
 
 
 def test_reads_plain_msgpack_stream(tmp_path):
@@ -53,34 +60,3 @@ def test_truncated_and_invalid(tmp_path):
     ds = hpcio.open(path)
     with pytest.raises(CorruptShardError, match=rf"^expected a map, got list \({path}, byte offset 81, sample 3\)$"):
         ds[3]
-
-
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="msgpack", **{'max_count': 2}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    module = hpcio.get_format("msgpack")
-    assert module.inspect(path) == {
-        "format": "msgpack", "path": path, "samples": 5, "shards": 3,
-        "fields": {"id": "int", "text": "str", "meta": "json"}, "stored_bytes": stored_bytes(path), "details": {}}
-    assert module.verify(path) == {
-        "format": "msgpack", "path": path, "ok": True, "samples": 5, "shards": 3, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    [bad] = replace_bytes(path, b't3', b'\xff3')
-    report = hpcio.get_format("msgpack").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    assert report["errors"] == [{
-        "path": bad, "offset": 22, "sample": 3, "type": "CorruptShardError",
-        "error": "invalid MessagePack data: 'utf-8' codec can't decode byte 0xff in position 0: "
-                 f"invalid start byte ({bad}, byte offset 22, sample 3)"}]

@@ -9,12 +9,18 @@ import pytest
 import hpcio
 from hpcio.errors import DecodeError, IndexOutOfRangeError, SchemaError
 from hpcio.sources import ParquetSource
-from hpcio.testing import FormatTests, assert_sample_equal, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests, assert_sample_equal
 
 
 class TestParquetFormat(FormatTests):
     format_name = "parquet"
     writer_options = {"row_group_size": 10, "max_count": 30}
+    report_options = {"compression": "none", "row_group_size": 2}
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"row_groups": 3, "compression": "UNCOMPRESSED"}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{path}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({path}, sample 3)"}
 
 
 def sample(i):
@@ -193,33 +199,3 @@ def test_overlapping_uses_of_jemalloc_share_one_switch():
     assert pa.default_memory_pool().backend_name == "jemalloc"
     second()
     assert pa.default_memory_pool().backend_name == before
-
-
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="parquet", **{'compression': 'none', 'row_group_size': 2}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    module = hpcio.get_format("parquet")
-    assert module.inspect(path) == {
-        "format": "parquet", "path": path, "samples": 5, "shards": 1,
-        "fields": {"id": "int", "text": "str", "meta": "json"}, "stored_bytes": stored_bytes(path), "details": {"row_groups": 3, "compression": "UNCOMPRESSED"}}
-    assert module.verify(path) == {
-        "format": "parquet", "path": path, "ok": True, "samples": 5, "shards": 1, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    [bad] = replace_bytes(path, b'{"i":3}', b'{"i":3!')
-    report = hpcio.get_format("parquet").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    assert report["errors"] == [{
-        "path": path, "offset": None, "sample": 3, "type": "DecodeError",
-        "error": f"field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({path}, sample 3)"}]

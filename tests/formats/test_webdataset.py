@@ -12,7 +12,7 @@ import pytest
 import hpcio
 from hpcio.errors import CorruptShardError, TruncatedShardError, UnsupportedValueError
 from hpcio.formats import webdataset as wdsfmt
-from hpcio.testing import FormatTests, assert_sample_equal, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests, assert_sample_equal
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(60))
@@ -21,6 +21,13 @@ JPEG = b"\xff\xd8\xff\xe0" + bytes(range(60))
 class TestWebDatasetFormat(FormatTests):
     format_name = "webdataset"
     writer_options = {"max_count": 20}
+    report_options = {"max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "id", "meta": "json", "text": "text"},
+                        "details": {"members": 15}}
+    expected_hashes_checked = 15  # tar header checksums
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{file}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({file}, sample 3)"}
 
 
 def typed_sample(i):
@@ -228,38 +235,9 @@ def test_member_index_matches_tarfile(fmt):
     assert [(n.decode(), int(o), int(s)) for n, o, s in zip(got_names, offsets, sizes)] == expected
 
 
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="webdataset", **{'max_count': 2}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    module = hpcio.get_format("webdataset")
-    assert module.inspect(path) == {
-        "format": "webdataset", "path": path, "samples": 5, "shards": 3,
-        "fields": {"id": "id", "meta": "json", "text": "text"}, "stored_bytes": stored_bytes(path), "details": {"members": 15}}
-    assert module.verify(path) == {
-        "format": "webdataset", "path": path, "ok": True, "samples": 5, "shards": 3, "checked": 5,
-        "hashes_checked": 15, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'ds')
-    [bad] = replace_bytes(path, b'{"i":3}', b'{"i":3!')
-    report = hpcio.get_format("webdataset").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    assert report["errors"] == [{
-        "path": bad, "offset": None, "sample": 3, "type": "DecodeError",
-        "error": f"field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({bad}, sample 3)"}]
-
 
 def test_verify_reports_a_damaged_header(tmp_path):
-    path = write_report_dataset(tmp_path / "ds")
+    path = TestWebDatasetFormat().write_report_dataset(tmp_path)
     shard = os.path.join(path, "shard-000001.tar")
     with open(shard, "r+b") as f:
         f.seek(1024 + 148)  # the checksum field of the second member's header

@@ -9,7 +9,7 @@ import pytest
 import hpcio
 from hpcio.errors import SchemaError, ShardNotFoundError
 from hpcio.formats import zarr as zfmt
-from hpcio.testing import FormatTests, assert_sample_equal, replace_bytes, stored_bytes
+from hpcio.testing import FormatTests, assert_sample_equal
 
 SMALL = {"chunk_samples": 8, "shard_samples": 16, "chunk_bytes": 256, "shard_bytes": 1024}
 
@@ -18,6 +18,13 @@ class TestZarrFormat(FormatTests):
     format_name = "zarr"
     # bytes chunks large enough that the 24 MiB sample stays a few hundred chunks
     writer_options = {**SMALL, "chunk_bytes": 64 << 10, "shard_bytes": 1 << 20}
+    report_path = "store"
+    report_options = {"compression": None}
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"layout_version": 1, "parts": {"part-00000": 5}}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{path}/part-00000", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({path}/part-00000, sample 3)"}
 
 
 def sample(i):
@@ -97,34 +104,3 @@ def test_missing_shard(tmp_path):
     os.remove(os.path.join(path, "part-00000", "text", "offsets", "c", "0"))
     with pytest.raises(ShardNotFoundError, match=r"^array 'text/offsets' is missing shard 0 "):
         hpcio.open(path)
-
-
-# --- inspect and verify ---------------------------------------------------------------
-def write_report_dataset(path):
-    with hpcio.open_writer(path, format="zarr", **{'compression': None}) as w:
-        for i in range(5):
-            w.write({"id": i, "text": f"t{i}", "meta": {"i": i}})
-    return str(path)
-
-
-def test_inspect_and_verify_report(tmp_path):
-    path = write_report_dataset(tmp_path / 'store')
-    module = hpcio.get_format("zarr")
-    assert module.inspect(path) == {
-        "format": "zarr", "path": path, "samples": 5, "shards": 1,
-        "fields": {"id": "int", "text": "str", "meta": "json"}, "stored_bytes": stored_bytes(path), "details": {"layout_version": 1, "parts": {"part-00000": 5}}}
-    assert module.verify(path) == {
-        "format": "zarr", "path": path, "ok": True, "samples": 5, "shards": 1, "checked": 5,
-        "hashes_checked": 0, "errors": []}
-
-
-def test_verify_locates_a_corrupt_value(tmp_path):
-    path = write_report_dataset(tmp_path / 'store')
-    [bad] = replace_bytes(path, b'{"i":3}', b'{"i":3!')
-    report = hpcio.get_format("zarr").verify(path)
-    assert report["ok"] is False
-    assert (report["samples"], report["checked"]) == (5, 4)
-    part = os.path.join(path, "part-00000")
-    assert report["errors"] == [{
-        "path": part, "offset": None, "sample": 3, "type": "DecodeError",
-        "error": f"field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({part}, sample 3)"}]
