@@ -1,12 +1,13 @@
 """The format registry: one place that knows every format by name.
 
-A format is a module under :mod:`hpcio.formats` exposing the same names (so the CLI and
-the tests never special-case one): ``NAME``, ``CAPABILITIES``, ``sniff(path)``,
-``Reader`` and ``Writer``.  Built-in formats are registered by module path and imported
-on first use, so ``import hpcio`` stays cheap and optional backends (zarr, h5py) are only
-imported when their format is used.  A format whose reader or writer imports a library
-on first use may also offer ``load_libraries()``, which imports it at once
-(:func:`load_libraries`).
+A format is a module exposing the same names (so the CLI and the tests never
+special-case one): ``NAME``, ``CAPABILITIES``, ``sniff(path)``, ``Reader`` and ``Writer``,
+and optional hooks with fixed signatures; :mod:`hpcio.formats.contract` states them as
+protocols and :func:`check_format` checks a module against them.  Built-in formats are
+registered by module path and imported on first use, so ``import hpcio`` stays cheap and
+optional backends (zarr, h5py) are only imported when their format is used.  Installed
+distributions add formats through the entry-point group ``hpcio.formats``, read on the
+first lookup of an unknown name.
 """
 
 from __future__ import annotations
@@ -194,7 +195,10 @@ def get_format(name: str) -> ModuleType:
         )
     if isinstance(entry, str):
         module = importlib.import_module(entry)
-        _check_required(module)
+        if _BUILTIN.get(key) == entry:
+            _check_required(module)
+        else:
+            _require_contract(module, f"format module {entry!r}")
         _registered[key] = entry = module
     elif not isinstance(entry, ModuleType) and hasattr(entry, "load") and hasattr(entry, "group"):
         _registered[key] = entry = _load_entry_point(key, entry)

@@ -218,3 +218,15 @@ def test_broken_entry_points_never_break_builtin_formats(installed_plugins, tmp_
     os.rename(path, plug)
     assert hpcio.sniff_format(plug).NAME == "plugfmt"  # after the built-ins decline
     assert hpcio.get_format("plugfmt").verify(plug)["ok"] is True
+
+
+def test_a_format_registered_by_import_path_is_checked_when_first_used(clean_registry, tmp_path, monkeypatch):
+    (tmp_path / "hpcio_test_lazy.py").write_text("NAME = 'lazyfmt'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register_format("hpcio_test_lazy", name="lazyfmt")
+    try:
+        with pytest.raises(FormatContractError, match=(
+                r"^format module 'hpcio_test_lazy' breaks the format contract: hpcio_test_lazy lacks CAPABILITIES; ")):
+            hpcio.get_format("lazyfmt")
+    finally:
+        sys.modules.pop("hpcio_test_lazy", None)
