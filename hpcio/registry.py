@@ -222,7 +222,8 @@ def format_hook(module: ModuleType, hook: str):
     func = getattr(module, hook, None)
     if func is None:
         raise CapabilityError(f"format {module.NAME!r} has no {hook}")
-    problems = [p for p in check_format(module) if f".{hook}(" in p]
+    prefix = f"{getattr(module, '__name__', repr(module))}.{hook}"
+    problems = [p for p in check_format(module) if p.startswith(prefix) and p[len(prefix):][:1] in ("(", " ")]
     if problems:
         raise FormatContractError(f"format {module.NAME!r}: " + "; ".join(problems))
     return func

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -216,6 +217,8 @@ def _show(default) -> str:
 
 
 def _problems(owner: str, name: str, func, protocol: type, attr: str | None = None) -> list[str]:
+    if isinstance(func, types.ModuleType):
+        return [f"{owner}.{name} is a module, not the {name} hook (import it under another name)"]
     if not callable(func):
         return [f"{owner}.{name} is not callable"]
     expected = _protocol_signature(protocol, attr or name)

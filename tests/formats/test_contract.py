@@ -83,6 +83,8 @@ def test_hook_signatures_are_compared_with_the_protocols():
     ]
     assert check_format(fake_format(verify=verify_kwargs))[0].endswith(
         "lacks the keyword parameter 'allow_pickle' (taking it through **kwargs hides its default)")
+    assert check_format(fake_format(inspect=os)) == [
+        "fake_fake.inspect is a module, not the inspect hook (import it under another name)"]
     assert check_format(fake_format(sniff=lambda: True)) == [
         "fake_fake.sniff(path): takes 0 positional parameters, the contract passes 1"]
 
