@@ -36,6 +36,7 @@ def print_json(report) -> None:
 
 
 def run(args) -> int:
+    from ..formats.reports import InspectReport
     from ..units import format_bytes
 
     inspect = dataset_hook(args, "inspect")
@@ -49,8 +50,10 @@ def run(args) -> int:
     rows = [("format", report["format"]), ("path", report["path"]),
             ("samples", report["samples"]), ("shards", report["shards"]),
             ("stored bytes", format_bytes(report["stored_bytes"])), ("fields", fields or "-")]
+    # then the details, and any key a format adds beside the schema's
+    extra = {k: v for k, v in report.items() if k not in InspectReport.__annotations__}
     rows += [(k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v)
-             for k, v in report["details"].items()]
+             for k, v in {**report["details"], **extra}.items()]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

@@ -190,7 +190,7 @@ class FormatTests:
 
     def test_inspect_report(self, written, samples):
         report = self.hook("inspect")(written)
-        assert set(report) == set(InspectReport.__annotations__)
+        assert set(InspectReport.__annotations__) <= set(report)  # extra keys are the format's own
         assert (report["format"], report["samples"]) == (self.format_name, len(samples))
         assert report["shards"] >= 1
         assert set(report["fields"]) == set(samples[0])
@@ -199,7 +199,7 @@ class FormatTests:
 
     def test_verify_valid(self, written, samples):
         report = self.hook("verify")(written)
-        assert set(report) == set(VerifyReport.__annotations__)
+        assert set(VerifyReport.__annotations__) <= set(report)
         assert report["format"] == self.format_name
         assert report["ok"] is True, report["errors"]
         assert report["samples"] == report["checked"] == len(samples)
