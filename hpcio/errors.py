@@ -30,6 +30,8 @@ __all__ = [
     "ResumeError",
     "BadSampleError",
     "MPIWorldMismatchError",
+    "FormatContractError",
+    "FormatPluginError",
     "where",
 ]
 
@@ -163,3 +165,16 @@ class BadSampleError(HpcioError, ValueError):
 class MPIWorldMismatchError(HpcioError, RuntimeError):
     """The launcher started more tasks than MPI sees: the launcher and the MPI library do
     not share a process-management interface (e.g. ``srun --mpi=none`` with MPICH)."""
+
+
+# --- the format contract (hpcio.formats.contract) ------------------------------------------
+
+
+class FormatContractError(HpcioError, TypeError):
+    """A format module breaks the format contract: a required name is missing, or an
+    optional hook has another signature than its protocol's."""
+
+
+class FormatPluginError(HpcioError, ImportError):
+    """A format registered through the ``hpcio.formats`` entry-point group cannot be
+    loaded; the message names the distribution and the entry point."""

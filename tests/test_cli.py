@@ -206,3 +206,73 @@ def test_demo_run_reports_every_format(run_hpcio, tmp_path):
     else:
         assert proc.returncode == 1
         assert "hpcio demo run: no format completed the tour" in proc.stderr
+
+
+# --- inspect and verify -----------------------------------------------------------------
+@pytest.fixture
+def small_msgpack(tmp_path):
+    path = str(tmp_path / "ds")
+    with hpcio.open_writer(path, format="msgpack", max_count=2) as w:
+        for i in range(3):
+            w.write({"id": i, "text": f"t{i}"})
+    return path
+
+
+def test_inspect_prints_the_report(run_hpcio, small_msgpack):
+    proc = run_hpcio("inspect", small_msgpack)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "format        msgpack",
+        f"path          {small_msgpack}",
+        "samples       3",
+        "shards        2",
+        f"stored bytes  {os.path.getsize(small_msgpack + '/shard-000000.msgpack') + os.path.getsize(small_msgpack + '/shard-000001.msgpack')} B",
+        "fields        id: int, text: str",
+    ]
+    proc = run_hpcio("inspect", "--json", small_msgpack)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == hpcio.get_format("msgpack").inspect(small_msgpack)
+
+
+def test_verify_exit_codes(run_hpcio, small_msgpack):
+    proc = run_hpcio("verify", small_msgpack)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == "OK: 3 samples in 2 shards, 3 records decoded, 0 hashes checked\n"
+    shard = os.path.join(small_msgpack, "shard-000001.msgpack")
+    with open(shard, "r+b") as f:
+        data = f.read().replace(b"t2", b"\xff2")
+        f.seek(0)
+        f.write(data)
+    proc = run_hpcio("verify", small_msgpack)
+    assert proc.returncode == 1
+    assert proc.stdout == "FAILED (1 problems listed): 3 samples in 2 shards, 2 records decoded, 0 hashes checked\n"
+    assert proc.stderr.startswith(f"BAD  invalid MessagePack data: 'utf-8' codec can't decode byte 0xff")
+    assert proc.stderr.endswith(f"({shard}, byte offset 0, sample 2)\n")
+    proc = run_hpcio("verify", "--json", small_msgpack)
+    report = json.loads(proc.stdout)
+    assert (proc.returncode, report["ok"], report["checked"]) == (1, False, 2)
+    assert [(e["path"], e["offset"], e["sample"]) for e in report["errors"]] == [(shard, 0, 2)]
+
+
+def test_a_damaged_dataset_is_a_report_not_a_traceback(run_hpcio, tmp_path):
+    path = str(tmp_path / "t.jsonl.zst")
+    (tmp_path / "t.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
+    proc = run_hpcio("verify", "--format", "jsonl", path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("BAD  ") and proc.stdout.startswith("FAILED (1 problems listed): 0 samples in 1 shards")
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_a_format_without_the_capability_exits_2(command, tmp_path, monkeypatch, capsys):
+    import types
+
+    from hpcio import registry
+    from hpcio.formats import jsonl
+
+    module = types.ModuleType("nohooks")
+    module.NAME, module.CAPABILITIES, module.sniff = "nohooks", registry.Capabilities(), lambda p: False
+    module.Reader, module.Writer = jsonl.Reader, jsonl.Writer
+    monkeypatch.setitem(registry._registered, "nohooks", module)
+    assert cli_main.main([command, "--format", "nohooks", str(tmp_path)]) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", f"hpcio: format 'nohooks' has no {command}\n")

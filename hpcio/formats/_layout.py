@@ -139,14 +139,15 @@ def field_conflict(fields: dict, expected: dict) -> str:
     if fields.keys() != expected.keys():
         return f"fields {sorted(fields)} differ from the dataset's {sorted(expected)}"
     name = next(n for n in expected if fields[n] != expected[n])
-
-    def storage(spec):
-        if spec["storage"] == "fixed" and spec["kind"] == "ndarray":
-            return f"ndarray {spec['dtype']} {tuple(spec['shape'])}"
-        return spec["kind"]
-
-    return (f"field {name!r} is {storage(fields[name])} here but {storage(expected[name])} in "
+    return (f"field {name!r} is {describe(fields[name])} here but {describe(expected[name])} in "
             f"the shards before; name its kind with the writer option schema=")
+
+
+def describe(spec: dict) -> str:
+    """A field spec in a few words: its kind, and dtype and shape for fixed arrays."""
+    if spec["storage"] == "fixed" and spec["kind"] == "ndarray":
+        return f"ndarray {spec['dtype']} {tuple(spec['shape'])}"
+    return spec["kind"]
 
 
 def fixed_value(spec: dict, value):

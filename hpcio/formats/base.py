@@ -5,52 +5,11 @@ Readers are random-access where the format allows it; the dataset views in
 overrides the batch methods (``read_many``, ``iter_range``) with vectorised paths built
 on the compiled kernels; the defaults here are correct but per-sample.
 
-Sharded-writing hook (how :mod:`hpcio.convert` writes one dataset from many processes)
----------------------------------------------------------------------------------------
-A sharded format supports it with two small additions; the converter does the rest
-(temporary names, fsync, rename, resume, publishing the directory atomically):
-
-``Writer(directory, shard_id=k, num_shards=n, **options)``
-    Writes every sample it receives into the single shard numbered ``k`` of ``n`` inside
-    ``directory`` (no size-based roll-over) and writes no dataset-level index.  The shard
-    bytes must depend only on the samples, ``k``, ``n`` and the options (no times, host
-    names or process ids), so any number of processes produce identical files.  After
-    ``close()``, ``writer.index_part()`` returns a JSON-able dict describing the shard
-    (for MDS: its ``index.json`` shard entry).
-``merge_index(directory, parts, **options)`` (module level)
-    Writes the dataset-level index of ``directory`` from ``parts``, the ``index_part()``
-    dicts in shard order, atomically (temporary name, fsync, rename).  A format without a
-    dataset index (self-describing shards) defines it as doing nothing.
-
-Optional encoded-record hook (MDS): the converter then encodes each sample on the rank
-that read it and sends the owner of its shard the record bytes, not the sample:
-
-``record_options(sample, **options)`` (module level)
-    The writer options that fix what a writer would take from ``sample`` as its first
-    one (MDS: the columns), ``{}`` when ``options`` already fix it; raises what that
-    writer would raise for ``sample``.
-``record_encoder(path, **options)`` (module level)
-    An object whose ``record(sample, number)`` returns the bytes ``Writer(path, **options)``
-    stores for ``sample``, raising the same errors (``number`` names the sample in them).
-``Writer.write_record(record)``
-    Appends such bytes (any bytes-like object) as ``write`` would have.
-
-Optional placed-record hook (MDS), with the encoded-record hook: each rank then writes
-the records it made straight into their shard's file, and only their lengths cross
-between ranks:
-
-``record_layout(shard_id, lengths, **options)`` (module level)
-    ``(file name, head, index part)`` of the shard ``shard_id`` whose records, in order,
-    have ``lengths`` (at least one), when ``Writer(shard_id=...)`` would write it as one
-    file holding ``head`` then the records back to back, ``index part`` being its
-    ``index_part()``; None when these options make the file something else (MDS: a
-    whole-shard compression, or file hashes).
-
-Optional reader hook used for planning: ``Reader.sample_nbytes()`` returns an int64 array
-with the stored size of every sample (from the index, without reading the data), so the
-converter balances shards by bytes; without it, sizes are estimated from the file sizes.
-``Reader.mean_sample_bytes()`` (defined here, None by default) is the cheaper average that
-sizes the read batches of views and pipelines (``Reader.batch_size``).
+What a format module exposes besides its reader and writer, and the signatures of its
+optional hooks (inspect, verify, sharded writing, encoded and placed records), are the
+protocols of :mod:`hpcio.formats.contract`.  ``Reader.mean_sample_bytes()`` (None by
+default) is the cheap average that sizes the read batches of views and pipelines
+(``Reader.batch_size``).
 """
 
 from __future__ import annotations
@@ -62,9 +21,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import CapabilityError, IndexOutOfRangeError
+from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError
+from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "Writer", "project"]
+__all__ = ["Reader", "Writer", "project", "sample_starts", "locate", "by_shard",
+           "inspect_report", "Verification", "verify_samples", "files_bytes"]
 
 # Batch size used by the default sequential paths: large enough to amortise Python
 # overhead, small enough to keep a batch of big samples in cache-sized memory.
@@ -82,6 +43,28 @@ def project(sample: Mapping, fields: Sequence[str] | None) -> Mapping:
     if fields is None:
         return sample
     return {f: sample[f] for f in fields}
+
+
+def sample_starts(counts) -> np.ndarray:
+    """The first global sample index of every shard, then the total: ``[0, c0, c0+c1,
+    ...]`` (int64) for shards holding ``counts`` samples."""
+    return np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
+
+
+def locate(starts: np.ndarray, indices):
+    """``(shard, index within the shard)`` of global sample ``indices`` (an int or an
+    array), ``starts`` being :func:`sample_starts`; empty shards are never chosen."""
+    shards = np.searchsorted(starts, indices, side="right") - 1
+    return shards, indices - starts[shards]
+
+
+def by_shard(starts: np.ndarray, indices: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """For each shard that ``indices`` touch, in shard order: ``(shard, positions in
+    indices, indices within the shard)``, so a reader reads each shard once per batch."""
+    shards, local = locate(starts, indices)
+    for k in np.unique(shards):
+        where = np.flatnonzero(shards == k)
+        yield int(k), where, local[where]
 
 
 def handed_out(samples: list) -> Iterator:
@@ -301,3 +284,84 @@ class PendingFiles:
                 os.rmdir(self.directory)
             except OSError:  # not empty: files this writer did not create stay
                 pass
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def files_bytes(paths: Iterable[str]) -> int:
+    """Bytes stored by ``paths``, the files under a directory counted recursively."""
+    total = 0
+    for path in paths:
+        if os.path.isdir(path):
+            total += sum(os.path.getsize(os.path.join(root, n))
+                         for root, _dirs, names in os.walk(path) for n in names)
+        else:
+            total += os.path.getsize(path)
+    return total
+
+
+def inspect_report(fmt: str, path, *, samples: int, shards: int, fields: Mapping,
+                   stored_bytes: int | None, details: Mapping | None = None) -> InspectReport:
+    """An :class:`~hpcio.formats.reports.InspectReport` with every key of the schema."""
+    return {"format": fmt, "path": os.fspath(path), "samples": int(samples), "shards": int(shards),
+            "fields": dict(fields), "stored_bytes": stored_bytes, "details": dict(details or {})}
+
+
+class Verification:
+    """A :class:`~hpcio.formats.reports.VerifyReport` being filled: the problems found
+    (each located with :func:`~hpcio.formats.reports.problem`, at most ``max_errors``
+    kept) and what was checked."""
+
+    def __init__(self, fmt: str, path, *, max_errors: int = 1000, shards: int = 0):
+        self.max_errors = max_errors
+        self.report: VerifyReport = {
+            "format": fmt, "path": os.fspath(path), "ok": True, "samples": 0, "shards": shards,
+            "checked": 0, "hashes_checked": 0, "errors": []}
+
+    def fail(self, exc: BaseException) -> None:
+        self.report["ok"] = False
+        if len(self.report["errors"]) < self.max_errors:
+            self.report["errors"].append(problem(exc))
+
+    def decode(self, reader: Reader) -> VerifyReport:
+        """Decode every sample of ``reader`` in batches; a batch that fails is read again
+        sample by sample, so each bad sample is reported on its own and the rest counted."""
+        n = len(reader)
+        self.report["samples"] = n
+        for lo in range(0, n, DEFAULT_BATCH):
+            indices = np.arange(lo, min(lo + DEFAULT_BATCH, n), dtype=np.int64)
+            try:
+                reader.read_many(indices)
+            except (HpcioError, OSError):
+                for i in indices.tolist():
+                    try:
+                        reader.read(i)
+                    except (HpcioError, OSError) as exc:
+                        self.fail(exc)
+                    else:
+                        self.report["checked"] += 1
+            else:
+                self.report["checked"] += len(indices)
+        return self.report
+
+    def decode_dataset(self, open_reader) -> VerifyReport:
+        """:meth:`decode` the reader ``open_reader()`` returns; a dataset it cannot open
+        (damaged structure) is reported as one problem."""
+        try:
+            reader = open_reader()
+        except (HpcioError, OSError) as exc:
+            self.fail(exc)
+            return self.report
+        with reader:
+            return self.decode(reader)
+
+
+def verify_samples(fmt: str, path, open_reader, list_shards, *, max_errors: int = 1000) -> VerifyReport:
+    """The report of a format whose verify is decoding every sample: ``open_reader()``
+    opens the dataset, ``list_shards(path)`` names its shard files (HpcioError when
+    there are none, then counted as 0)."""
+    try:
+        shards = len(list_shards(path))
+    except HpcioError:
+        shards = 0
+    check = Verification(fmt, path, max_errors=max_errors, shards=shards)
+    return check.decode_dataset(open_reader)

@@ -32,10 +32,11 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout
 from .base import Reader as _Reader
-from .base import PendingFiles
+from .base import PendingFiles, by_shard, files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries",
+           "inspect", "verify"]
 
 NAME = "hdf5"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -316,7 +317,7 @@ class Reader(_Reader):
                 fields = f.fields
         self.layout_fields = fields or {}
         self.fields = list(self.layout_fields)
-        self.cum = np.concatenate([[0], np.cumsum([f.n for f in self.files])]).astype(np.int64)
+        self.cum = sample_starts([f.n for f in self.files])
 
     def __len__(self) -> int:
         return int(self.cum[-1])
@@ -332,11 +333,8 @@ class Reader(_Reader):
             if f not in self.layout_fields:
                 raise KeyError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
-        which = np.searchsorted(self.cum, indices, side="right") - 1
-        for k in np.unique(which):
-            where = np.flatnonzero(which == k)
-            base = int(self.cum[k])
-            got = self.files[k].read_rows(indices[where] - base, fields, base)
+        for k, where, rows in by_shard(self.cum, indices):
+            got = self.files[k].read_rows(rows, fields, int(self.cum[k]))
             for j, pos in enumerate(where):
                 out[pos] = got[j]
         return out
@@ -350,3 +348,28 @@ class Reader(_Reader):
         for f in self.files:
             f.close()
         self.files = []
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples, files and fields of HDF5 shards, from their layout attributes."""
+    with Reader(path) as r:
+        datasets = [ds for f in r.files for ds in f.data.values()]
+        return inspect_report(
+            NAME, path, samples=len(r), shards=len(r.files),
+            fields={k: _layout.describe(spec) for k, spec in r.layout_fields.items()},
+            stored_bytes=files_bytes(f.path for f in r.files),
+            details={"filters": _filters(datasets[0]) if datasets else []})
+
+
+def _filters(dataset) -> list[str]:
+    """The names of the HDF5 filters of ``dataset`` (h5py names only the ones it ships)."""
+    plist = dataset.id.get_create_plist()
+    return [plist.get_filter(k)[3].decode("ascii", "replace") for k in range(plist.get_nfilters())]
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decode every sample of every file; HDF5 checks the checksums of its own metadata
+    as it opens a file, and a mismatch is reported as an unreadable file."""
+    return verify_samples(NAME, path, lambda: Reader(path), lambda p: _files(os.fspath(p)),
+                          max_errors=max_errors)

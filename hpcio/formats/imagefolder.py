@@ -27,10 +27,11 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from .base import Reader as _Reader
+from .base import Verification, files_bytes, inspect_report
 from .base import Writer as _Writer
-from .webdataset import decode_member, member_suffix, split_name
+from .webdataset import member_field, decode_member, member_suffix, split_name
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "IMAGE_EXTS"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "IMAGE_EXTS", "inspect", "verify"]
 
 NAME = "imagefolder"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=False)
@@ -209,3 +210,36 @@ class Writer(_Writer):
             shutil.rmtree(folder, ignore_errors=True)
         if self.created_dir:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples and classes of an image folder; ``fields`` are those of the first sample
+    with the extensions of their files (``label`` is the class folder's name)."""
+    with Reader(path) as r:
+        fields = {}
+        if r.samples:
+            _cls, key, files = r.samples[0]
+            for name, _size in files:
+                suffix = name[len(key) + 1:]
+                ext = suffix.rpartition(".")[2].lower()
+                field = "image" if "." not in suffix and ext in IMAGE_EXTS else member_field(suffix)[0]
+                fields[field] = ext
+            fields["label"] = "str"
+        files = [os.path.join(r.path, c, n) for c, _k, group in r.samples for n, _s in group]
+        return inspect_report(NAME, path, samples=len(r), shards=len(files), fields=fields,
+                              stored_bytes=files_bytes(files),
+                              details={"classes": len(r.classes), "indexed": r.verify_sizes})
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Read every file of every sample, comparing its size with the one ``index.json``
+    records, and decode the fields that are not images."""
+    check = Verification(NAME, path, max_errors=max_errors)
+
+    def open_reader():
+        reader = Reader(path)
+        check.report["shards"] = sum(len(files) for _c, _k, files in reader.samples)
+        return reader
+
+    return check.decode_dataset(open_reader)

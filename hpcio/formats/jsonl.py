@@ -29,9 +29,9 @@ from .. import codecs as _codecs_table
 from .._core._records import loads_exact
 from ..errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
 from ..registry import Capabilities
-from . import base
+from . import _values, base
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "SUFFIXES"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "SUFFIXES", "inspect", "verify"]
 
 NAME = "jsonl"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=False, batch_read=True)
@@ -262,3 +262,22 @@ class Writer(base.Writer):
             return
         self._f = None
         (self._plain or self._out).__exit__(RuntimeError, None, None)
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Lines of a JSONL file; ``fields`` are the keys of the first line with the kinds of
+    their values (other lines may differ: JSON objects are untyped)."""
+    with Reader(path) as r:
+        first = r.read(0) if len(r) else {}
+        fields = {k: _values.kind_of(v, field=k, sample=0, path=r.path) for k, v in first.items()}
+        return base.inspect_report(
+            NAME, path, samples=len(r), shards=1, fields=fields,
+            stored_bytes=base.files_bytes([r.path]),
+            details={"compression": _codec_of(r.path)[1],
+                     "decoded_bytes": int(r.ends[-1]) if len(r) else 0})
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decompress the file and parse every line."""
+    return base.verify_samples(NAME, path, lambda: Reader(path), lambda p: [p], max_errors=max_errors)

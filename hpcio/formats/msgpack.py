@@ -25,10 +25,11 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
-from .base import PendingFiles
+from .base import PendingFiles, files_bytes, inspect_report, locate, sample_starts, verify_samples
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
+           "inspect", "verify"]
 
 NAME = "msgpack"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=False, batch_read=True)
@@ -203,7 +204,7 @@ class Reader(_Reader):
         except BaseException:
             self.close()
             raise
-        self.cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self.cum = sample_starts(counts)
 
     def __len__(self) -> int:
         return int(self.cum[-1])
@@ -214,10 +215,9 @@ class Reader(_Reader):
 
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)
-        which = np.searchsorted(self.cum, indices, side="right") - 1
+        which, local = locate(self.cum, indices)
         out = []
-        for k, i in zip(which.tolist(), indices.tolist()):
-            j = i - int(self.cum[k])
+        for k, j, i in zip(which.tolist(), local.tolist(), indices.tolist()):
             a, b = int(self.offsets[k][j]), int(self.offsets[k][j + 1])
             sample = unpack(self.maps[k][a:b], sample_index=i, path=self.paths[k], offset=a)
             out.append(sample if fields is None else {f: sample[f] for f in fields})
@@ -230,3 +230,19 @@ class Reader(_Reader):
         for f in self.files:
             f.close()
         self.maps, self.files = [], []
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples and files of MessagePack streams; ``fields`` are the keys of the first
+    sample with the kinds of their values (other samples may differ: maps are untyped)."""
+    with Reader(path) as r:
+        first = r.read(0) if len(r) else {}
+        fields = {k: _values.kind_of(v, field=k, sample=0, path=r.paths[0]) for k, v in first.items()}
+        return inspect_report(NAME, path, samples=len(r), shards=len(r.paths), fields=fields,
+                              stored_bytes=files_bytes(r.paths))
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decode every map of every file (the offset index already walked their structure)."""
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)

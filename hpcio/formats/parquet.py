@@ -24,10 +24,11 @@ from ..errors import CorruptShardError, MissingDependencyError, SchemaError, Sha
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
-from .base import PendingFiles
+from .base import PendingFiles, by_shard, files_bytes, inspect_report, locate, sample_starts, verify_samples
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
+           "inspect", "verify"]
 
 NAME = "parquet"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -312,7 +313,7 @@ class Reader(_Reader):
         self.fields = [] if schema is None else list(schema.names)
         self.kinds = {} if schema is None else {
             fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
-        self.cum = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self.cum = sample_starts(counts)
         cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
@@ -362,15 +363,11 @@ class Reader(_Reader):
             if f not in self.kinds:
                 raise KeyError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
-        groups = np.searchsorted(self.cum, indices, side="right") - 1
-        for g in np.unique(groups):
-            where = np.flatnonzero(groups == g)
-            base = int(self.cum[g])
-            rows = indices[where] - base
-            table = self._group(int(g), fields)
+        for g, where, rows in by_shard(self.cum, indices):
+            table = self._group(g, fields)
             if len(rows) and np.all(np.diff(rows) == 1):
                 if len(rows) > 1 and rows[-1] == len(table) - 1:
-                    self.cache.pop((int(g), fields), None)  # read through to its end: a pass
+                    self.cache.pop((g, fields), None)  # read through to its end: a pass
                 table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
             else:
                 table = table.take(rows)
@@ -391,7 +388,7 @@ class Reader(_Reader):
             self.check_index(stop - 1)
         lo = start
         while lo < stop:
-            group_end = int(self.cum[np.searchsorted(self.cum, lo, side="right")])
+            group_end = int(self.cum[locate(self.cum, lo)[0] + 1])
             hi = min(stop, group_end, lo + ITER_ROWS)
             yield from self.read_many(np.arange(lo, hi), fields)
             lo = hi
@@ -405,3 +402,22 @@ class Reader(_Reader):
 
 def _describe(schema) -> str:
     return "[" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "]"
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples, files and columns (hpcio's kind, or the Arrow type of columns written by
+    other tools) of Parquet files, from their footers."""
+    with Reader(path) as r:
+        meta = r.files[0].metadata if r.files else None
+        codec = meta.row_group(0).column(0).compression if meta and meta.num_row_groups and meta.num_columns else None
+        return inspect_report(
+            NAME, path, samples=len(r), shards=len(r.paths),
+            fields={f.name: r.kinds[f.name] or str(f.type) for f in r.schema} if r.schema else {},
+            stored_bytes=files_bytes(r.paths),
+            details={"row_groups": len(r.groups), "compression": codec})
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decode every row group and every value of every file."""
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)

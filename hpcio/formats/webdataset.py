@@ -38,12 +38,11 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
-from .base import PendingFiles
+from .base import PendingFiles, files_bytes, inspect_report, locate, project, sample_starts, verify_samples
 from .base import Writer as _Writer
-from .base import project
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "iter_tar", "split_name",
-           "member_suffix", "decode_member", "list_shards", "merge_index"]
+           "member_suffix", "member_field", "decode_member", "list_shards", "merge_index", "inspect", "verify"]
 
 NAME = "webdataset"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -106,14 +105,22 @@ def decode_member(suffix: str, data, decode: bool = True, *, path=None, sample=N
     """
     if not decode:
         return suffix, bytes(data)
-    head, dot, ext = suffix.rpartition(".")
-    kind = _EXT_KIND.get(ext.lower())
+    field, kind = member_field(suffix)
     if kind is None:
         return suffix, bytes(data)
-    field = head if dot else ext
     if kind == "json":
         return field, _values.decode_json(data, field=field, sample=sample, path=path)
     return field, _values.decode_value(kind, data, field=field, sample=sample, path=path)
+
+
+def member_field(suffix: str) -> tuple[str, str | None]:
+    """The field a member suffix decodes to and its value kind (None: raw bytes under
+    the whole suffix, for an extension without a decoder)."""
+    head, dot, ext = suffix.rpartition(".")
+    kind = _EXT_KIND.get(ext.lower())
+    if kind is None:
+        return suffix, None
+    return (head if dot else ext), kind
 
 
 def split_name(name: str, key_dots: int = 0) -> tuple[str | None, str | None]:
@@ -202,6 +209,7 @@ class _Shard:
             raise type(error)(str(error).rsplit(" (", 1)[0], path=path, offset=error.offset,
                               sample=bad_sample)
         kept = np.asarray(kept, dtype=np.int64)
+        self.headers = len(names)  # the scanner compared each header's checksum
         self.keys = keys
         self.suffixes = suffixes
         self.data_offsets = data_offsets[kept] if len(kept) else np.zeros(0, np.uint64)
@@ -253,8 +261,7 @@ class Reader(_Reader):
         except BaseException:
             self.close()
             raise
-        counts = np.array([len(s) for s in self.shards], dtype=np.int64)
-        self.cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.cum = sample_starts([len(s) for s in self.shards])
         self.sidecars = [Reader(p, key_dots=key_dots, decode=decode) for p in (sidecars or [])]
         for side in self.sidecars:
             if len(side) != len(self):
@@ -266,8 +273,8 @@ class Reader(_Reader):
         return int(self.cum[-1])
 
     def _locate(self, i: int) -> tuple[_Shard, int]:
-        s = int(np.searchsorted(self.cum, i, side="right")) - 1
-        return self.shards[s], i - int(self.cum[s])
+        s, j = locate(self.cum, i)
+        return self.shards[int(s)], int(j)
 
     def key(self, i: int) -> str:
         shard, j = self._locate(self.check_index(i))
@@ -305,8 +312,7 @@ class Reader(_Reader):
 
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)
-        shards = np.searchsorted(self.cum, indices, side="right") - 1
-        local = indices - self.cum[shards]
+        shards, local = locate(self.cum, indices)
         return [self._sample(self.shards[s], int(j), int(i), fields)
                 for s, j, i in zip(shards.tolist(), local.tolist(), indices.tolist())]
 
@@ -542,3 +548,35 @@ def merge_index(directory, parts, **options) -> None:
         path = os.path.join(directory, part["file"])
         if not os.path.isfile(path):
             raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples, shards and fields of a WebDataset shard set (``fields`` maps each field of
+    the first sample to the extension of its member)."""
+    with Reader(path) as r:
+        fields = {}
+        first = next((s for s in r.shards if len(s)), None)
+        if first is not None:
+            for m in first.members(0):
+                suffix = first.suffixes[m]
+                field, kind = member_field(suffix)
+                fields[field] = suffix.rpartition(".")[2].lower() if kind else None
+        return inspect_report(NAME, path, samples=len(r), shards=len(r.shards), fields=fields,
+                              stored_bytes=files_bytes(s.path for s in r.shards),
+                              details={"members": sum(len(s.suffixes) for s in r.shards)})
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decode every member of every sample; ``hashes_checked`` counts the tar header
+    checksums compared (a damaged header ends the check of the dataset)."""
+    headers = []
+
+    def open_reader():
+        reader = Reader(path)
+        headers.append(sum(s.headers for s in reader.shards))
+        return reader
+
+    report = verify_samples(NAME, path, open_reader, list_shards, max_errors=max_errors)
+    report["hashes_checked"] = sum(headers)
+    return report

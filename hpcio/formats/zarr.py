@@ -37,9 +37,11 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout
 from .base import Reader as _Reader
+from .base import by_shard, files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
+           "inspect", "verify"]
 
 NAME = "zarr"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -410,8 +412,7 @@ class Reader(_Reader):
         self.fields = list(layout["fields"])
         self.parts = [_Part(self.path, p["name"], layout["fields"], p["num_samples"], zarr)
                       for p in layout["parts"]]
-        counts = [p.n for p in self.parts]
-        self.cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.cum = sample_starts([p.n for p in self.parts])
 
     def __len__(self) -> int:
         return int(self.cum[-1])
@@ -427,11 +428,8 @@ class Reader(_Reader):
             if f not in self.layout["fields"]:
                 raise KeyError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
-        parts = np.searchsorted(self.cum, indices, side="right") - 1
-        for p in np.unique(parts):
-            where = np.flatnonzero(parts == p)
-            base = int(self.cum[p])
-            got = self.parts[p].read_rows(indices[where] - base, fields, base)
+        for p, where, rows in by_shard(self.cum, indices):
+            got = self.parts[p].read_rows(rows, fields, int(self.cum[p]))
             for k, pos in enumerate(where):
                 out[pos] = got[k]
         return out
@@ -441,3 +439,25 @@ class Reader(_Reader):
         step = 4096
         for lo in range(start, stop, step):
             yield from self.read_many(np.arange(lo, min(lo + step, stop)), fields)
+
+
+# --- inspect and verify -----------------------------------------------------------------
+def inspect(path) -> dict:
+    """Samples, parts and fields of a Zarr store, from its root layout alone."""
+    layout = _read_attrs(os.fspath(path))
+    if layout is None:
+        raise SchemaError("Zarr group has no 'hpcio' layout attribute", path=path)
+    return inspect_report(
+        NAME, path, samples=layout["num_samples"], shards=len(layout["parts"]),
+        fields={k: _layout.describe(spec) for k, spec in layout["fields"].items()},
+        stored_bytes=files_bytes([os.fspath(path)]),
+        details={"layout_version": layout["version"],
+                 "parts": {p["name"]: p["num_samples"] for p in layout["parts"]}})
+
+
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+    """Decode every sample of every part; zarr compares the checksums of the shard
+    indexes as it reads them, and a mismatch is reported as a damaged array."""
+    return verify_samples(NAME, path, lambda: Reader(path),
+                          lambda p: (_read_attrs(os.fspath(p)) or {"parts": []})["parts"],
+                          max_errors=max_errors)

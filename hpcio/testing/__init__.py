@@ -1,5 +1,5 @@
 """Test support shipped with hpcio: the format conformance suite (needs pytest)."""
 
-from .formats import FormatTests, assert_sample_equal, normalize
+from .formats import FormatTests, assert_sample_equal, normalize, replace_bytes, stored_bytes
 
-__all__ = ["FormatTests", "assert_sample_equal", "normalize"]
+__all__ = ["FormatTests", "assert_sample_equal", "normalize", "replace_bytes", "stored_bytes"]

@@ -14,6 +14,7 @@ silently::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 
@@ -21,9 +22,11 @@ import numpy as np
 import pytest
 
 import hpcio
-from hpcio.errors import HpcioError, IndexOutOfRangeError
+from hpcio.errors import CapabilityError, HpcioError, IndexOutOfRangeError
+from hpcio.formats.reports import InspectReport, VerifyProblem, VerifyReport
+from hpcio.registry import check_format, format_hook
 
-__all__ = ["FormatTests", "normalize", "assert_sample_equal"]
+__all__ = ["FormatTests", "normalize", "assert_sample_equal", "replace_bytes", "stored_bytes"]
 
 
 def normalize(value):
@@ -56,6 +59,31 @@ def assert_sample_equal(got: Mapping, expected: Mapping, where: str = "") -> Non
             assert isinstance(val, str), f"{where}: field {key!r} is {type(val).__name__}"
 
 
+def replace_bytes(path, old: bytes, new: bytes) -> list[str]:
+    """Replace ``old`` by ``new`` (same length: the structure stays intact) in every file
+    of the dataset at ``path``; returns the files changed.  Corrupts one value."""
+    assert len(old) == len(new)
+    paths = [os.fspath(path)] if os.path.isfile(path) else sorted(
+        os.path.join(root, n) for root, _dirs, names in os.walk(path) for n in names)
+    changed = []
+    for file in paths:
+        with open(file, "rb") as f:
+            data = f.read()
+        if old in data:
+            with open(file, "wb") as f:
+                f.write(data.replace(old, new))
+            changed.append(file)
+    assert changed, f"{old!r} is in no file of {path}"
+    return changed
+
+
+def stored_bytes(path) -> int:
+    """Bytes of the files of the dataset at ``path`` (a file, or a directory tree)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, n)) for root, _dirs, names in os.walk(path) for n in names)
+
+
 class FormatTests:
     """Conformance tests; subclass and set ``format_name`` (and maybe the hooks)."""
 
@@ -63,6 +91,17 @@ class FormatTests:
     writer_options: dict = {}
     reader_options: dict = {}
     num_samples: int = 57
+
+    # The exact reports of a small dataset (REPORT_SAMPLES samples of make_report_sample,
+    # written with report_options at report_path); the tests skip while they are None.
+    # Strings of expected_problem may name the corrupted file as {file}, the dataset as {path}.
+    REPORT_SAMPLES = 5
+    report_path: str = "ds"
+    report_options: dict = {}
+    expected_inspect: dict | None = None      # shards, fields and details of inspect()
+    expected_hashes_checked: int = 0
+    corruption: tuple[bytes, bytes] | None = None  # (value bytes, same-length damage)
+    expected_problem: dict | None = None      # the one error verify reports then
 
     # --- hooks a subclass may override -------------------------------------------------
     def make_sample(self, i: int) -> dict:
@@ -86,6 +125,14 @@ class FormatTests:
         for root, _dirs, names in os.walk(path):
             files += [os.path.join(root, n) for n in names if not n.endswith(".json")]
         return sorted(files)
+
+    def make_report_sample(self, i: int) -> dict:
+        """Sample ``i`` of the small dataset of the report tests."""
+        return {"id": i, "text": f"t{i}", "meta": {"i": i}}
+
+    def report_stored_bytes(self, path: str) -> int:
+        """What inspect() says the small dataset stores."""
+        return stored_bytes(path)
 
     @property
     def capabilities(self) -> hpcio.Capabilities:
@@ -115,12 +162,93 @@ class FormatTests:
         if not getattr(self.capabilities, capability):
             pytest.skip(f"format {self.format_name!r} lacks capability {capability!r}")
 
+    def hook(self, name: str):
+        """The format's optional hook ``name`` (its signature checked); skips without it."""
+        try:
+            return format_hook(hpcio.get_format(self.format_name), name)
+        except CapabilityError:
+            pytest.skip(f"format {self.format_name!r} has no {name}")
+
+    def truncate_largest_shard(self, path: str) -> str:
+        """Cut the largest data file of the dataset at ``path`` in half; returns it."""
+        files = self.shard_files(path)
+        assert files, "the writer produced no data files"
+        victim = max(files, key=os.path.getsize)
+        with open(victim, "r+b") as f:
+            f.truncate(os.path.getsize(victim) // 2)
+        return victim
+
     # --- the suite ---------------------------------------------------------------------
     def test_registered(self):
         module = hpcio.get_format(self.format_name)
         assert module.NAME == self.format_name
         for name in ("CAPABILITIES", "sniff", "Reader", "Writer"):
             assert hasattr(module, name)
+
+    def test_contract(self):
+        assert check_format(hpcio.get_format(self.format_name)) == []
+
+    def test_inspect_report(self, written, samples):
+        report = self.hook("inspect")(written)
+        assert set(InspectReport.__annotations__) <= set(report)  # extra keys are the format's own
+        assert (report["format"], report["samples"]) == (self.format_name, len(samples))
+        assert report["shards"] >= 1
+        assert set(report["fields"]) == set(samples[0])
+        assert report["stored_bytes"] is None or report["stored_bytes"] > 0
+        json.dumps(report)
+
+    def test_verify_valid(self, written, samples):
+        report = self.hook("verify")(written)
+        assert set(VerifyReport.__annotations__) <= set(report)
+        assert report["format"] == self.format_name
+        assert report["ok"] is True, report["errors"]
+        assert report["samples"] == report["checked"] == len(samples)
+        assert report["errors"] == []
+        json.dumps(report)
+
+    def test_verify_truncated_shard(self, written):
+        verify = self.hook("verify")
+        victim = self.truncate_largest_shard(written)
+        report = verify(written, max_errors=3)
+        assert report["ok"] is False
+        assert 1 <= len(report["errors"]) <= 3
+        first = report["errors"][0]
+        assert set(first) == set(VerifyProblem.__annotations__)
+        assert first["path"] is not None, first
+        assert os.path.abspath(first["path"]).startswith(os.path.abspath(written)), first
+        json.dumps(report)
+
+    def write_report_dataset(self, tmp_path) -> str:
+        path = os.path.join(tmp_path, self.report_path)
+        with hpcio.open_writer(path, format=self.format_name, **self.report_options) as w:
+            for i in range(self.REPORT_SAMPLES):
+                w.write(self.make_report_sample(i))
+        return path
+
+    def test_report_values(self, tmp_path):
+        if self.expected_inspect is None:
+            pytest.skip("the subclass gives no expected_inspect")
+        path = self.write_report_dataset(tmp_path)
+        n = self.REPORT_SAMPLES
+        assert self.hook("inspect")(path) == {
+            "format": self.format_name, "path": path, "samples": n,
+            "stored_bytes": self.report_stored_bytes(path), **self.expected_inspect}
+        assert self.hook("verify")(path) == {
+            "format": self.format_name, "path": path, "ok": True, "samples": n, "checked": n,
+            "shards": self.expected_inspect["shards"],
+            "hashes_checked": self.expected_hashes_checked, "errors": []}
+
+    def test_verify_locates_a_corrupt_value(self, tmp_path):
+        if self.corruption is None:
+            pytest.skip("the subclass gives no corruption")
+        path = self.write_report_dataset(tmp_path)
+        [bad] = replace_bytes(path, *self.corruption)
+        report = self.hook("verify")(path)
+        assert (report["ok"], report["samples"], report["checked"]) == (
+            False, self.REPORT_SAMPLES, self.REPORT_SAMPLES - 1)
+        assert report["errors"] == [{
+            key: value.replace("{file}", bad).replace("{path}", path) if isinstance(value, str) else value
+            for key, value in self.expected_problem.items()}]
 
     def test_sniff(self, written):
         assert hpcio.sniff_format(written).NAME == self.format_name
@@ -214,12 +342,7 @@ class FormatTests:
         assert_sample_equal(list(self.open(path))[0], sample, "unicode key")
 
     def test_truncated_shard(self, written):
-        files = self.shard_files(written)
-        assert files, "the writer produced no data files"
-        victim = max(files, key=os.path.getsize)
-        size = os.path.getsize(victim)
-        with open(victim, "r+b") as f:
-            f.truncate(size // 2)
+        self.truncate_largest_shard(written)
         with pytest.raises(HpcioError):
             ds = self.open(written)
             for _ in ds:

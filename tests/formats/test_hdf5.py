@@ -17,6 +17,12 @@ from hpcio.testing import FormatTests, assert_sample_equal
 class TestHDF5Format(FormatTests):
     format_name = "hdf5"
     writer_options = {"max_count": 20, "chunk_samples": 8, "chunk_bytes": 64 << 10}
+    report_options = {"compression": None, "max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"filters": []}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{file}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({file}, sample 3)"}
 
 
 def sample(i):

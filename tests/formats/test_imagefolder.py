@@ -9,7 +9,7 @@ from PIL import Image
 
 import hpcio
 from hpcio.errors import TruncatedShardError
-from hpcio.testing import FormatTests, assert_sample_equal
+from hpcio.testing import FormatTests, assert_sample_equal, stored_bytes
 
 
 def png(i):
@@ -25,6 +25,15 @@ class TestImageFolderFormat(FormatTests):
         sample = super().make_sample(i)
         # classes in blocks so folder order equals write order
         return {**sample, "image": png(i), "label": f"class{i // 20}"}
+
+    expected_inspect = {"shards": 10, "fields": {"caption": "txt", "image": "png", "label": "str"},
+                        "details": {"classes": 2, "indexed": True}}
+
+    def make_report_sample(self, i):
+        return {"image": png(i), "label": f"c{i // 3}", "caption": f"t{i}"}
+
+    def report_stored_bytes(self, path):
+        return stored_bytes(path) - os.path.getsize(os.path.join(path, "index.json"))
 
 
 def test_plain_class_folders(tmp_path):
@@ -48,3 +57,16 @@ def test_truncated_image(tmp_path):
             rf"^file holds 30 bytes, the index says {len(png(1))} \({victim}, sample 0\)$")):
         hpcio.open(tmp_path / "f")[0]
     assert_sample_equal(hpcio.open(tmp_path / "f").select(["caption"])[0], {"caption": "one"})
+
+
+def test_verify_locates_a_truncated_image(tmp_path):
+    path = TestImageFolderFormat().write_report_dataset(tmp_path)
+    victim = os.path.join(path, "c1", "000000004.png")
+    with open(victim, "r+b") as f:
+        f.truncate(30)
+    report = hpcio.get_format("imagefolder").verify(path)
+    assert (report["ok"], report["samples"], report["checked"]) == (False, 5, 4)
+    assert report["errors"] == [{
+        "path": victim, "offset": None, "sample": 4, "type": "TruncatedShardError",
+        "error": f"file holds 30 bytes, the index says {len(png(4))} ({victim}, sample 4)"}]
+

@@ -44,11 +44,19 @@ class _JsonlTests(FormatTests):
 
 
 class TestJsonl(_JsonlTests):
-    pass
+    report_path = "ds.jsonl"
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"compression": None, "decoded_bytes": 180}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {
+        "path": "{path}", "offset": 108, "sample": 3, "type": "CorruptShardError",
+        "error": "garbled JSON line: unexpected character, expected ',' or '}': line 1 column 34 "
+                 "(char 33) ({path}, byte offset 108, sample 3)"}
 
 
 class TestJsonlZstd(_JsonlTests):
     suffix = ".jsonl.zst"
+    report_path = "ds.jsonl.zst"
 
 
 class TestJsonlGzipCached(_JsonlTests):
@@ -117,3 +125,14 @@ def test_sniff_and_names(tmp_path):
     assert hpcio.sniff_format(p).NAME == "jsonl"
     with pytest.raises(ValueError, match="cannot tell the JSONL flavour"):
         hpcio.open_writer(tmp_path / "a.txt", format="jsonl")
+
+
+
+def test_verify_a_truncated_compressed_file(tmp_path):
+    path = TestJsonlZstd().write_report_dataset(tmp_path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    report = jsonl.verify(path)
+    assert (report["ok"], report["samples"], report["checked"]) == (False, 0, 0)
+    [error] = report["errors"]
+    assert error["path"] == path and error["type"] == "DecodeError", error

@@ -14,6 +14,13 @@ from hpcio.testing import FormatTests, assert_sample_equal
 class TestMsgpackFormat(FormatTests):
     format_name = "msgpack"
     writer_options = {"max_count": 20}
+    report_options = {"max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "int", "text": "str", "meta": "json"}, "details": {}}
+    corruption = (b"t3", b"\xff3")  # not UTF-8
+    expected_problem = {
+        "path": "{file}", "offset": 22, "sample": 3, "type": "CorruptShardError",
+        "error": "invalid MessagePack data: 'utf-8' codec can't decode byte 0xff in position 0: "
+                 "invalid start byte ({file}, byte offset 22, sample 3)"}
 
 
 def test_reads_plain_msgpack_stream(tmp_path):

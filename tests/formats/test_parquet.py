@@ -15,6 +15,12 @@ from hpcio.testing import FormatTests, assert_sample_equal
 class TestParquetFormat(FormatTests):
     format_name = "parquet"
     writer_options = {"row_group_size": 10, "max_count": 30}
+    report_options = {"compression": "none", "row_group_size": 2}
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"row_groups": 3, "compression": "UNCOMPRESSED"}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{path}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({path}, sample 3)"}
 
 
 def sample(i):

@@ -21,6 +21,13 @@ JPEG = b"\xff\xd8\xff\xe0" + bytes(range(60))
 class TestWebDatasetFormat(FormatTests):
     format_name = "webdataset"
     writer_options = {"max_count": 20}
+    report_options = {"max_count": 2}
+    expected_inspect = {"shards": 3, "fields": {"id": "id", "meta": "json", "text": "text"},
+                        "details": {"members": 15}}
+    expected_hashes_checked = 15  # tar header checksums
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{file}", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({file}, sample 3)"}
 
 
 def typed_sample(i):
@@ -226,3 +233,17 @@ def test_member_index_matches_tarfile(fmt):
     expected = [(m.name, m.offset_data, m.size) for m in tarfile.open(fileobj=io.BytesIO(data))]
     assert error is None
     assert [(n.decode(), int(o), int(s)) for n, o, s in zip(got_names, offsets, sizes)] == expected
+
+
+
+def test_verify_reports_a_damaged_header(tmp_path):
+    path = TestWebDatasetFormat().write_report_dataset(tmp_path)
+    shard = os.path.join(path, "shard-000001.tar")
+    with open(shard, "r+b") as f:
+        f.seek(1024 + 148)  # the checksum field of the second member's header
+        f.write(b"0000000")
+    report = wdsfmt.verify(path)
+    assert report["ok"] is False and report["checked"] == 0
+    [error] = report["errors"]
+    assert (error["path"], error["offset"], error["type"]) == (shard, 1024, "CorruptShardError")
+    assert error["error"].startswith("bad tar header checksum: stored 0, computed ")

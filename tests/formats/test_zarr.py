@@ -18,6 +18,13 @@ class TestZarrFormat(FormatTests):
     format_name = "zarr"
     # bytes chunks large enough that the 24 MiB sample stays a few hundred chunks
     writer_options = {**SMALL, "chunk_bytes": 64 << 10, "shard_bytes": 1 << 20}
+    report_path = "store"
+    report_options = {"compression": None}
+    expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
+                        "details": {"layout_version": 1, "parts": {"part-00000": 5}}}
+    corruption = (b'{"i":3}', b'{"i":3!')
+    expected_problem = {"path": "{path}/part-00000", "offset": None, "sample": 3, "type": "DecodeError",
+                        "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({path}/part-00000, sample 3)"}
 
 
 def sample(i):
