@@ -49,7 +49,7 @@ def run(args) -> int:
             if not args.paths:
                 print("hpcio: error: give a dataset, or both --bytes and --samples", file=sys.stderr)
                 return 2
-            from hpcio.convert.inputs import expand_sources, measure_source
+            from hpcio.sources import expand_sources, measure_source
 
             sources = expand_sources(args.paths, args.from_format)
             sizes = [measure_source(s) for s in sources]

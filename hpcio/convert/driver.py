@@ -44,11 +44,11 @@ from .._fileio import write_pieces
 from .._gc import cyclic_gc_paused
 from ..distributed.context import cpus_per_task
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
-from ..registry import get_format, load_libraries
+from ..registry import get_format
+from ..sources import ReaderCache, Source, block_starts, expand_sources, load_libraries, measure_source
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .faults import BadSample, BadSampleError, bad_sample_from, write_report
-from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_source
 from .progress import Progress
 from .resume import (
     ResumeError,
