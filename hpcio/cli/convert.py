@@ -72,7 +72,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
                      help="read every source as FORMAT instead of detecting it")
     out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")
     out.add_argument("--read-option", "-I", dest="reader_options", action="append", type=_option, default=[],
-                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be); repeatable")
+                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be), e.g. "
+                          "base64_fields=images, ref_fields=image, decode_data_urls=false; repeatable")
     out.add_argument("--option", "-O", dest="writer_options", action="append", type=_option, default=[],
                      metavar="KEY=VALUE", help="extra writer option (VALUE parsed as JSON when it can be); repeatable")
     shards = parser.add_argument_group("shards")
