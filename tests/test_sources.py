@@ -151,7 +151,7 @@ def test_references_to_tar_members_and_files(tmp_path):
     moved = write_jsonl(tmp_path / "elsewhere.jsonl", [{"img": "shards/shard-000001.tar"}])
     os.makedirs(tmp_path / "sub")
     os.rename(moved, tmp_path / "sub" / "elsewhere.jsonl")
-    got = read_one(tmp_path / "sub" / "elsewhere.jsonl", ref_fields="img", ref_root="..")
+    got = read_one(tmp_path / "sub" / "elsewhere.jsonl", ref_fields="img", ref_root=str(tmp_path))
     assert got["img"] == (tmp_path / "shards" / "shard-000001.tar").read_bytes()
 
 

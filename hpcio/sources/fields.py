@@ -13,8 +13,8 @@ converter reads through a :class:`DecodedReader` that applies them to every samp
 ``ref_fields``
     Top-level fields whose strings (or lists of strings) are references
     (:mod:`.references`); ``ref_root`` is the directory relative references start from
-    (default: the source file's directory), ``max_open_tars`` how many tar shards stay
-    open.
+    (default: the source file's directory; a relative ``ref_root`` is taken from the
+    working directory), ``max_open_tars`` how many tar shards stay open.
 ``decode_data_urls``
     Decode ``data:<image|audio|video>/<type>;base64,...`` strings anywhere in a sample
     (nested in lists and objects too).
@@ -32,7 +32,6 @@ format.
 from __future__ import annotations
 
 import binascii
-import functools
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -117,7 +116,8 @@ class FieldDecoder:
         self.file_structs = _switch(options.get("decode_file_structs"), "decode_file_structs",
                                     source_format in FILE_STRUCT_FORMATS)
         base_dir = source_path if os.path.isdir(source_path) else os.path.dirname(source_path)
-        self.references = References(os.path.join(base_dir, options.get("ref_root") or ""),
+        root = options.get("ref_root")
+        self.references = References(os.path.abspath(root) if root else base_dir,
                                      int(options.get("max_open_tars", 16)))
         self.locate = _locator(reader, source_format, source_path)
         self.walk_fields = _arrow_walk_fields(reader, self.data_urls, self.file_structs)
