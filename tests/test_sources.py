@@ -117,6 +117,13 @@ def test_bad_base64_names_file_line_and_field(tmp_path):
     reader.close()
 
 
+def test_line_numbers_are_counted_in_bounded_pieces():
+    from hpcio.sources.fields import _newlines
+
+    text = memoryview(b"a\nbb\n\nccc\nd")
+    assert [_newlines(text, stop, step=2) for stop in (0, 1, 2, 5, 6, 10, 11)] == [0, 0, 1, 2, 3, 4, 4]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"base64_fields": 3}, "reader option base64_fields: expected field names"),
     ({"decode_data_urls": "maybe"}, "reader option decode_data_urls: expected true or false, got 'maybe'"),

@@ -278,8 +278,7 @@ def _locator(reader, source_format: str, source_path: str) -> Callable[[int], Wh
     if source_format == "jsonl" and hasattr(reader, "starts"):
         def on_line(i):
             start = int(reader.starts[i])
-            line = bytes(reader.buf[:start]).count(b"\n") + 1
-            return reader.path, start, f"on line {line}", i
+            return reader.path, start, f"on line {_newlines(reader.buf, start) + 1}", i
         return on_line
     if source_format == "parquet" and hasattr(reader, "groups"):
         def in_parquet_row(i):
@@ -294,6 +293,12 @@ def _locator(reader, source_format: str, source_path: str) -> Callable[[int], Wh
             return path, None, f"in row {row}", i
         return in_row
     return lambda i: (source_path, None, None, i)
+
+
+def _newlines(buf, stop: int, step: int = 64 << 20) -> int:
+    """Newlines in ``buf[:stop]``, counted a bounded piece at a time (a line number for
+    an error message must not copy a file of many GB)."""
+    return sum(bytes(buf[a:min(a + step, stop)]).count(b"\n") for a in range(0, stop, step))
 
 
 def _arrow_walk_fields(reader, data_urls: bool, file_structs: bool) -> frozenset | None:
