@@ -250,7 +250,7 @@ hpcio_status hpcio_blosc2_compress(const uint8_t *src, uint64_t len, const char 
 const char *hpcio_blosc2_version(void);
 
 /* ---- text encodings and the JINX tail (encodings.c) ----------------------------------
- * Strict decoders for the encodings JINX uses for inline binary values.  *_decoded_size
+ * The strict Ascii85 decoder of JINX inline binary values.  *_decoded_size
  * validates src and gives the exact output size; *_decode writes into dst (capacity
  * cap) and sets *written.  Invalid input is HPCIO_E_CODEC with err->offset = the
  * position of the bad character in src.
@@ -264,14 +264,6 @@ hpcio_status hpcio_a85_decode(const uint8_t *src, uint64_t len, uint8_t *dst, ui
  * least hpcio_a85_encoded_bound(len) bytes. */
 uint64_t hpcio_a85_encoded_bound(uint64_t len);
 hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
-                              uint64_t *written, hpcio_error *err);
-/* Standard alphabet with '=' padding; length must be a multiple of 4. */
-hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
-                                    hpcio_error *err);
-hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
-                              uint64_t *written, hpcio_error *err);
-/* Hex digits of either case; output size is len / 2. */
-hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst, uint64_t cap,
                               uint64_t *written, hpcio_error *err);
 /* A JINX file ends "<footer json>\n<decimal footer offset>\n".  Finds the footer line
  * buf[*footer_offset : *footer_end] (footer_end is its newline) from the last line,

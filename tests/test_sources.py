@@ -1,128 +1,295 @@
-"""Sources for conversion: units of work and the samples of each unit, field
-references into tars, and bad input."""
+"""The source layer: listing and reading sources, bytes carried as base64, data URLs,
+references and Hugging Face structs, Hugging Face datasets saved to disk, and the
+errors, each also end to end through ``hpcio convert``."""
 
 import base64
-import gzip
 import json
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import hpcio
-from hpcio.errors import DecodeError, SchemaError, ShardNotFoundError
-from hpcio.sources import (
-    DatasetSource, JsonlSource, MsgpackSource, ParquetSource, TarSource, Unit, open_source,
-)
+from hpcio.cli.main import main
+from hpcio.errors import DecodeError, ShardNotFoundError
+from hpcio.sources import DecodedReader, expand_sources, measure_source, open_reader
 
-ROWS = [{"id": i, "text": f"line {i} " + "x" * (i % 7)} for i in range(50)]
+IMAGES = [b"\x89PNG\r\n\x1a\n" + bytes([i]) * (40 + 13 * i) for i in range(6)]
+IMAGE_STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+HF_FEATURES = {
+    "image": {"decode": True, "id": None, "_type": "Image"},
+    "label": {"dtype": "int64", "id": None, "_type": "Value"},
+    "text": {"dtype": "string", "id": None, "_type": "Value"},
+}
 
 
-def write_jsonl(path, rows):
-    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
-    if str(path).endswith(".gz"):
-        data = gzip.compress(data)
-    elif str(path).endswith(".zst"):
-        import zstandard
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
-        data = zstandard.ZstdCompressor().compress(data)
-    path.write_bytes(data)
+
+def write_jsonl(path, rows) -> str:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
     return str(path)
 
 
-def test_jsonl_byte_ranges_cover_every_line_once(tmp_path):
-    path = write_jsonl(tmp_path / "a.jsonl", ROWS)
-    src = JsonlSource(path, split_bytes=97)
-    units = src.units()
-    size = os.path.getsize(path)
-    assert units[0] == Unit(path, "bytes", 0, 97, 97)
-    assert sum(u.size for u in units) == size and units[-1].stop == size
-    got = [s for u in units for s in src.samples(u)]
-    assert got == ROWS
+def read_one(path, **options):
+    with open_reader(expand_sources(str(path))[0], options) as reader:
+        return reader.read(0)
 
 
-@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
-def test_compressed_jsonl_is_one_unit(tmp_path, suffix):
-    path = write_jsonl(tmp_path / f"a{suffix}", ROWS)
-    src = open_source(path)
-    assert isinstance(src, JsonlSource)
-    assert [u.kind for u in src.units()] == ["file"]
-    assert list(src) == ROWS
+def convert(*args) -> int:
+    return main(["convert", *map(str, args), "--to", "mds", "--no-progress"])
 
 
-def test_jsonl_bad_line(tmp_path):
-    path = tmp_path / "bad.jsonl"
-    path.write_bytes(b'{"id": 0}\n{"id": 1\n')
-    with pytest.raises(DecodeError, match=(
-            rf"^JSONL line is not JSON: Expecting ',' delimiter at character 9 "
-            rf"\({path}, byte offset 10, sample 1\)$")):
-        list(JsonlSource(path))
+def converted(out) -> dict:
+    """The samples of a converted dataset by ``id``, values as plain Python objects."""
+    return {int(s["id"]): {k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
+            for s in hpcio.open(out)}
 
 
-def test_jsonl_base64_path_and_tar_references(tmp_path):
-    with hpcio.open_writer(tmp_path / "shards", format="webdataset") as w:
-        for i in range(3):
-            w.write({"__key__": f"k{i}", "jpg": b"\xff\xd8\xff" + bytes([i])})
-    (tmp_path / "blob.bin").write_bytes(b"on disk")
-    rows = [{"img": f"tar://shards/shard-000000.tar#k{i}.jpg", "b": base64.b64encode(bytes([i] * 3)).decode(),
-             "file": "blob.bin"} for i in range(3)]
-    path = write_jsonl(tmp_path / "refs.jsonl", rows)
-    src = JsonlSource(path, base64_fields=["b"], ref_fields=["img", "file"], max_open_tars=1)
-    got = list(src)
-    assert got[2] == {"img": b"\xff\xd8\xff\x02", "b": b"\x02\x02\x02", "file": b"on disk"}
-    missing = write_jsonl(tmp_path / "missing.jsonl", [{"img": "tar://shards/shard-000000.tar#k9.jpg"}])
-    with pytest.raises(ShardNotFoundError, match=r"^tar member 'k9.jpg' not found \(.*shard-000000.tar, sample 0\)$"):
-        list(JsonlSource(missing, ref_fields=["img"]))
-    src.close()
+# --- listing and reading ----------------------------------------------------------------
+def test_expand_sources_sniffs_files_and_claims_saved_datasets(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"id": 0}])
+    (tmp_path / "notes.txt").write_text("not a dataset")
+    save_to_disk(tmp_path / "hf", image_table(range(3)))
+    found = expand_sources(tmp_path)
+    assert [(os.path.basename(s.path), s.format) for s in found] == [("a.jsonl", "jsonl"), ("hf", "huggingface")]
+    assert expand_sources(tmp_path / "hf", "hf")[0].format == "huggingface"
 
 
-def test_parquet_row_groups_and_projection(tmp_path):
-    with hpcio.open_writer(tmp_path / "p", format="parquet", row_group_size=8) as w:
-        for r in ROWS:
-            w.write(r)
-    src = open_source(tmp_path / "p", columns=["text"])
-    units = src.units()
-    assert [(u.kind, u.start, u.count) for u in units] == [("row_group", g, 8) for g in range(6)] + [
-        ("row_group", 6, 2)]
-    assert list(src.samples(units[6])) == [{"text": r["text"]} for r in ROWS[48:]]
+def test_training_formats_are_read_bare_and_raw_formats_decoded(tmp_path):
+    with hpcio.open_writer(tmp_path / "m", format="mds") as w:
+        w.write({"id": 0, "url": "data:image/png;base64,AAEC"})
+    mds = expand_sources(tmp_path / "m")[0]
+    with open_reader(mds) as reader:
+        assert not isinstance(reader, DecodedReader) and reader.read(0)["url"] == "data:image/png;base64,AAEC"
+    with open_reader(mds, {"decode_data_urls": True}) as reader:
+        assert reader.read(0)["url"] == b"\x00\x01\x02"
+    path = write_jsonl(tmp_path / "a.jsonl", [{"id": 0, "url": "data:image/png;base64,AAEC"}])
+    assert read_one(path) == {"id": 0, "url": b"\x00\x01\x02"}
+    assert read_one(path, decode_data_urls="false")["url"] == "data:image/png;base64,AAEC"
 
 
-def test_parquet_schema_mismatch(tmp_path):
-    os.makedirs(tmp_path / "p")
-    for name, value in (("a", 1), ("b", "one")):
-        with hpcio.open_writer(tmp_path / "p" / f"{name}.parquet", format="parquet") as w:
-            w.write({"x": value})
-    with pytest.raises(SchemaError, match=(
-            r"^Parquet schema mismatch: columns \[x: large_string\] differ from the first file's "
-            rf"\[x: int64\] \({tmp_path / 'p' / 'b.parquet'}\)$")):
-        ParquetSource(tmp_path / "p").units()
+def test_measure_source_takes_field_options_out_of_the_reader_options(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"img": b64(b"abc")}, {"img": b64(b"defg")}])
+    sizes = measure_source(expand_sources(path)[0], {"base64_fields": ["img"]})
+    with open(path, "rb") as f:
+        assert sizes.tolist() == [len(line) for line in f]
 
 
-def test_msgpack_tar_and_dataset_sources(tmp_path):
-    with hpcio.open_writer(tmp_path / "m", format="msgpack", max_count=20) as w:
-        for r in ROWS:
-            w.write(r)
-    src = open_source(tmp_path / "m")
-    assert isinstance(src, MsgpackSource) and len(src.units()) == 3
-    assert list(src) == ROWS
-    with hpcio.open_writer(tmp_path / "t", format="webdataset", max_count=20) as w:
-        for r in ROWS:
-            w.write(r)
-    tars = open_source(tmp_path / "t")
-    assert isinstance(tars, TarSource) and [u.kind for u in tars.units()] == ["file"] * 3
-    assert list(tars) == ROWS
-    with hpcio.open_writer(tmp_path / "z", format="zarr") as w:
-        for r in ROWS:
-            w.write({**r, "v": np.full(2, r["id"], np.int32)})
-    ds = open_source(tmp_path / "z", samples_per_unit=16)
-    assert isinstance(ds, DatasetSource)
-    assert [(u.start, u.stop, u.count) for u in ds.units()] == [(0, 16, 16), (16, 32, 16), (32, 48, 16), (48, 50, 2)]
-    assert [s["id"] for s in ds.samples(ds.units()[3])] == [48, 49]
+# --- base64 fields and data URLs -----------------------------------------------------------
+def test_base64_fields_lists_nulls_and_data_urls(tmp_path):
+    row = {"a": b64(IMAGES[0]), "b": [b64(IMAGES[1]), None, "data:image/png;base64," + b64(IMAGES[2])],
+           "c": None, "text": "plain"}
+    path = write_jsonl(tmp_path / "a.jsonl", [row])
+    assert read_one(path, base64_fields="a,b,c") == {"a": IMAGES[0], "b": [IMAGES[1], None, IMAGES[2]],
+                                                      "c": None, "text": "plain"}
+    # outside the named fields only data URLs are decoded
+    assert read_one(path, base64_fields=["a"])["b"] == [row["b"][0], None, IMAGES[2]]
 
 
-def test_image_folder_source(tmp_path):
-    for cls in ("b", "a"):
-        os.makedirs(tmp_path / cls)
-        (tmp_path / cls / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n" + cls.encode())
-    src = open_source(tmp_path, format="imagefolder", labels="index")
-    assert [s["label"] for s in src] == [0, 1]
+def test_data_urls_are_found_inside_messages(tmp_path):
+    url = "data:image/jpeg;base64," + b64(IMAGES[3])
+    row = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                     {"type": "text", "text": "data: not a URL"}]}]}
+    got = read_one(write_jsonl(tmp_path / "a.jsonl", [row]))
+    assert got["messages"][0]["content"][0]["image_url"]["url"] == IMAGES[3]
+    assert got["messages"][0]["content"][1]["text"] == "data: not a URL"
+
+
+def test_bad_base64_names_file_line_and_field(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"img": b64(b"ok")}, {"img": "AA*C"}])
+    with open(path, "a") as f:
+        f.write('{"img": "AAA"}\n')
+    reader = open_reader(expand_sources(path)[0], {"base64_fields": "img"})
+    with pytest.raises(DecodeError) as err:
+        reader.read(1)
+    assert str(err.value) == (f"field 'img' on line 2 is not base64: Only base64 data is allowed "
+                              f"({path}, byte offset 16, sample 1)")
+    with pytest.raises(DecodeError, match=r"^field 'img' on line 3 is not base64: Incorrect padding"):
+        reader.read_many(np.array([0, 2]))
+    with pytest.raises(DecodeError, match=r"^field 'img' on line 1 holds a int, not base64 text \("):
+        read_one(write_jsonl(tmp_path / "b.jsonl", [{"img": 7}]), base64_fields="img")
+    reader.close()
+
+
+def test_line_numbers_are_counted_in_bounded_pieces():
+    from hpcio.sources.fields import _newlines
+
+    text = memoryview(b"a\nbb\n\nccc\nd")
+    assert [_newlines(text, stop, step=2) for stop in (0, 1, 2, 5, 6, 10, 11)] == [0, 0, 1, 2, 3, 4, 4]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"base64_fields": 3}, "reader option base64_fields: expected field names"),
+    ({"decode_data_urls": "maybe"}, "reader option decode_data_urls: expected true or false, got 'maybe'"),
+    ({"base64_fields": "a", "ref_fields": "a"}, "fields ['a'] are named both in base64_fields and ref_fields"),
+])
+def test_bad_field_options(tmp_path, options, message):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"a": "x"}])
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        open_reader(expand_sources(path)[0], options)
+
+
+# --- references ------------------------------------------------------------------------------
+def sidecar_layout(directory) -> str:
+    """JSON lines beside tar shards and loose files: ``img`` references a tar member,
+    ``mask`` a file, relative to the JSONL file."""
+    with hpcio.open_writer(directory / "shards", format="webdataset", max_count=3) as w:
+        for i in range(6):
+            w.write({"__key__": f"k{i}", "jpg": IMAGES[i]})
+    os.makedirs(directory / "masks")
+    for i in range(6):
+        (directory / "masks" / f"{i}.png").write_bytes(IMAGES[5 - i])
+    rows = [{"id": i, "img": f"tar://shards/shard-{i // 3:06d}.tar#k{i}.jpg", "mask": f"masks/{i}.png"}
+            for i in range(6)]
+    return write_jsonl(directory / "refs.jsonl", rows)
+
+
+def test_references_to_tar_members_and_files(tmp_path):
+    path = sidecar_layout(tmp_path)
+    with open_reader(expand_sources(path)[0], {"ref_fields": "img,mask", "max_open_tars": 1}) as reader:
+        got = reader.read_many(np.arange(6))
+    assert got == [{"id": i, "img": IMAGES[i], "mask": IMAGES[5 - i]} for i in range(6)]
+    moved = write_jsonl(tmp_path / "elsewhere.jsonl", [{"img": "shards/shard-000001.tar"}])
+    os.makedirs(tmp_path / "sub")
+    os.rename(moved, tmp_path / "sub" / "elsewhere.jsonl")
+    got = read_one(tmp_path / "sub" / "elsewhere.jsonl", ref_fields="img", ref_root=str(tmp_path))
+    assert got["img"] == (tmp_path / "shards" / "shard-000001.tar").read_bytes()
+
+
+def test_missing_references_name_file_line_field_and_target(tmp_path):
+    sidecar_layout(tmp_path)
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"img": "tar://shards/shard-000000.tar#k9.jpg"},
+                                                {"img": "masks/9.png"}, {"img": "tar://nohash"}])
+    reader = open_reader(expand_sources(path)[0], {"ref_fields": "img"})
+    shard = tmp_path / "shards" / "shard-000000.tar"
+    with pytest.raises(ShardNotFoundError) as err:
+        reader.read(0)
+    assert str(err.value) == (f"field 'img' on line 1: tar member 'k9.jpg' not found in {shard} "
+                              f"({path}, byte offset 0, sample 0)")
+    with pytest.raises(ShardNotFoundError, match=(rf"^field 'img' on line 2: referenced file 'masks/9.png' "
+                                                  rf"not found at {tmp_path}/masks/9.png \(")):
+        reader.read(1)
+    with pytest.raises(DecodeError, match=r"^field 'img' on line 3: bad tar reference 'tar://nohash'"):
+        reader.read(2)
+    reader.close()
+
+
+# --- Hugging Face ----------------------------------------------------------------------------
+def image_table(ids, path_only=()):
+    """Rows like a ``datasets`` Image/Value dataset; rows in ``path_only`` hold only the
+    image's file name (``bytes`` null), as ``datasets`` stores images it read from files."""
+    images = [{"bytes": None, "path": f"img{i}.png"} if i in path_only else {"bytes": IMAGES[i], "path": f"{i}.png"}
+              for i in ids]
+    return pa.table({"image": pa.array(images, IMAGE_STRUCT), "label": pa.array([i % 2 for i in ids], pa.int64()),
+                     "text": pa.array([f"caption {i}" for i in ids]), "id": pa.array(list(ids), pa.int64())})
+
+
+def hf_metadata() -> dict:
+    return {"huggingface": json.dumps({"info": {"features": HF_FEATURES}})}
+
+
+def save_to_disk(directory, table, num_shards: int = 2) -> None:
+    """The layout ``datasets.Dataset.save_to_disk`` writes (datasets' arrow_dataset.py and
+    arrow_writer.py): contiguous shards as Arrow IPC streams named
+    ``data-NNNNN-of-MMMMM.arrow`` with the features as ``huggingface`` schema metadata,
+    ``state.json`` listing them in ``_data_files``, and ``dataset_info.json``."""
+    os.makedirs(directory)
+    table = table.replace_schema_metadata(hf_metadata())
+    bounds = np.linspace(0, table.num_rows, num_shards + 1).astype(int)
+    names = [f"data-{k:05d}-of-{num_shards:05d}.arrow" for k in range(num_shards)]
+    for name, a, b in zip(names, bounds[:-1], bounds[1:]):
+        with pa.OSFile(str(directory / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.slice(a, b - a))
+    state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": "5eed", "_format_columns": None,
+             "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False, "_split": None}
+    (directory / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+    info = {"builder_name": None, "citation": "", "config_name": None, "dataset_name": None, "dataset_size": None,
+            "description": "", "features": HF_FEATURES, "homepage": "", "license": "", "splits": None}
+    (directory / "dataset_info.json").write_text(json.dumps(info, indent=2))
+
+
+def test_saved_dataset_reader(tmp_path):
+    save_to_disk(tmp_path / "hf", image_table(range(6)), num_shards=3)
+    (source,) = expand_sources(tmp_path / "hf")
+    with open_reader(source) as reader:
+        assert len(reader) == 6
+        assert reader.read_many(np.array([4, 1]), ["image", "label"]) == [{"image": IMAGES[4], "label": 0},
+                                                                           {"image": IMAGES[1], "label": 1}]
+        sizes = measure_source(source, reader=reader)
+    text = [len(f"caption {i}") for i in range(6)]
+    assert (sizes - [len(b) + len(f"{i}.png") + t for i, (b, t) in enumerate(zip(IMAGES, text))]).tolist() == [16] * 6
+
+
+def test_missing_struct_file_names_data_file_row_and_field(tmp_path):
+    save_to_disk(tmp_path / "hf", image_table(range(4), path_only={3}))
+    reader = open_reader(expand_sources(tmp_path / "hf")[0])
+    with pytest.raises(ShardNotFoundError) as err:
+        reader.read(3)
+    assert str(err.value) == (f"field 'image' in row 1: referenced file 'img3.png' not found at "
+                              f"{tmp_path / 'hf' / 'img3.png'} ({tmp_path / 'hf' / 'data-00001-of-00002.arrow'}, "
+                              f"sample 3)")
+    reader.close()
+
+
+# --- end to end through hpcio convert -----------------------------------------------------------
+def test_convert_base64_fields(tmp_path):
+    from hpcio import demo
+
+    path = tmp_path / "vlm.jsonl"
+    demo.write_jsonl(path, "vlm", 6)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"id": i, "img": b64(IMAGES[i])} for i in range(6)])
+    assert convert(plain, tmp_path / "out", "-I", "base64_fields=img") == 0
+    assert converted(tmp_path / "out") == {i: {"id": i, "img": IMAGES[i]} for i in range(6)}
+    # vlm samples hold a list of base64 images; the demo's map stores the one image as bytes
+    assert convert(path, tmp_path / "vlm", "-I", "base64_fields=images", "--map", "hpcio.demo:shard_layout") == 0
+    expected = {s["id"]: s["images"][0] for s in demo.generate("vlm", 6)}
+    assert {s["id"]: bytes(s["image"]) for s in hpcio.open(tmp_path / "vlm")} == expected
+
+
+def test_convert_bad_base64_message(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"id": 0, "img": b64(b"ok")}, {"id": 1, "img": "AA*C"}])
+    assert convert(path, tmp_path / "out", "-I", "base64_fields=img") == 1
+    second_line = len('{"id": 0, "img": "b2s="}\n')
+    assert capsys.readouterr().err == (
+        f"hpcio: error: bad sample, conversion stopped (read failed at {path}, byte offset {second_line}, sample 1: "
+        f"DecodeError: field 'img' on line 2 is not base64: Only base64 data is allowed); pass --skip-bad "
+        f"to leave such samples out and list them in a report\n")
+
+
+def test_convert_data_urls_and_opt_out(tmp_path):
+    rows = [{"id": i, "image": f"data:image/png;base64,{b64(IMAGES[i])}"} for i in range(6)]
+    path = write_jsonl(tmp_path / "a.jsonl", rows)
+    assert convert(path, tmp_path / "out") == 0
+    assert converted(tmp_path / "out") == {i: {"id": i, "image": IMAGES[i]} for i in range(6)}
+    assert convert(path, tmp_path / "kept", "-I", "decode_data_urls=false") == 0
+    assert converted(tmp_path / "kept") == {r["id"]: r for r in rows}
+
+
+def test_convert_references(tmp_path):
+    path = sidecar_layout(tmp_path)
+    assert convert(path, tmp_path / "out", "-I", "ref_fields=img,mask") == 0
+    assert converted(tmp_path / "out") == {i: {"id": i, "img": IMAGES[i], "mask": IMAGES[5 - i]} for i in range(6)}
+
+
+def test_convert_saved_hugging_face_dataset(tmp_path):
+    save_to_disk(tmp_path / "hf", image_table(range(6), path_only={2}))
+    (tmp_path / "hf" / "img2.png").write_bytes(IMAGES[2])
+    assert convert(tmp_path / "hf", tmp_path / "out") == 0
+    assert converted(tmp_path / "out") == {i: {"id": i, "image": IMAGES[i], "label": i % 2, "text": f"caption {i}"}
+                                           for i in range(6)}
+
+
+def test_convert_hugging_face_parquet(tmp_path):
+    os.makedirs(tmp_path / "data")
+    table = image_table(range(6), path_only={5}).replace_schema_metadata(hf_metadata())
+    pq.write_table(table, tmp_path / "data" / "train-00000-of-00001.parquet", row_group_size=4)
+    (tmp_path / "data" / "img5.png").write_bytes(IMAGES[5])
+    assert convert(tmp_path / "data" / "train-00000-of-00001.parquet", tmp_path / "out") == 0
+    assert converted(tmp_path / "out") == {i: {"id": i, "image": IMAGES[i], "label": i % 2, "text": f"caption {i}"}
+                                           for i in range(6)}

@@ -133,12 +133,6 @@ cdef extern from "hpcio.h" nogil:
     uint64_t hpcio_a85_encoded_bound(uint64_t len)
     hpcio_status hpcio_a85_encode(const uint8_t *src, uint64_t len, uint8_t *dst,
                                   uint64_t cap, uint64_t *written, hpcio_error *err)
-    hpcio_status hpcio_b64_decoded_size(const uint8_t *src, uint64_t len, uint64_t *size,
-                                        hpcio_error *err)
-    hpcio_status hpcio_b64_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
-    hpcio_status hpcio_hex_decode(const uint8_t *src, uint64_t len, uint8_t *dst,
-                                  uint64_t cap, uint64_t *written, hpcio_error *err)
     hpcio_status hpcio_jinx_footer(const uint8_t *buf, uint64_t len, uint64_t *footer_offset,
                                    uint64_t *footer_end, hpcio_error *err)
 

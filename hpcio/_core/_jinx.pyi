@@ -1,6 +1,6 @@
-"""JINX kernels: Ascii85/base64/hex decoding, the footer locator, and the hot part of lazy
-samples: their base class, runs of sample lines read into them, and the plain values they
-return (compiled)."""
+"""JINX kernels: inline value decoding (Ascii85 in C, base64 and hex by binascii), the
+footer locator, and the hot part of lazy samples: their base class, runs of sample lines
+read into them, and the plain values they return (compiled)."""
 
 from collections.abc import Iterator, KeysView, Sequence
 
@@ -9,12 +9,9 @@ ENCODINGS: dict[str, int]  # "a85" -> 0, "b64" -> 1, "hex" -> 2
 def decode(data: str | bytes, encoding: int, *, path: str | None = None, offset: int = -1,
            sample: int = -1, what: str | None = None) -> bytes:
     """Decode one inline value (ASCII str or bytes-like); DecodeError on invalid text,
-    naming ``what`` (the key), the character position and path/offset/sample."""
+    naming ``what`` (the key), where the text went wrong and path/offset/sample."""
 def a85decode(data: str | bytes, **where) -> bytes:
     """Python ``base64.a85encode`` text (no <~ ~>; 'z', 'y' and whitespace accepted)."""
-def b64decode(data: str | bytes, **where) -> bytes:
-    """Strict standard base64 with padding."""
-def hexdecode(data: str | bytes, **where) -> bytes: ...
 def a85encode(data: bytes) -> str:
     """``base64.a85encode(data).decode()`` in C (the JINX writer's default encoding)."""
 def locate_footer(buf, *, path: str | None = None) -> tuple[int, int]:

@@ -1,12 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""JINX kernels: Ascii85/base64/hex decoding, the footer locator, and the hot part of lazy
-samples: the base class of ``JinxSample``, reading runs of sample lines into lazy samples,
-and the plain values they return (compiled).
+"""JINX kernels: decoding of inline values (Ascii85 in C, base64 and hex by binascii),
+the footer locator, and the hot part of lazy samples: the base class of ``JinxSample``,
+reading runs of sample lines into lazy samples, and the plain values they return
+(compiled).
 
 Values arrive as ``str`` straight from ``orjson.loads``; an ASCII ``str`` exposes its
-characters as UTF-8 without a copy, so decoding reads the string in place and writes
-once into an exactly-sized ``bytes`` object.
+characters as UTF-8 without a copy, so Ascii85 decoding reads the string in place and
+writes once into an exactly-sized ``bytes`` object.
 """
 
 from cpython.buffer cimport PyBUF_READ
@@ -17,10 +18,12 @@ from libc.stdint cimport uint8_t, uint64_t
 
 from ._chpcio cimport (
     HPCIO_OK, hpcio_a85_decode, hpcio_a85_decoded_size, hpcio_a85_encode,
-    hpcio_a85_encoded_bound, hpcio_b64_decode, hpcio_b64_decoded_size, hpcio_error,
-    hpcio_error_clear, hpcio_hex_decode, hpcio_jinx_footer, hpcio_json_wide_int, hpcio_status,
+    hpcio_a85_encoded_bound, hpcio_error, hpcio_error_clear, hpcio_jinx_footer,
+    hpcio_json_wide_int, hpcio_status,
 )
 from ._utils cimport data_ptr, raise_error
+
+import binascii
 
 import orjson
 
@@ -40,8 +43,21 @@ def decode(data, int encoding, *, path=None, long long offset=-1, long long samp
     """Decode one inline value: ``encoding`` is 0 (a85), 1 (b64) or 2 (hex).
 
     ``data`` is an ASCII ``str`` or a bytes-like object.  Invalid text raises
-    DecodeError naming ``what`` (the key), the character position, and the
-    path/offset/sample given."""
+    DecodeError naming ``what`` (the key), the character position (Ascii85) or what
+    binascii found (base64, hex), and the path/offset/sample given."""
+    prefix = f"value {what!r}: " if what is not None else ""
+    if encoding == 0:
+        return _a85(data, prefix, path, offset, sample)
+    if encoding != 1 and encoding != 2:
+        raise ValueError(f"unknown encoding code {encoding}")
+    try:
+        return binascii.a2b_base64(data, strict_mode=True) if encoding == 1 else binascii.unhexlify(data)
+    except ValueError as exc:  # binascii.Error, or a str that is not ASCII
+        name = "base64" if encoding == 1 else "hex"
+        raise DecodeError(f"{prefix}invalid {name}: {exc}", path=path, offset=offset, sample=sample) from None
+
+
+cdef bytes _a85(data, prefix, path, long long offset, long long sample):
     cdef const uint8_t *src
     cdef Py_ssize_t n = 0
     cdef const unsigned char[::1] view
@@ -57,53 +73,24 @@ def decode(data, int encoding, *, path=None, long long offset=-1, long long samp
         n = view.shape[0]
         src = data_ptr(view)
     hpcio_error_clear(&err)
-    if encoding == 0:
-        st = hpcio_a85_decoded_size(src, <uint64_t> n, &size, &err)
-    elif encoding == 1:
-        st = hpcio_b64_decoded_size(src, <uint64_t> n, &size, &err)
-    elif encoding == 2:
-        size = <uint64_t> n // 2
-        st = HPCIO_OK
-    else:
-        raise ValueError(f"unknown encoding code {encoding}")
+    st = hpcio_a85_decoded_size(src, <uint64_t> n, &size, &err)
     if st == HPCIO_OK:
         out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t> size)
         dst = <uint8_t *> PyBytes_AS_STRING(out)
         if n > _SMALL:
             with nogil:
-                st = _run(encoding, src, n, dst, size, &written, &err)
+                st = hpcio_a85_decode(src, <uint64_t> n, dst, size, &written, &err)
         else:
-            st = _run(encoding, src, n, dst, size, &written, &err)
+            st = hpcio_a85_decode(src, <uint64_t> n, dst, size, &written, &err)
         if st == HPCIO_OK:
             return out
-    detail = _message(&err)
-    prefix = f"value {what!r}: " if what is not None else ""
-    raise DecodeError(f"{prefix}{detail} (at character {err.offset} of {n})",
+    raise DecodeError(f"{prefix}{_message(&err)} (at character {err.offset} of {n})",
                       path=path, offset=offset, sample=sample)
-
-
-cdef hpcio_status _run(int encoding, const uint8_t *src, Py_ssize_t n, uint8_t *dst,
-                       uint64_t size, uint64_t *written, hpcio_error *err) noexcept nogil:
-    if encoding == 0:
-        return hpcio_a85_decode(src, <uint64_t> n, dst, size, written, err)
-    if encoding == 1:
-        return hpcio_b64_decode(src, <uint64_t> n, dst, size, written, err)
-    return hpcio_hex_decode(src, <uint64_t> n, dst, size, written, err)
 
 
 def a85decode(data, **where):
     """Ascii85 text (Python ``base64.a85encode`` output, foldspaces accepted) to bytes."""
     return decode(data, 0, **where)
-
-
-def b64decode(data, **where):
-    """Standard padded base64 text to bytes (strict: no stray characters)."""
-    return decode(data, 1, **where)
-
-
-def hexdecode(data, **where):
-    """Hex text (either case) to bytes."""
-    return decode(data, 2, **where)
 
 
 def a85encode(data):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
+
+from ..units import ByteSizeError, parse_bytes
 
 HELP = "convert datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), on one or many MPI ranks"
 
@@ -42,20 +43,17 @@ Smaller runs (thousands of ranks), shards compressed whole and hashed shards sen
 records to the rank writing the shard.
 """
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+def byte_size(text: str) -> int:
+    """:func:`hpcio.units.parse_bytes` as an argparse ``type``, so a bad size is reported
+    as a usage error with the parser's own message.
 
-
-def parse_bytes(text: str) -> int:
-    """``"256MB"`` -> 256000000; ``"1GiB"`` -> 1073741824.
-
-    >>> parse_bytes("256MB"), parse_bytes("1GiB"), parse_bytes("4096")
+    >>> byte_size("256MB"), byte_size("1GiB"), byte_size("4096")
     (256000000, 1073741824, 4096)
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 4096, 256MB, 1GiB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        return parse_bytes(text)
+    except ByteSizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _option(text: str):
@@ -77,12 +75,13 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
                      help="read every source as FORMAT instead of detecting it")
     out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")
     out.add_argument("--read-option", "-I", dest="reader_options", action="append", type=_option, default=[],
-                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be); repeatable")
+                     metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be), e.g. "
+                          "base64_fields=images, ref_fields=image, decode_data_urls=false; repeatable")
     out.add_argument("--option", "-O", dest="writer_options", action="append", type=_option, default=[],
                      metavar="KEY=VALUE", help="extra writer option (VALUE parsed as JSON when it can be); repeatable")
     shards = parser.add_argument_group("shards")
     size = shards.add_mutually_exclusive_group()
-    size.add_argument("--shard-size", type=parse_bytes, metavar="BYTES",
+    size.add_argument("--shard-size", type=byte_size, metavar="BYTES",
                       help="target bytes per shard (default 256MB; suffixes kB MB GB KiB MiB GiB)")
     size.add_argument("--num-shards", type=int, metavar="N", help="exact number of shards")
     shards.add_argument("--ngpus", type=int, default=1, metavar="G", help="GPUs (ranks) that will read the data")
@@ -101,7 +100,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     run.add_argument("--skip-bad", action="store_true",
                      help="leave out samples that fail and list them in DST.bad-samples.jsonl")
     run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
-    run.add_argument("--round-size", dest="round_bytes", type=parse_bytes, metavar="BYTES",
+    run.add_argument("--round-size", dest="round_bytes", type=byte_size, metavar="BYTES",
                      help="samples each rank reads, exchanges and holds at a time (default 512MiB, or "
                           "$HPCIO_CONVERT_ROUND_BYTES); every block of the sources, such as a Parquet "
                           "row group, is read once per round")

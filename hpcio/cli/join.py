@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from hpcio.convert import convert
-    from hpcio.convert.inputs import expand_sources
+    from hpcio.sources import expand_sources
 
     if len(args.paths) < 2:
         print("hpcio: error: give at least one source and the output directory", file=sys.stderr)

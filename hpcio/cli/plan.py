@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .convert import parse_bytes
+from .convert import byte_size
 
 HELP = "recommend a shard count and size for a dataset, GPUs, workers, nodes and an inode quota"
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("paths", nargs="*", metavar="DATASET", help="dataset(s) to measure")
     parser.add_argument("--from", dest="from_format", metavar="FORMAT", help="read the datasets as FORMAT")
-    parser.add_argument("--bytes", type=parse_bytes, help="dataset size instead of measuring (e.g. 1.2TB)")
+    parser.add_argument("--bytes", type=byte_size, help="dataset size instead of measuring (e.g. 1.2TB)")
     parser.add_argument("--samples", type=int, help="sample count instead of measuring")
     parser.add_argument("--ngpus", type=int, default=1, help="GPUs per node (default 1)")
     parser.add_argument("--nworkers", type=int, default=1, help="data loader workers per GPU (default 1)")
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inode-quota", type=int, help="inodes the output may use")
     parser.add_argument("--files-per-shard", type=int, default=1,
                         help="files each shard takes (2 for JINX with a .binx sidecar)")
-    parser.add_argument("--target", type=parse_bytes, default="256MB", help="preferred shard size (default 256MB)")
+    parser.add_argument("--target", type=byte_size, default="256MB", help="preferred shard size (default 256MB)")
     parser.add_argument("--json", action="store_true", help="print the recommendation as JSON")
 
 
@@ -49,7 +49,7 @@ def run(args) -> int:
             if not args.paths:
                 print("hpcio: error: give a dataset, or both --bytes and --samples", file=sys.stderr)
                 return 2
-            from hpcio.convert.inputs import expand_sources, measure_source
+            from hpcio.sources import expand_sources, measure_source
 
             sources = expand_sources(args.paths, args.from_format)
             sizes = [measure_source(s) for s in sources]

@@ -56,7 +56,7 @@ def split_selections(n: int, *, parts: int | None = None, fractions=None, seed: 
 
 def run(args) -> int:
     from hpcio.convert import convert
-    from hpcio.convert.inputs import expand_sources
+    from hpcio.sources import expand_sources, open_reader
 
     if len(args.paths) < 2:
         print("hpcio: error: give at least one source and the output directory", file=sys.stderr)
@@ -65,11 +65,9 @@ def run(args) -> int:
 
     def work():
         listed = expand_sources(sources, args.from_format)
-        from hpcio.registry import get_format
-
         n = 0
         for src in listed:
-            with get_format(src.format).Reader(src.path, **dict(args.reader_options)) as reader:
+            with open_reader(src, dict(args.reader_options)) as reader:
                 n += len(reader)
         fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
         selections = split_selections(n, parts=args.parts, fractions=fractions, seed=args.split_seed)

@@ -7,7 +7,7 @@ import sys
 from ..errors import HpcioError
 from ..staging.plan import DEFAULT_CHUNK_BYTES
 from ..staging.stage import stage
-from ..units import parse_bytes as parse_size
+from ..units import parse_bytes
 
 HELP = "copy a dataset to another tier: plan space and inodes, parallel verified copy, resume"
 
@@ -45,7 +45,7 @@ def run(args) -> int:
     try:
         result = stage(
             args.src, args.dst, threads=args.threads, dry_run=args.dry_run,
-            chunk_bytes=parse_size(args.chunk_size), node_local=args.node_local,
+            chunk_bytes=parse_bytes(args.chunk_size, what="--chunk-size"), node_local=args.node_local,
             use_mpi=not args.no_mpi, method=args.method, progress=not args.quiet, fsync=args.fsync,
         )
     except HpcioError as exc:

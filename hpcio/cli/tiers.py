@@ -8,8 +8,7 @@ import sys
 
 from ..errors import HpcioError
 from ..staging.tiers import bench_tier, config_path, fs_usage, resolve_tiers
-from ..units import format_bytes
-from ..units import parse_bytes as parse_size
+from ..units import format_bytes, parse_bytes
 
 HELP = "list storage tiers (free bytes and inodes, quotas, purge policy); --bench measures bandwidth"
 
@@ -76,7 +75,7 @@ def run(args) -> int:
             print(f"hpcio tiers: error: unknown or unset tiers {unknown}; known here: {sorted(tiers)}",
                   file=sys.stderr)
             return 1
-        rows = [_row(tiers[n], args.bench, parse_size(args.bench_size)) for n in names]
+        rows = [_row(tiers[n], args.bench, parse_bytes(args.bench_size, what="--bench-size")) for n in names]
     except HpcioError as exc:
         print(f"hpcio tiers: error: {exc}", file=sys.stderr)
         return 1

@@ -39,7 +39,8 @@ import numpy as np
 
 from .._durable import fsync_dir
 from ..errors import CapabilityError, PlanError, ResumeError
-from ..registry import get_format, load_libraries
+from ..registry import get_format
+from ..sources import ReaderCache, Source, block_starts, expand_sources, load_libraries, measure_source
 from ..units import ByteSizeError, parse_bytes
 from . import jobstate
 from . import plan as planning
@@ -47,7 +48,6 @@ from ._comm import Comm, get_comm
 from .affinity import share_node_cpus
 from .clock import PhaseClock
 from .faults import write_report
-from .inputs import ReaderCache, Source, block_starts, expand_sources, measure_source
 from .progress import Progress
 from .resume import (
     array_fingerprint,

@@ -1,10 +1,13 @@
 """The inputs of a conversion: which source datasets, how many samples, how big.
 
-A source is one path a registered format can read (a JSONL file, an MDS directory, a
-JINX shard, ...).  A directory that no format claims is expanded into the sorted files
-inside it that some format claims.  Measuring a source opens its reader once for the
-sample count and, when the reader offers ``sample_nbytes()``, the stored size of every
-sample; otherwise the source's bytes on disk are spread evenly over its samples.
+A source is one path a registered format, or a source-only format (a Hugging Face
+dataset saved to disk), can read: a JSONL file, an MDS directory, a JINX shard, ...  A
+directory that no format claims is expanded into the sorted entries inside it that one
+does.  Measuring a source opens its reader once for the sample count and, when the
+reader offers ``sample_nbytes()``, the stored size of every sample; otherwise the
+source's bytes on disk are spread evenly over its samples.  Readers are opened with the
+field options of :mod:`.fields` taken out of the reader options and applied to what
+they read.
 """
 
 from __future__ import annotations
@@ -15,10 +18,59 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import FormatSniffError, ShardNotFoundError
-from ..registry import get_format, sniff_format
+from .. import registry
+from ..errors import FormatSniffError, ShardNotFoundError, UnknownFormatError
+from . import huggingface
+from .fields import DecodedReader, FieldDecoder, split_options
 
-__all__ = ["Source", "expand_sources", "measure_source", "block_starts", "disk_bytes", "ReaderCache", "BLOCK_BYTES"]
+__all__ = ["Source", "expand_sources", "measure_source", "block_starts", "disk_bytes", "ReaderCache",
+           "BLOCK_BYTES", "open_reader", "source_format", "load_libraries"]
+
+# Formats the converter reads but hpcio does not write: consulted before the registry.
+_SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
+
+
+def source_format(name: str):
+    """The module that reads sources in format ``name``: a source-only format, else the
+    registered format of that name."""
+    module = _SOURCE_ONLY.get(name)
+    if module is not None:
+        return module
+    try:
+        return registry.get_format(name)
+    except UnknownFormatError:
+        known = ", ".join([*registry.available_formats(), huggingface.NAME])
+        raise UnknownFormatError(f"unknown format {name!r}; known source formats: {known}") from None
+
+
+def _sniff(path: str):
+    """The format module that claims ``path`` (FormatSniffError if none does)."""
+    for module in dict.fromkeys(_SOURCE_ONLY.values()):
+        if module.sniff(path):
+            return module
+    return registry.sniff_format(path)
+
+
+def load_libraries(names) -> None:
+    """Import now the libraries the source or output formats ``names`` import on first
+    use (:func:`hpcio.registry.load_libraries`, source-only formats included)."""
+    names = set(names)
+    for name in sorted(names & set(_SOURCE_ONLY)):
+        _SOURCE_ONLY[name].load_libraries()
+    registry.load_libraries(names - set(_SOURCE_ONLY))
+
+
+def open_reader(source: "Source", reader_options: dict | None = None):
+    """A reader of ``source``: its format's reader given the reader options, wrapped in a
+    :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
+    field_options, options = split_options(reader_options)
+    reader = source_format(source.format).Reader(source.path, **options)
+    try:
+        decoder = FieldDecoder(field_options, source.path, source.format, reader)
+    except BaseException:
+        reader.close()
+        raise
+    return DecodedReader(reader, decoder) if decoder.active else reader
 
 
 @dataclass(frozen=True)
@@ -68,10 +120,10 @@ def expand_sources(paths, format: str | None = None) -> list[Source]:
         if not os.path.exists(path):
             raise ShardNotFoundError("no such source file or directory", path=path)
         if format is not None:
-            sources.append(_source(path, get_format(format).NAME))
+            sources.append(_source(path, source_format(format).NAME))
             continue
         try:
-            sources.append(_source(path, sniff_format(path).NAME))
+            sources.append(_source(path, _sniff(path).NAME))
             continue
         except FormatSniffError:
             if not os.path.isdir(path):
@@ -82,7 +134,7 @@ def expand_sources(paths, format: str | None = None) -> list[Source]:
                 continue
             inner = os.path.join(path, name)
             try:
-                found.append(_source(inner, sniff_format(inner).NAME))
+                found.append(_source(inner, _sniff(inner).NAME))
             except FormatSniffError:
                 continue
         if not found:
@@ -95,11 +147,11 @@ def measure_source(source: Source, reader_options: dict | None = None, reader=No
     """The stored size in bytes of every sample of ``source`` (int64 array).
 
     ``reader`` is an open reader of ``source`` to use (it is left open); otherwise one is
-    opened and closed here.
+    opened with ``reader_options`` and closed here.
     """
     own = reader is None
     if own:
-        reader = get_format(source.format).Reader(source.path, **(reader_options or {}))
+        reader = open_reader(source, reader_options)
     try:
         n = len(reader)
         sizer = getattr(reader, "sample_nbytes", None)
@@ -152,8 +204,7 @@ class ReaderCache:
         if reader is not None:
             self._open.move_to_end(index)
             return reader
-        src = self.sources[index]
-        reader = get_format(src.format).Reader(src.path, **self.reader_options)
+        reader = open_reader(self.sources[index], self.reader_options)
         self._open[index] = reader
         if len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)
