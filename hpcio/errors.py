@@ -26,6 +26,7 @@ __all__ = [
     "StagingError",
     "InsufficientSpaceError",
     "ChecksumMismatchError",
+    "TierEmulatorError",
     "where",
 ]
 
@@ -128,3 +129,7 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+class TierEmulatorError(HpcioError, OSError):
+    """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""
