@@ -94,3 +94,41 @@ def test_bad_options_are_refused_before_mounting(tmp_path):
         EmulatedTier(tmp_path / "missing")
     with pytest.raises(TierEmulatorError, match=r"^the emulated tier is not mounted$"):
         EmulatedTier(tmp_path).path("x")
+
+
+@pytest.fixture(scope="module")
+def cold_records(tmp_path_factory):
+    from hpcio.bench import cold
+
+    root = tmp_path_factory.mktemp("cold")
+    records = cold.run("vlm", 12_000_000, str(root), ops=("iterate", "shuffle"), only=["hpcio mds"],
+                       include_interop=False, log=lambda *a: None)
+    starved = cold.run("vlm", 12_000_000, str(root), ops=("iterate",), only=["streaming"],
+                       memory_limit=16 << 20, include_interop=False, log=lambda *a: None)
+    return records, starved
+
+
+def test_cold_runs_start_evicted_and_count_what_storage_read(cold_records):
+    records, _ = cold_records
+    assert {(r["system"], r["op"]) for r in records} == {
+        ("hpcio mds", "iterate"), ("hpcio mds", "shuffle"),
+        ("hpcio mds zero-copy", "iterate"), ("hpcio mds zero-copy", "shuffle")}
+    for r in records:
+        assert "error" not in r, r
+        assert r["resident_before"] == 0.0
+        assert r["samples"] == records[0]["samples"] > 100
+    plain = {r["op"]: r for r in records if r["system"] == "hpcio mds"}
+    # every sample's bytes were read, so storage delivered at least the image bytes
+    assert plain["iterate"]["storage_ratio"] >= 0.9
+    assert plain["iterate"]["checksum"] == plain["shuffle"]["checksum"]
+
+
+def test_a_reader_over_its_memory_limit_is_reported_not_fatal(cold_records):
+    from hpcio.bench import cold
+
+    _, starved = cold_records
+    assert [r["error"] for r in starved] == ["killed by the memory cgroup: needs more memory than the limit"]
+    table = cold.markdown({"sequential_bytes_per_s": 1e9, "random_bytes_per_s": 5e8,
+                           "random_request_bytes": 131072, "random_best_depth": 16}, cold_records[0] + starved)
+    assert "| vlm | streaming mds | iterate | killed by the memory cgroup" in table
+    assert table.count("\n| vlm | hpcio mds") == 4
