@@ -167,6 +167,22 @@ hpcio_status hpcio_pread_records(int fd, const uint64_t *starts, const uint64_t 
                                  uint64_t *out_offsets, size_t *n_done,
                                  hpcio_error *err);
 
+/* ---- planned reads (readplan.c) -----------------------------------------------------
+ * Read m extents into dst (capacity dst_cap): extent j is len[j] bytes at byte off[j] of
+ * fds[file[j]], delivered to dst + out[j].  The extents are planned as storage requests:
+ * sorted by file and offset; an extent joins the previous request when it lies in the same
+ * file at or after its end with a gap of at most max_gap bytes (read and dropped) and the
+ * request stays within max_request bytes (0: no limit); up to `depth` requests are read at
+ * once by that many threads, so storage with a latency per request is kept busy.
+ * *requests and *bytes (gaps included) say what was read.  On failure: the status of the
+ * lowest failing request, err->item the first extent of that request, err->offset the
+ * file offset. */
+hpcio_status hpcio_read_extents(const int *fds, size_t nfiles, const uint32_t *file,
+                                const uint64_t *off, const uint64_t *len, const uint64_t *out,
+                                size_t m, uint8_t *dst, uint64_t dst_cap, uint64_t max_gap,
+                                uint64_t max_request, int depth, uint64_t *requests,
+                                uint64_t *bytes, hpcio_error *err);
+
 /* Ask the kernel to start writing the dirty pages of bytes [offset, offset + nbytes) of
  * fd (nbytes 0: to the end of the file) to storage and return without waiting (Linux
  * sync_file_range, SYNC_FILE_RANGE_WRITE), so a later fsync waits only for what is still

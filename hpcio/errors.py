@@ -32,6 +32,7 @@ __all__ = [
     "MPIWorldMismatchError",
     "FormatContractError",
     "FormatPluginError",
+    "TierEmulatorError",
     "where",
 ]
 
@@ -178,3 +179,10 @@ class FormatContractError(HpcioError, TypeError):
 class FormatPluginError(HpcioError, ImportError):
     """A format registered through the ``hpcio.formats`` entry-point group cannot be
     loaded; the message names the distribution and the entry point."""
+
+
+# --- benchmarks -------------------------------------------------------------------------
+
+
+class TierEmulatorError(HpcioError, OSError):
+    """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""

@@ -37,6 +37,20 @@ if [ -z "${HPCIO_ZSTD_PREFIX:-}" ] \
     fi
 fi
 
+# --- 1b. the storage tools the benchmarks and their tests use -------------------------
+# libfuse3 builds the emulated remote tier (hpcio.bench.tier), fio measures the device's
+# limits.  Optional: without them those tests and figures say what is missing.
+if ! { pkg-config --exists fuse3 2>/dev/null && command -v fusermount3 >/dev/null && command -v fio >/dev/null; }; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        say "installing libfuse3-dev, fuse3 and fio with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q --no-install-recommends libfuse3-dev fuse3 fio \
+            || { apt-get update -q && apt-get install -y -q --no-install-recommends libfuse3-dev fuse3 fio; }
+    else
+        say "libfuse3-dev, fuse3 or fio missing: the emulated tier and device limits are unavailable"
+    fi
+fi
+
 # --- 2. the virtual environment --------------------------------------------------------
 if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
     say "creating $VENV with $("$PYTHON" --version 2>&1)"

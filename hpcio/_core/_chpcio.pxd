@@ -83,6 +83,11 @@ cdef extern from "hpcio.h" nogil:
                                      size_t m, uint8_t *buf, uint64_t cap,
                                      uint64_t *out_offsets, size_t *n_done,
                                      hpcio_error *err)
+    hpcio_status hpcio_read_extents(const int *fds, size_t nfiles, const uint32_t *file,
+                                    const uint64_t *off, const uint64_t *len, const uint64_t *out,
+                                    size_t m, uint8_t *dst, uint64_t dst_cap, uint64_t max_gap,
+                                    uint64_t max_request, int depth, uint64_t *requests,
+                                    uint64_t *bytes, hpcio_error *err)
     hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpcio_error *err)
 
     int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed)

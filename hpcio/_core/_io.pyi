@@ -63,3 +63,6 @@ class MappedShard:
 def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: str | None = None,
            sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
     """Same as MappedShard.gather over any buffer; errors name ``path``."""
+
+def read_extents(fds, paths, file, offsets, lengths, out, dst, *, max_gap: int = 0,
+                 max_request: int = 0, depth: int = 1) -> tuple[int, int]: ...

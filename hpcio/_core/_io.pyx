@@ -10,12 +10,13 @@ import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
-    hpcio_map_probe, hpcio_pread_full, hpcio_pread_records, hpcio_start_writeback, hpcio_status,
+    hpcio_map_probe, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_start_writeback,
+    hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
 
@@ -443,3 +444,35 @@ cdef class MappedShard:
 
     def __repr__(self):
         return f"MappedShard({self.path!r}, size={self.size})"
+
+
+def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
+                 uint64_t max_gap=0, uint64_t max_request=0, int depth=1):
+    """Read the extents ``(file[j], offsets[j], lengths[j])`` into ``dst[out[j]:]`` as planned
+    requests, ``depth`` of them in flight (see ``hpcio_read_extents``); ``fds[k]`` is open
+    on ``paths[k]``, which errors name.  Returns ``(requests, bytes read)``."""
+    cdef int[::1] fdv = np.ascontiguousarray(fds, dtype=np.intc)
+    cdef const uint32_t[::1] fv = np.ascontiguousarray(file, dtype=np.uint32)
+    cdef const uint64_t[::1] ov = np.ascontiguousarray(offsets, dtype=np.uint64)
+    cdef const uint64_t[::1] lv = np.ascontiguousarray(lengths, dtype=np.uint64)
+    cdef const uint64_t[::1] dv = np.ascontiguousarray(out, dtype=np.uint64)
+    cdef size_t m = fv.shape[0]
+    cdef uint64_t requests = 0, nbytes = 0
+    cdef hpcio_error err
+    cdef hpcio_status st
+    if not (ov.shape[0] == lv.shape[0] == dv.shape[0] == m) or len(paths) != fdv.shape[0]:
+        raise ValueError("read_extents: file, offsets, lengths and out must have one entry per "
+                         "extent, and paths one per file descriptor")
+    if m == 0:
+        return 0, 0
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_read_extents(&fdv[0], fdv.shape[0], &fv[0], &ov[0], &lv[0], &dv[0], m,
+                                &dst[0] if dst.shape[0] else NULL, dst.shape[0], max_gap,
+                                max_request, depth, &requests, &nbytes, &err)
+    if st != HPCIO_OK:
+        item = err.item
+        path = paths[fv[item]] if 0 <= item < <int64_t>m else None
+        err.item = -1  # the extent's position is not a sample number: the caller knows which
+        check(st, &err, path, -1, -1)
+    return requests, nbytes

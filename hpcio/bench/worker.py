@@ -223,6 +223,18 @@ def peak_rss_mb():
     return float("nan")
 
 
+def io_read_bytes():
+    """Bytes this process made the block layer read (``read_bytes`` of /proc/self/io)."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def run(spec):
     system, op, profile = spec["system"], spec["op"], spec["profile"]
     meta = spec.get("meta_fields")
@@ -300,6 +312,7 @@ def run(spec):
         "samples": int(n),
         "checksum": int(checksum),
         "maxrss_mb": peak_rss_mb(),
+        "io_read_bytes": io_read_bytes(),
     }
 
 

@@ -47,6 +47,62 @@ def add_arguments(parser):
     parser.add_argument("--conversion-scale", type=_scale, default=None, metavar="K",
                         help="with --conversion, measure hpcio's 1->2 rank scaling again on K times each profile's "
                              "samples, where a job's fixed costs weigh less (1: not; default: 4)")
+    _add_cold_arguments(parser)
+
+
+def _add_cold_arguments(parser) -> None:
+    cold = parser.add_argument_group(
+        "cold and larger-than-memory runs",
+        "With --cold, each run starts with the dataset's files evicted from the page cache "
+        "(checked with mincore) and reads synthetic datasets of --cold-size per format; "
+        "--memory-limit confines each reader to a memory cgroup smaller than the dataset; "
+        "--tier-latency-us reads through the emulated remote tier (tierfs, a FUSE "
+        "passthrough adding that latency to every request). The device's O_DIRECT limits "
+        "are measured with fio in the same run. Writes cold.json and cold.md to --out.")
+    cold.add_argument("--cold", action="store_true", help="run the cold benchmark instead of the warm one")
+    cold.add_argument("--cold-size", type=_bytes, default="2GB", metavar="BYTES",
+                      help="bytes of each synthetic dataset (default: %(default)s)")
+    cold.add_argument("--memory-limit", type=_bytes, default=None, metavar="BYTES",
+                      help="memory cgroup limit of each reader process (default: none)")
+    cold.add_argument("--tier-latency-us", type=int, default=None, metavar="US",
+                      help="read through the emulated tier with this latency per request")
+    cold.add_argument("--tier-bandwidth", type=_bytes, default=0, metavar="BYTES",
+                      help="the emulated tier's bandwidth cap in bytes/s (default: none)")
+
+
+def _bytes(text: str) -> int:
+    from ..units import ByteSizeError, parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ByteSizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_cold(args) -> int:
+    import json
+    import os
+
+    from ..bench import cold
+
+    data = args.data or os.path.join(args.out, "data")
+    os.makedirs(data, exist_ok=True)
+    limits = cold.device_limits(data)
+    print(f"device (fio, O_DIRECT): sequential {limits['sequential_bytes_per_s'] / 1e6:,.0f} MB/s, "
+          f"random {limits['random_request_bytes'] >> 10} KiB {limits['random_bytes_per_s'] / 1e6:,.0f} MB/s "
+          f"at depth {limits['random_best_depth']}")
+    records = []
+    for profile in args.profile or ("text", "vlm"):
+        records += cold.run(profile, args.cold_size, data, ops=tuple(args.op or ("iterate", "shuffle")),
+                            memory_limit=args.memory_limit, only=args.only,
+                            include_interop=not args.no_interop, tier_latency_us=args.tier_latency_us,
+                            tier_bandwidth=args.tier_bandwidth)
+    with open(os.path.join(args.out, "cold.json"), "w") as f:
+        json.dump({"device": limits, "runs": records}, f, indent=1)
+    with open(os.path.join(args.out, "cold.md"), "w") as f:
+        f.write(cold.markdown(limits, records))
+    print(f"cold report written to {args.out}/cold.md and cold.json")
+    return 0
 
 
 def _scale(text: str) -> int:
@@ -73,6 +129,9 @@ def _loader_options(args) -> dict:
 
 def run(args) -> int:
     from ..bench import CONVERSION_SCALE, OPERATIONS, run_bench
+
+    if args.cold:
+        return _run_cold(args)
 
     result = run_bench(
         out_dir=args.out,

@@ -1,0 +1,242 @@
+"""Reading from storage, not from the page cache: cold runs, datasets larger than the
+memory a reader may use, and the device's own limits measured in the same run.
+
+Every run starts with the dataset's files evicted (:mod:`hpcio.bench.pagecache`) and
+checked with ``mincore``, whatever wrote or last read them.  A memory limit confines the
+reader to a memory cgroup smaller than the dataset, so mapped pages are reclaimed as they
+are on a node reading terabytes.  Each record carries the bytes the reader made the
+storage read (``/proc/<pid>/io`` on a block device, the emulated tier's own count behind
+:class:`~hpcio.bench.tier.EmulatedTier`) as a multiple of the dataset's bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from ..errors import HpcioError
+from .data import META_FIELDS, BenchDataset
+from .pagecache import dataset_files, evict, resident
+from .runner import WORKER, System, systems_for
+
+__all__ = ["synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold", "run", "markdown"]
+
+# Synthetic samples: sizes as the demo profiles have them, random (incompressible) payloads.
+_VLM_IMAGE_BYTES = (30_000, 150_000)
+_TEXT_CHARS = (500, 4000)
+_WRITE_BATCH = 4096
+
+
+def _samples(profile: str, n: int, seed: int):
+    """``n`` synthetic samples, made a few thousand at a time from one numpy generator."""
+    rng = np.random.default_rng(seed)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", np.uint8)
+    for lo in range(0, n, _WRITE_BATCH):
+        count = min(_WRITE_BATCH, n - lo)
+        if profile == "vlm":
+            sizes = rng.integers(*_VLM_IMAGE_BYTES, size=count)
+            blob = rng.bytes(int(sizes.sum()))
+            ends = np.cumsum(sizes)
+            for k in range(count):
+                yield {"id": f"{lo + k:012d}",
+                       "messages": [{"role": "user", "content": "<image>\nDescribe the picture."},
+                                    {"role": "assistant", "content": f"Sample {lo + k}."}],
+                       "image": blob[ends[k] - sizes[k]: ends[k]]}
+        else:
+            sizes = rng.integers(*_TEXT_CHARS, size=count)
+            text = letters[rng.integers(0, len(letters), size=int(sizes.sum()))].tobytes().decode()
+            ends = np.cumsum(sizes)
+            for k in range(count):
+                yield {"id": lo + k, "text": text[ends[k] - sizes[k]: ends[k]],
+                       "meta": {"source": "synthetic", "length": int(sizes[k])}}
+
+
+def synthetic_datasets(profile: str, target_bytes: int, root: str, *, seed: int = 0,
+                       formats=("mds", "webdataset"), log=print) -> list[BenchDataset]:
+    """Datasets of about ``target_bytes`` each, written once under ``root`` and reused."""
+    import hpcio
+
+    mean = np.mean(_VLM_IMAGE_BYTES if profile == "vlm" else _TEXT_CHARS) + 200
+    n = max(1, int(target_bytes // mean))
+    columns = ({"id": "str", "messages": "json", "image": "bytes"} if profile == "vlm"
+               else {"id": "int", "text": "str", "meta": "json"})
+    options = {"mds": {"columns": columns}, "webdataset": {}}
+    out = []
+    for fmt in formats:
+        path = os.path.join(root, f"{profile}-{target_bytes}-{seed}", fmt)
+        done = os.path.join(path, ".complete")
+        if not os.path.exists(done):
+            shutil.rmtree(path, ignore_errors=True)
+            log(f"writing {n} synthetic {profile} samples as {fmt} in {path}")
+            with hpcio.open_writer(path, format=fmt, **options[fmt]) as w:
+                for sample in _samples(profile, n, seed):
+                    w.write(sample)
+            open(done, "w").close()
+        out.append(BenchDataset(fmt, fmt, path, n, options[fmt]))
+    return out
+
+
+def _fio(args: list[str]) -> dict:
+    proc = subprocess.run(["fio", "--output-format=json", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise HpcioError(f"fio failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    job = json.loads(proc.stdout)["jobs"][0]["read"]
+    return {"bytes_per_s": job["bw_bytes"], "iops": job["iops"]}
+
+
+def device_limits(directory: str, *, file_bytes: int = 2 << 30, request_bytes: int = 128 << 10,
+                  depths=(1, 4, 16, 32), seconds: int = 5) -> dict:
+    """The storage under ``directory`` read with ``O_DIRECT`` by fio: sequential 4 MiB
+    reads, and random reads of ``request_bytes`` at each queue depth (the best kept)."""
+    if shutil.which("fio") is None:
+        raise HpcioError("fio is not installed (Debian: apt-get install fio); the device limits are unknown")
+    with tempfile.TemporaryDirectory(dir=directory, prefix="hpcio-fio-") as tmp:
+        target = os.path.join(tmp, "fio.dat")
+        common = [f"--filename={target}", f"--size={file_bytes}", "--direct=1", "--ioengine=libaio",
+                  "--name=limit", f"--runtime={seconds}", "--time_based"]
+        subprocess.run(["fio", f"--filename={target}", f"--size={file_bytes}", "--name=fill",
+                        "--rw=write", "--bs=4M", "--direct=1"], capture_output=True, check=True)
+        seq = _fio([*common, "--rw=read", "--bs=4M", "--iodepth=8"])
+        rand = {d: _fio([*common, "--rw=randread", f"--bs={request_bytes}", f"--iodepth={d}"]) for d in depths}
+    best = max(rand, key=lambda d: rand[d]["bytes_per_s"])
+    return {"sequential_bytes_per_s": seq["bytes_per_s"], "random_request_bytes": request_bytes,
+            "random_bytes_per_s": rand[best]["bytes_per_s"], "random_best_depth": best,
+            "random_by_depth": {d: r["bytes_per_s"] for d, r in rand.items()}}
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A memory cgroup (v1 or v2) limited to ``limit_bytes``; yields the file a process
+    writes its pid to in order to join it."""
+    v1 = "/sys/fs/cgroup/memory"
+    v2 = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+    if os.path.exists(os.path.join(v1, "memory.limit_in_bytes")):
+        parent, limit_file = v1, "memory.limit_in_bytes"
+    elif "memory" in open(os.path.join(v2, "cgroup.controllers")).read().split():
+        parent, limit_file = v2, "memory.max"
+    else:
+        raise HpcioError("no memory cgroup controller is available: cannot confine the reader's memory")
+    group = os.path.join(parent, f"hpcio-bench-{os.getpid()}")
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, limit_file), "w") as f:
+            f.write(str(int(limit_bytes)))
+        yield os.path.join(group, "cgroup.procs")
+    finally:
+        os.rmdir(group)
+
+
+def _join(procs: str | None):
+    if procs is None:
+        return None
+
+    def join() -> None:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    return join
+
+
+def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *,
+                 cgroup_procs: str | None = None, tier=None) -> dict:
+    """One cold run of ``system`` doing ``op`` over ``dataset`` (read through ``tier``'s
+    mount when given), in a fresh process."""
+    path = dataset.path if tier is None else tier.path(os.path.relpath(dataset.path, tier.source))
+    files = dataset_files(path)
+    evict(files)
+    before = resident(files)
+    tier_before = tier.stats() if tier is not None else None
+    spec = {"system": system.system, "op": op, "profile": profile, "path": path,
+            "options": system.options, "meta_fields": META_FIELDS[profile], "n": dataset.samples}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if system.system == "hpcio":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="hpcio-cold-") as tmp:
+        env["TMPDIR"] = tmp
+        proc = subprocess.run([system.python, WORKER, json.dumps(spec)], capture_output=True, text=True,
+                              env=env, preexec_fn=_join(cgroup_procs))
+    total = sum(os.path.getsize(f) for f in files)
+    head = {"system": system.label, "dataset": dataset.name, "op": op, "profile": profile,
+            "dataset_bytes": total, "resident_before": before.fraction,
+            "tier": None if tier is None else {"latency_us": tier.latency_us, "bandwidth": tier.bandwidth}}
+    if proc.returncode != 0:
+        return {**head, "error": _failure(proc, cgroup_procs)}
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    storage = (tier.stats()["bytes"] - tier_before["bytes"]) if tier is not None else rec.get("io_read_bytes")
+    return {
+        **head, "samples": rec["samples"], "op_s": rec["op_s"],
+        "samples_per_s": rec["samples"] / rec["op_s"] if rec["op_s"] else float("inf"),
+        "bytes_per_s": total / rec["op_s"] if rec["op_s"] else float("inf"),
+        "maxrss_mb": rec["maxrss_mb"], "storage_bytes": storage,
+        "storage_ratio": storage / total if storage is not None and total else None,
+        "checksum": rec["checksum"],
+    }
+
+
+def _failure(proc: subprocess.CompletedProcess, cgroup_procs: str | None) -> str:
+    """Why a run failed, in one line: a reader killed inside the memory cgroup ran out of
+    the memory it was allowed, which is a result (it needs more than the limit), not a crash."""
+    if proc.returncode == -9 and cgroup_procs is not None:
+        return "killed by the memory cgroup: needs more memory than the limit"
+    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+    return f"exit status {proc.returncode}: {tail}"
+
+
+def run(profile: str, target_bytes: int, root: str, *, ops=("iterate", "shuffle"), memory_limit: int | None = None,
+        only=None, include_interop: bool = True, tier_latency_us: int | None = None,
+        tier_bandwidth: int = 0, log=print) -> list[dict]:
+    """Cold runs of every system on synthetic datasets of ``target_bytes``."""
+    datasets = synthetic_datasets(profile, target_bytes, root, log=log)
+    systems = [s for s in systems_for(datasets, include_interop)
+               if not only or any(word in s.label for word in only)]
+    by_name = {d.name: d for d in datasets}
+    records = []
+    with contextlib.ExitStack() as stack:
+        procs = stack.enter_context(memory_cgroup(memory_limit)) if memory_limit else None
+        tier = None
+        if tier_latency_us is not None:
+            from .tier import EmulatedTier
+
+            tier = stack.enter_context(EmulatedTier(root, latency_us=tier_latency_us, bandwidth=tier_bandwidth))
+        for system in systems:
+            for op in ops:
+                if op not in system.ops:
+                    continue
+                rec = measure_cold(system, by_name[system.dataset], op, profile, cgroup_procs=procs, tier=tier)
+                rec["memory_limit"] = memory_limit
+                records.append(rec)
+                if "error" in rec:
+                    log(f"{rec['system']:32} {op:8} failed: {rec['error']}")
+                    continue
+                log(f"{rec['system']:32} {op:8} {rec['samples_per_s']:>12,.0f} samples/s "
+                    f"{rec['bytes_per_s'] / 1e6:>8,.0f} MB/s  rss {rec['maxrss_mb']:>7,.0f} MB  "
+                    f"storage {rec['storage_ratio'] or float('nan'):.2f}x  resident before "
+                    f"{rec['resident_before']:.2f}")
+    return records
+
+
+def markdown(limits: dict, records: list[dict]) -> str:
+    """The cold runs as a table, each against the device limit its access pattern meets."""
+    seq, rnd = limits["sequential_bytes_per_s"], limits["random_bytes_per_s"]
+    lines = [f"Device (fio, O_DIRECT): sequential {seq / 1e6:,.0f} MB/s; random "
+             f"{limits['random_request_bytes'] >> 10} KiB reads {rnd / 1e6:,.0f} MB/s at depth "
+             f"{limits['random_best_depth']}.", "",
+             "| profile | system | op | samples/s | MB/s | of device | peak RSS / dataset | storage read / dataset | tier |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        limit = seq if r["op"].startswith("iterate") else rnd
+        tier = "local" if r["tier"] is None else f"emulated {r['tier']['latency_us']} us"
+        if "error" in r:
+            lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} |||||{tier} |")
+            continue
+        ratio = "-" if r["storage_ratio"] is None else f"{r['storage_ratio']:.2f}"
+        lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['samples_per_s']:,.0f} | "
+                     f"{r['bytes_per_s'] / 1e6:,.0f} | {r['bytes_per_s'] / limit:.2f} | "
+                     f"{r['maxrss_mb'] * 1e6 / r['dataset_bytes']:.3f} | {ratio} | {tier} |")
+    return "\n".join(lines) + "\n"

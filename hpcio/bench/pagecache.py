@@ -1,0 +1,98 @@
+"""Evicting files from the page cache and measuring how much of them is resident.
+
+A cold benchmark must read from storage, whatever wrote or last read the files (another
+tool's writer, ``cp``, a previous pass).  :func:`evict` writes back dirty pages and asks
+the kernel to drop each file's cached pages (``POSIX_FADV_DONTNEED``); :func:`resident`
+then checks with ``mincore`` that they are gone, so a run that could not evict (tmpfs and
+``/dev/shm`` *are* memory; Spectrum Scale's pagepool and some FUSE mounts ignore the
+advice) says so instead of reporting a cache figure as a storage one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["dataset_files", "evict", "resident", "Residency"]
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PAGE = mmap.PAGESIZE
+
+
+def dataset_files(path) -> list[str]:
+    """Every regular file under ``path`` (or ``path`` itself), sorted."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return [path]
+    found = []
+    for root, _dirs, names in os.walk(path):
+        found.extend(os.path.join(root, n) for n in names)
+    return sorted(p for p in found if os.path.isfile(p) and not os.path.islink(p))
+
+
+def evict(paths: Iterable[str]) -> None:
+    """Write back and drop the cached pages of every file in ``paths``."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+class Residency(tuple):
+    """``(resident_bytes, total_bytes)`` of a set of files."""
+
+    __slots__ = ()
+
+    def __new__(cls, resident_bytes: int, total_bytes: int):
+        return super().__new__(cls, (resident_bytes, total_bytes))
+
+    @property
+    def fraction(self) -> float:
+        return self[0] / self[1] if self[1] else 0.0
+
+
+def _resident_bytes(path: str) -> tuple[int, int]:
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0, 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, _MAP_FAILED):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap for mincore: {os.strerror(err)}", path)
+        try:
+            pages = (size + _PAGE - 1) // _PAGE
+            vec = ctypes.create_string_buffer(pages)
+            if _libc.mincore(addr, size, vec) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"mincore: {os.strerror(err)}", path)
+            cached = int(np.count_nonzero(np.frombuffer(vec.raw, np.uint8) & 1))
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return min(cached * _PAGE, size), size
+
+
+def resident(paths: Iterable[str]) -> Residency:
+    """How many bytes of ``paths`` are in the page cache now (``mincore``)."""
+    cached = total = 0
+    for p in paths:
+        c, t = _resident_bytes(p)
+        cached += c
+        total += t
+    return Residency(cached, total)

@@ -1,0 +1,134 @@
+"""The cold-cache tools and the emulated remote tier the benchmarks read through."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import hpcio
+from hpcio import demo
+from hpcio.bench import pagecache
+from hpcio.bench.tier import EmulatedTier
+from hpcio.errors import TierEmulatorError
+
+fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
+
+
+@pytest.fixture
+def text_mds(tmp_path):
+    root = tmp_path / "src"
+    with hpcio.open_writer(root / "mds", format="mds", size_limit=1 << 16) as w:
+        for sample in demo.generate("text", 400, seed=3):
+            w.write(sample)
+    return root
+
+
+def test_evict_drops_every_page_and_resident_counts_them(text_mds):
+    files = pagecache.dataset_files(text_mds)
+    assert len(files) > 3  # index.json and several shards
+    for p in files:
+        with open(p, "rb") as f:
+            f.read()
+    total = sum(os.path.getsize(p) for p in files)
+    assert pagecache.resident(files) == (total, total)
+    pagecache.evict(files)
+    assert pagecache.resident(files) == (0, total)
+    assert pagecache.resident(files).fraction == 0.0
+
+
+def test_tmpfs_pages_cannot_be_evicted():
+    """/dev/shm is memory: a cold figure cannot be taken there, and resident() shows it."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    path = os.path.join("/dev/shm", f"hpcio-test-{os.getpid()}")
+    try:
+        with open(path, "wb") as f:
+            f.write(b"x" * (1 << 20))
+        pagecache.evict([path])
+        assert pagecache.resident([path]).fraction == 1.0
+    finally:
+        os.unlink(path)
+
+
+@fuse
+def test_reads_through_the_tier_are_byte_exact_and_counted(text_mds):
+    local = hpcio.open(text_mds / "mds")
+    expected = [dict(local[i]) for i in range(len(local))]
+    files = pagecache.dataset_files(text_mds)
+    total = sum(os.path.getsize(p) for p in files)
+    with EmulatedTier(text_mds, latency_us=100, bandwidth=0, threads=8) as tier:
+        tier_files = pagecache.dataset_files(tier.path("mds"))
+        pagecache.evict(tier_files)
+        assert tier.stats() == {"requests": 0, "bytes": 0}
+        ds = hpcio.open(tier.path("mds"))
+        assert [dict(ds[i]) for i in range(len(ds))] == expected
+        first = tier.stats()
+        assert first["requests"] > 0 and first["bytes"] >= total - os.path.getsize(text_mds / "mds" / "index.json")
+        # A second pass is served by the client page cache, as on a real tier...
+        assert [dict(s) for s in ds] == expected
+        assert tier.stats() == first
+        # ...until the pages are evicted.
+        ds.close()
+        pagecache.evict(tier_files)
+        assert pagecache.resident(tier_files).fraction == 0.0
+        assert [dict(s) for s in hpcio.open(tier.path("mds"))] == expected
+        assert tier.stats()["bytes"] >= 2 * first["bytes"]
+    assert tier.mountpoint is None
+
+
+@fuse
+def test_writes_pass_through_to_the_source(tmp_path):
+    (tmp_path / "src").mkdir()
+    with EmulatedTier(tmp_path / "src", latency_us=0) as tier:
+        with open(tier.path("new.bin"), "wb") as f:
+            f.write(b"abc" * 1000)
+        os.rename(tier.path("new.bin"), tier.path("moved.bin"))
+    assert (tmp_path / "src" / "moved.bin").read_bytes() == b"abc" * 1000
+
+
+def test_bad_options_are_refused_before_mounting(tmp_path):
+    with pytest.raises(TierEmulatorError, match=r"^latency_us and bandwidth must be >= 0 and threads >= 1, got -1, 0, 64$"):
+        EmulatedTier(tmp_path, latency_us=-1)
+    with pytest.raises(TierEmulatorError, match=r"the tier's source .*/missing is not a directory$"):
+        EmulatedTier(tmp_path / "missing")
+    with pytest.raises(TierEmulatorError, match=r"^the emulated tier is not mounted$"):
+        EmulatedTier(tmp_path).path("x")
+
+
+@pytest.fixture(scope="module")
+def cold_records(tmp_path_factory):
+    from hpcio.bench import cold
+
+    root = tmp_path_factory.mktemp("cold")
+    records = cold.run("vlm", 12_000_000, str(root), ops=("iterate", "shuffle"), only=["hpcio mds"],
+                       include_interop=False, log=lambda *a: None)
+    starved = cold.run("vlm", 12_000_000, str(root), ops=("iterate",), only=["streaming"],
+                       memory_limit=16 << 20, include_interop=False, log=lambda *a: None)
+    return records, starved
+
+
+def test_cold_runs_start_evicted_and_count_what_storage_read(cold_records):
+    records, _ = cold_records
+    assert {(r["system"], r["op"]) for r in records} == {
+        ("hpcio mds", "iterate"), ("hpcio mds", "shuffle"),
+        ("hpcio mds zero-copy", "iterate"), ("hpcio mds zero-copy", "shuffle")}
+    for r in records:
+        assert "error" not in r, r
+        assert r["resident_before"] == 0.0
+        assert r["samples"] == records[0]["samples"] > 100
+    plain = {r["op"]: r for r in records if r["system"] == "hpcio mds"}
+    # every sample's bytes were read, so storage delivered at least the image bytes
+    assert plain["iterate"]["storage_ratio"] >= 0.9
+    assert plain["iterate"]["checksum"] == plain["shuffle"]["checksum"]
+
+
+def test_a_reader_over_its_memory_limit_is_reported_not_fatal(cold_records):
+    from hpcio.bench import cold
+
+    _, starved = cold_records
+    assert [r["error"] for r in starved] == ["killed by the memory cgroup: needs more memory than the limit"]
+    table = cold.markdown({"sequential_bytes_per_s": 1e9, "random_bytes_per_s": 5e8,
+                           "random_request_bytes": 131072, "random_best_depth": 16}, cold_records[0] + starved)
+    assert "| vlm | streaming mds | iterate | killed by the memory cgroup" in table
+    assert table.count("\n| vlm | hpcio mds") == 4
