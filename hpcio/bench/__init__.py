@@ -14,7 +14,7 @@ import sys
 
 from .data import flatten, prepare
 from .report import write_reports
-from .runner import OPERATIONS, interop_python, measure, systems_for
+from .runner import OPERATIONS, interop_python, interop_python_path, measure, systems_for
 
 __all__ = ["run_bench", "machine_facts", "CONVERSION_SCALE"]
 
@@ -50,6 +50,11 @@ def machine_facts() -> dict:
         except Exception:  # a peer that is missing or broken is reported, not fatal
             facts[mod] = "not installed"
     py = interop_python()
+    if py is None:
+        # say so in the report: a table without these peers must not read as if they lost
+        facts["mldataforge, hf datasets"] = (
+            f"not run: no interop environment at {interop_python_path()} "
+            "(create it with tools/interop-env.sh or set HPCIO_INTEROP_PYTHON)")
     if py:
         out = subprocess.run(
             [py, "-c", "import sys, mldataforge, datasets; print(sys.version.split()[0], "

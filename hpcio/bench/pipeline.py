@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,17 +74,37 @@ with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 2
 # every system runs this many times, the systems taking turns, so a slow spell hits them
 # alike.  The median is the figure; the best run is reported beside it.
 PIPELINE_REPEATS = 7
+# One staging or conversion process takes seconds; one that runs this long is stuck (an
+# MPI launcher waiting for resources, say) and is killed with its process group.
+RUN_TIMEOUT_S = 300
 
 
-def _run_once(make_cmd, env) -> tuple[subprocess.CompletedProcess | None, float, str | None]:
+def _run(cmd: list[str], env, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session; on timeout kill the whole group (an ``mpiexec``'s
+    ranks too), then raise :class:`subprocess.TimeoutExpired`."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _run_once(make_cmd, env, timeout: float = RUN_TIMEOUT_S) -> tuple[subprocess.CompletedProcess | None, float,
+                                                                      str | None]:
     """Run ``make_cmd(output directory)`` in a fresh temporary directory: (process, wall
     seconds, failure message or None)."""
     with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
         cmd = make_cmd(os.path.join(tmp, "out"))
         t = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = _run(cmd, env, timeout)
             failure = f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else None
+        except subprocess.TimeoutExpired:
+            proc, failure = None, f"{' '.join(cmd[:4])} timed out after {timeout:.0f} s"
         except OSError as exc:
             proc, failure = None, f"{' '.join(cmd[:4])} failed: {exc}"
         return proc, time.perf_counter() - t, failure
@@ -254,8 +275,10 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     if parquet is None:
         return []
     src = os.path.join(parquet.path, "data.parquet")
+    # HYDRA_LAUNCHER=fork: inside a Slurm step, MPICH's mpiexec would start its ranks
+    # with a nested srun that never gets resources; the bench's ranks all run here.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               PYTHONWARNINGS="ignore")
+               PYTHONWARNINGS="ignore", HYDRA_LAUNCHER="fork")
     hpcio_runs = _hpcio_convert_runs(src, n)
     larger_runs = [] if larger is None else _hpcio_convert_runs(larger[0], larger[1], f", {larger[1]:,} samples")
     peer_runs = []
