@@ -2,15 +2,17 @@
 # make test   the test suite (without the interop, slow and benchmark tests)
 # make test-interop  the interop tests, in the cached Python 3.12 reference environment
 # make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
+# make test-slurm    every slurm/ script submitted to a real Slurm started on this machine
+#                    (tools/slurm/cluster.sh; needs root), which is stopped afterwards
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
 export HPCIO_INTEROP_ENV
-PYTEST_DEFAULT_MARKS := not interop and not slow and not bench
+PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not slurm
 
-.PHONY: setup demo test test-interop test-bench docs clean
+.PHONY: setup demo test test-interop test-bench test-slurm docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -30,6 +32,11 @@ test-interop: setup
 test-bench:
 	VENV=$(VENV) HPCIO_EXTRAS=bench tools/setup.sh
 	HPCIO_REQUIRE_BENCH=1 $(PY) -m pytest -m "bench and not interop"
+
+test-slurm: setup
+	tools/slurm/cluster.sh start
+	eval "$$(tools/slurm/cluster.sh env)" && HPCIO_REQUIRE_SLURM=1 $(PY) -m pytest -m slurm tests/test_slurm.py; \
+		status=$$?; tools/slurm/cluster.sh stop; exit $$status
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site
