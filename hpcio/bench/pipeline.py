@@ -262,10 +262,12 @@ def _add_scaling(records: list[dict]) -> None:
 
 
 def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
-                       interop_python: str | None = None, larger: tuple[str, int] | None = None) -> list[dict]:
+                       interop_python: str | None = None, larger: tuple[str, int] | None = None,
+                       only: list[str] | None = None) -> list[dict]:
     """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
     with the peers' writers (``mdf convert`` when ``interop_python`` is given).
 
+    ``only``: keep the peers' writers whose label contains one of these words.
     ``larger`` is ``(Parquet file, samples)`` of a bigger input on which hpcio's 1- and
     2-rank jobs are run again: at the bench's sizes a job takes a fraction of a second,
     and its fixed costs (the exchange's set-up, the options agreed between ranks, the
@@ -290,6 +292,8 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                                                             "convert", "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
         peer_runs.append((label, 1, n, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
+    if only:  # the bench's --only: peers' writers by label, like its readers
+        peer_runs = [run for run in peer_runs if any(word in run[0] for word in only)]
     # hpcio's 1- and 2-rank jobs take turns with each other, the peers with each other: a
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure
