@@ -3,6 +3,8 @@
 # make test-interop  the interop tests, in the cached Python 3.12 reference environment
 # make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
 # make test-openmpi  conversion and staging under Debian's Open MPI, against the mpich wheel
+# make test-slurm    every slurm/ script submitted to a real Slurm started on this machine
+#                    (tools/slurm/cluster.sh; needs root), which is stopped afterwards
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
@@ -11,9 +13,9 @@ HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
 export HPCIO_INTEROP_ENV
 HPCIO_OPENMPI_ENV ?= $(HOME)/.cache/hpcio/openmpi-py311
 export HPCIO_OPENMPI_ENV
-PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi
+PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi and not slurm
 
-.PHONY: setup demo test test-interop test-bench test-openmpi docs clean
+.PHONY: setup demo test test-interop test-bench test-openmpi test-slurm docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -38,6 +40,11 @@ test-openmpi: setup
 	PYTHON=$(abspath $(PY)) tools/openmpi-env.sh
 	HPCIO_REQUIRE_OPENMPI=1 HPCIO_OPENMPI_PYTHON=$(HPCIO_OPENMPI_ENV)/bin/python \
 		$(PY) -m pytest -m openmpi
+
+test-slurm: setup
+	tools/slurm/cluster.sh start
+	eval "$$(tools/slurm/cluster.sh env)" && HPCIO_REQUIRE_SLURM=1 $(PY) -m pytest -m slurm tests/test_slurm.py; \
+		status=$$?; tools/slurm/cluster.sh stop; exit $$status
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site

@@ -14,7 +14,7 @@ import sys
 
 from .data import flatten, prepare
 from .report import write_reports
-from .runner import OPERATIONS, interop_python, measure, systems_for
+from .runner import OPERATIONS, interop_python, interop_python_path, measure, systems_for
 
 __all__ = ["run_bench", "machine_facts", "CONVERSION_SCALE"]
 
@@ -50,6 +50,11 @@ def machine_facts() -> dict:
         except Exception:  # a peer that is missing or broken is reported, not fatal
             facts[mod] = "not installed"
     py = interop_python()
+    if py is None:
+        # say so in the report: a table without these peers must not read as if they lost
+        facts["mldataforge, hf datasets"] = (
+            f"not run: no interop environment at {interop_python_path()} "
+            "(create it with tools/interop-env.sh or set HPCIO_INTEROP_PYTHON)")
     if py:
         out = subprocess.run(
             [py, "-c", "import sys, mldataforge, datasets; print(sys.version.split()[0], "
@@ -106,13 +111,15 @@ def run_bench(
     staging: bool = False,
     conversion: bool = False,
     conversion_scale: int = CONVERSION_SCALE,
+    pipeline_repeats: int | None = None,
     log=print,
 ) -> dict:
     """Run the whole comparison and write the reports under ``out_dir``.
 
     ``dataloader`` (keyword arguments of :func:`hpcio.bench.loader.run_dataloader_sweep`)
     adds the DataLoader sweep; ``staging`` and ``conversion`` add those figures, hpcio's
-    conversion scaling also on ``conversion_scale`` times the samples (1: not).
+    conversion scaling also on ``conversion_scale`` times the samples (1: not), each
+    system run ``pipeline_repeats`` times (default :data:`.pipeline.PIPELINE_REPEATS`).
     """
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
@@ -146,11 +153,13 @@ def run_bench(
             log(f"DataLoader sweep ({profile})")
             loader_records += run_dataloader_sweep(datasets, profile, log=log, **dataloader)
         if staging or conversion:
-            from .pipeline import conversion_figures, staging_figures
+            from .pipeline import PIPELINE_REPEATS, conversion_figures, staging_figures
+
+            turns = pipeline_repeats or PIPELINE_REPEATS
 
             if staging:
                 log(f"staging against cp -r ({profile})")
-                pipeline_records += staging_figures(datasets, profile, log=log)
+                pipeline_records += staging_figures(datasets, profile, repeats=turns, log=log)
             if conversion:
                 larger = None
                 if conversion_scale > 1:
@@ -160,7 +169,7 @@ def run_bench(
                     larger = (os.path.join(parquet.path, "data.parquet"), count)
                 log(f"conversion writers ({profile})")
                 pipeline_records += conversion_figures(
-                    profile, sizes[profile], datasets=datasets, log=log,
-                    interop_python=interop_python() if include_interop else None, larger=larger)
+                    profile, sizes[profile], datasets=datasets, repeats=turns, log=log,
+                    interop_python=interop_python() if include_interop else None, larger=larger, only=only)
     return write_reports(records, limits, machine_facts(), out_dir,
                          dataloader=loader_records, pipeline=pipeline_records)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,17 +74,37 @@ with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 2
 # every system runs this many times, the systems taking turns, so a slow spell hits them
 # alike.  The median is the figure; the best run is reported beside it.
 PIPELINE_REPEATS = 7
+# One staging or conversion process takes seconds; one that runs this long is stuck (an
+# MPI launcher waiting for resources, say) and is killed with its process group.
+RUN_TIMEOUT_S = 300
 
 
-def _run_once(make_cmd, env) -> tuple[subprocess.CompletedProcess | None, float, str | None]:
+def _run(cmd: list[str], env, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session; on timeout kill the whole group (an ``mpiexec``'s
+    ranks too), then raise :class:`subprocess.TimeoutExpired`."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _run_once(make_cmd, env, timeout: float = RUN_TIMEOUT_S) -> tuple[subprocess.CompletedProcess | None, float,
+                                                                      str | None]:
     """Run ``make_cmd(output directory)`` in a fresh temporary directory: (process, wall
     seconds, failure message or None)."""
     with tempfile.TemporaryDirectory(prefix="hpcio-bench-pipe-") as tmp:
         cmd = make_cmd(os.path.join(tmp, "out"))
         t = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = _run(cmd, env, timeout)
             failure = f"{' '.join(cmd[:4])} failed: {proc.stderr.strip()[-500:]}" if proc.returncode else None
+        except subprocess.TimeoutExpired:
+            proc, failure = None, f"{' '.join(cmd[:4])} timed out after {timeout:.0f} s"
         except OSError as exc:
             proc, failure = None, f"{' '.join(cmd[:4])} failed: {exc}"
         return proc, time.perf_counter() - t, failure
@@ -241,10 +262,12 @@ def _add_scaling(records: list[dict]) -> None:
 
 
 def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPELINE_REPEATS, log=print,
-                       interop_python: str | None = None, larger: tuple[str, int] | None = None) -> list[dict]:
+                       interop_python: str | None = None, larger: tuple[str, int] | None = None,
+                       only: list[str] | None = None) -> list[dict]:
     """Samples/s per rank writing the Parquet samples as MDS (hpcio on 1 and 2 ranks) and
     with the peers' writers (``mdf convert`` when ``interop_python`` is given).
 
+    ``only``: keep the peers' writers whose label contains one of these words.
     ``larger`` is ``(Parquet file, samples)`` of a bigger input on which hpcio's 1- and
     2-rank jobs are run again: at the bench's sizes a job takes a fraction of a second,
     and its fixed costs (the exchange's set-up, the options agreed between ranks, the
@@ -254,8 +277,10 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     if parquet is None:
         return []
     src = os.path.join(parquet.path, "data.parquet")
+    # HYDRA_LAUNCHER=fork: inside a Slurm step, MPICH's mpiexec would start its ranks
+    # with a nested srun that never gets resources; the bench's ranks all run here.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               PYTHONWARNINGS="ignore")
+               PYTHONWARNINGS="ignore", HYDRA_LAUNCHER="fork")
     hpcio_runs = _hpcio_convert_runs(src, n)
     larger_runs = [] if larger is None else _hpcio_convert_runs(larger[0], larger[1], f", {larger[1]:,} samples")
     peer_runs = []
@@ -267,6 +292,8 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
                                                             "convert", "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
         peer_runs.append((label, 1, n, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
+    if only:  # the bench's --only: peers' writers by label, like its readers
+        peer_runs = [run for run in peer_runs if any(word in run[0] for word in only)]
     # hpcio's 1- and 2-rank jobs take turns with each other, the peers with each other: a
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure

@@ -32,9 +32,14 @@ BATCH_OPS = ("batch", "columns")
 DEFAULT_INTEROP = os.path.expanduser("~/.cache/hpcio/interop-py312/bin/python")
 
 
+def interop_python_path() -> str:
+    """Where the interop environment's interpreter is looked for."""
+    return os.environ.get("HPCIO_INTEROP_PYTHON", DEFAULT_INTEROP)
+
+
 def interop_python() -> str | None:
     """The interop environment's interpreter, if it exists and imports mldataforge."""
-    path = os.environ.get("HPCIO_INTEROP_PYTHON", DEFAULT_INTEROP)
+    path = interop_python_path()
     if not os.path.exists(path):
         return None
     ok = subprocess.run([path, "-c", "import mldataforge.utils"], capture_output=True).returncode == 0

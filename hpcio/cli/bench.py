@@ -44,6 +44,9 @@ def add_arguments(parser):
                         help="measure staging with verification (hpcio.stage) against cp -r on the same files")
     parser.add_argument("--conversion", action="store_true",
                         help="measure writing the same samples with hpcio, streaming's MDSWriter and webdataset's ShardWriter")
+    parser.add_argument("--pipeline-repeats", type=_scale, default=None, metavar="N",
+                        help="runs of each --staging and --conversion system, taking turns; the median is kept "
+                             "(default: 7)")
     parser.add_argument("--conversion-scale", type=_scale, default=None, metavar="K",
                         help="with --conversion, measure hpcio's 1->2 rank scaling again on K times each profile's "
                              "samples, where a job's fixed costs weigh less (1: not; default: 4)")
@@ -129,6 +132,7 @@ def _loader_options(args) -> dict:
 
 def run(args) -> int:
     from ..bench import CONVERSION_SCALE, OPERATIONS, run_bench
+    from ..bench.pipeline import PIPELINE_REPEATS
 
     if args.cold:
         return _run_cold(args)
@@ -146,6 +150,7 @@ def run(args) -> int:
         staging=args.staging,
         conversion=args.conversion,
         conversion_scale=CONVERSION_SCALE if args.conversion_scale is None else args.conversion_scale,
+        pipeline_repeats=args.pipeline_repeats or PIPELINE_REPEATS,
     )
     print(result["markdown"].split("## Physical limits")[0])
     print(f"reports written to {args.out}/ (results.md, results.csv, results.json, " 

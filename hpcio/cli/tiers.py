@@ -19,11 +19,40 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bench", action="store_true",
                         help="measure sequential write and read bandwidth (fsync, page cache dropped)")
     parser.add_argument("--bench-size", default="256M",
-                        help="bytes written and read per tier by --bench (default 256M)")
+                        help="bytes written and read per tier by --bench, at most half the tier's free space "
+                             "(default 256M); home is benched only when named")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _row(tier, bench: bool, bench_size: int) -> dict:
+# Below this, a tier is too full to give a meaningful bandwidth figure.
+_MIN_BENCH_BYTES = 2**20
+
+
+def _bench_only_on_request(tier) -> bool:
+    """Tiers --bench writes to only when named: the backed-up home (small quota, and
+    writing gigabytes there is not what a user asked for), read-only ones and those
+    compute nodes cannot reach."""
+    return tier.name == "home" or tier.read_only or not tier.compute_reachable
+
+
+def _bench_row(row: dict, path: str, bench_size: int) -> None:
+    """Add the tier's bandwidth to ``row``, writing at most half its free space; a tier
+    that fails gets an error and leaves the other tiers' figures alone."""
+    size = min(bench_size, (row["free_bytes"] or 0) // 2)
+    if size < _MIN_BENCH_BYTES:
+        row["bench_note"] = f"not benched: {format_bytes(row['free_bytes'])} free"
+        return
+    try:
+        result = bench_tier(path, size=size)
+    except (OSError, HpcioError) as exc:
+        row["bench_error"] = f"bench failed: {exc}"
+        return
+    row["bench_bytes"] = size
+    row["write_bytes_per_s"] = result["write_bytes_per_s"]
+    row["read_bytes_per_s"] = result["read_bytes_per_s"]
+
+
+def _row(tier, bench: bool, bench_size: int, named: bool = False) -> dict:
     row = {
         "name": tier.name, "path": tier.path, "exists": os.path.isdir(tier.path),
         "free_bytes": None, "free_inodes": None,
@@ -34,10 +63,10 @@ def _row(tier, bench: bool, bench_size: int) -> dict:
     if row["exists"]:
         usage = fs_usage(tier.path)
         row["free_bytes"], row["free_inodes"] = usage.free_bytes, usage.free_inodes
-        if bench and not tier.read_only:
-            result = bench_tier(tier.path, size=bench_size)
-            row["write_bytes_per_s"] = result["write_bytes_per_s"]
-            row["read_bytes_per_s"] = result["read_bytes_per_s"]
+        if bench and (named or not _bench_only_on_request(tier)):
+            _bench_row(row, tier.path, bench_size)
+        elif bench:
+            row["bench_note"] = "benched only when named"
     return row
 
 
@@ -57,6 +86,7 @@ def _flags(row: dict) -> str:
         flags.append("not on compute nodes")
     if not row["exists"]:
         flags.append("missing")
+    flags += [row[key] for key in ("bench_note", "bench_error") if row.get(key)]
     return ", ".join(flags)
 
 
@@ -75,13 +105,16 @@ def run(args) -> int:
             print(f"hpcio tiers: error: unknown or unset tiers {unknown}; known here: {sorted(tiers)}",
                   file=sys.stderr)
             return 1
-        rows = [_row(tiers[n], args.bench, parse_bytes(args.bench_size, what="--bench-size")) for n in names]
+        size = parse_bytes(args.bench_size, what="--bench-size")
+        rows = [_row(tiers[n], args.bench, size, named=n in args.names) for n in names]
     except HpcioError as exc:
         print(f"hpcio tiers: error: {exc}", file=sys.stderr)
         return 1
+    # A tier whose bench failed fails the command, after every other tier's figures.
+    status = 1 if any("bench_error" in r for r in rows) else 0
     if args.json:
         print(json.dumps(rows, indent=1))
-        return 0
+        return status
     header = ["tier", "path", "free", "free inodes", "quota", "quota inodes"]
     if args.bench:
         header += ["write/s", "read/s"]
@@ -97,4 +130,4 @@ def run(args) -> int:
     widths = [max(len(str(line[i])) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip())
-    return 0
+    return status
