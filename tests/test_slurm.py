@@ -289,8 +289,6 @@ def test_convert_sbatch_on_two_nodes(site, raw_jsonl):
     fields = site.wait(site.submit("convert.sbatch", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
                                    **variables))
     again = site.output(fields)
-    if "the destination already exists" in again:
-        pytest.xfail("hpcio-convert --resume on a complete output exits 1 (fixed on the mpi branch)")
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), again
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
 
@@ -303,9 +301,8 @@ def test_convert_sbatch_refuses_a_singleton_world(site, raw_jsonl):
     fields = site.wait(site.submit("convert.sbatch", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
                                    RAW=f"{raw_jsonl[0].parent}/*.jsonl", OUT=str(out), SLURM_MPI_TYPE="none"))
     log = site.output(fields)
-    if "pmi2" not in log:
-        pytest.xfail("hpcio-convert does not check MPI's world size against srun's tasks yet (mpi branch)")
     assert fields["JobState"] == "FAILED", log
+    assert "srun --mpi=pmi2" in log, log
     assert list(site.tiers["scratch"].iterdir()) == [], log
 
 
