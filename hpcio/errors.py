@@ -128,3 +128,19 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+# --- pipelines and process tuning --------------------------------------------------------
+__all__ += ["UnstableIdentityError", "CacheTimeoutError", "TuningError"]
+
+
+class UnstableIdentityError(HpcioError, TypeError):
+    """A stage function whose identity is not stable across runs (lambda, closure)."""
+
+
+class CacheTimeoutError(HpcioError, TimeoutError):
+    """Cache parts written by other consumers did not appear in time."""
+
+
+class TuningError(HpcioError, ValueError):
+    """An unknown name in ``HPCIO_TUNE`` (see :func:`hpcio.tune`)."""

@@ -41,7 +41,7 @@ from .distributed.split import (
     shuffle_mode,
     split_indices,
 )
-from .errors import HpcioError
+from .errors import CacheTimeoutError, UnstableIdentityError
 from .formats.base import Reader, handed_out
 
 __all__ = [
@@ -53,14 +53,6 @@ __all__ = [
     "UnstableIdentityError",
     "CacheTimeoutError",
 ]
-
-
-class UnstableIdentityError(HpcioError, TypeError):
-    """A stage function whose identity is not stable across runs (lambda, closure)."""
-
-
-class CacheTimeoutError(HpcioError, TimeoutError):
-    """Cache parts written by other consumers did not appear in time."""
 
 
 # --- identities --------------------------------------------------------------------
@@ -87,7 +79,7 @@ def fingerprint_callable(fn) -> str:
     >>> fingerprint_callable(lambda s: s)
     Traceback (most recent call last):
     ...
-    hpcio.pipeline.UnstableIdentityError: a lambda has no stable identity across runs; define the stage function with def at module level
+    hpcio.errors.UnstableIdentityError: a lambda has no stable identity across runs; define the stage function with def at module level
     """
     if isinstance(fn, functools.partial):
         kwargs = sorted(fn.keywords.items())
