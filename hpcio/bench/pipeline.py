@@ -255,7 +255,7 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
         return []
     src = os.path.join(parquet.path, "data.parquet")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               PYTHONWARNINGS="ignore")
+               PYTHONWARNINGS="ignore", HPCIO_TUNE="all")  # the tuning a conversion job opts in to
     hpcio_runs = _hpcio_convert_runs(src, n)
     larger_runs = [] if larger is None else _hpcio_convert_runs(larger[0], larger[1], f", {larger[1]:,} samples")
     peer_runs = []

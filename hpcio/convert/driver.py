@@ -41,7 +41,7 @@ import numpy as np
 from .._core._io import start_writeback
 from .._durable import fsync_dir
 from .._fileio import write_pieces
-from .._gc import cyclic_gc_paused
+from ..tuning import gc_paused
 from ..distributed.context import cpus_per_task
 from ..errors import CapabilityError, CorruptShardError, DecodeError, HpcioError
 from ..registry import get_format, load_libraries
@@ -520,9 +520,9 @@ def _arrow_memory_pool() -> Callable[[], None]:
     where mimalloc's were huge, the two-rank jobs 10-40 % shorter)."""
     if "pyarrow" not in sys.modules:
         return lambda: None
-    from ..formats.parquet import use_jemalloc
+    from ..tuning import switch_arrow_pool
 
-    return use_jemalloc()
+    return switch_arrow_pool()
 
 
 def _threads() -> list[int]:
@@ -644,7 +644,7 @@ class _ShardWriter:
         places = encoded and self.places and run_bytes >= self.placed_run_bytes
         # A round's samples all stay alive until written: collections meanwhile free
         # nothing (a quarter of a text round's reading time).
-        with cyclic_gc_paused():
+        with gc_paused():
             self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
             self.clock.lap("read")
             fixed = {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import CorruptShardError, MissingDependencyError, SchemaError, ShardNotFoundError
 from ..registry import Capabilities
+from .. import tuning
 from . import _values
 from .base import Reader as _Reader
 from .base import PendingFiles
@@ -105,10 +106,11 @@ def use_jemalloc() -> Callable[[], None]:
 
 @contextlib.contextmanager
 def _jemalloc_allocations():
-    """Arrow's allocations inside the block come from jemalloc (:func:`use_jemalloc`).
-    A file opened inside keeps the pool for its decoded row groups; the buffers it reads
-    them from are allocated when read."""
-    undo = use_jemalloc()
+    """Arrow's allocations inside the block come from jemalloc (:func:`use_jemalloc`) if
+    the user opted in (``hpcio.tune(arrow_jemalloc=True)``).  A file opened inside keeps
+    the pool for its decoded row groups; the buffers it reads them from are allocated
+    when read."""
+    undo = tuning.switch_arrow_pool()
     try:
         yield
     finally:

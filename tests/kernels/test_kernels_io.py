@@ -601,6 +601,10 @@ if sys.argv[1] == "keep":
 elif sys.argv[1] == "open":
     import hpcio
     hpcio.open(sys.argv[2])
+elif sys.argv[1] == "tune":
+    import hpcio
+    hpcio.tune(keep_freed_heap=True)
+    hpcio.open(sys.argv[2])
 mapped = libc.mallinfo2().hblks
 block = libc.malloc(12 << 20)
 mapped = libc.mallinfo2().hblks - mapped
@@ -630,5 +634,6 @@ def test_keep_freed_heap_keeps_a_freed_block_for_the_next_allocation(tmp_path):
     assert probe("default") == ["1", "False"]
     # ...kept, it comes from the heap and stays there, free, for the next allocations
     assert probe("keep") == ["0", "True"]
-    # opening a dataset keeps it
-    assert probe("open", str(tmp_path / "ds")) == ["0", "True"]
+    # opening a dataset leaves glibc as it is, unless the user opted in
+    assert probe("open", str(tmp_path / "ds")) == ["1", "False"]
+    assert probe("tune", str(tmp_path / "ds")) == ["0", "True"]
