@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 
 from .errors import TuningError
 
-__all__ = ["SWITCHES", "ENVIRONMENT_VARIABLE", "tune", "enabled", "apply_freed_heap", "gc_paused",
-           "switch_arrow_pool"]
+__all__ = ["SWITCHES", "ENVIRONMENT_VARIABLE", "tune", "fully_tuned", "enabled", "apply_freed_heap",
+           "gc_paused", "switch_arrow_pool"]
 
 SWITCHES = ("keep_freed_heap", "pause_gc", "arrow_jemalloc")
 ENVIRONMENT_VARIABLE = "HPCIO_TUNE"
@@ -79,6 +79,18 @@ def tune(*, keep_freed_heap: bool | None = None, pause_gc: bool | None = None,
             current[name] = bool(value)
     apply_freed_heap()
     return dict(current)
+
+
+@contextlib.contextmanager
+def fully_tuned() -> Iterator[dict[str, bool]]:
+    """Every switch on for the block, for programs that own their process (``hpcio bench``,
+    the demo tour).  The garbage-collector and Arrow switches are put back after; the kept
+    heap stays, as it cannot be undone."""
+    before = tune()
+    try:
+        yield tune(**dict.fromkeys(SWITCHES, True))
+    finally:
+        tune(pause_gc=before["pause_gc"], arrow_jemalloc=before["arrow_jemalloc"])
 
 
 def enabled(name: str) -> bool:

@@ -134,7 +134,7 @@ def load_hpcio():
     hpcio._core.load_all()
     # The bench owns its process, so it opts in to the tuning a user's program may choose
     # (docs/performance.md): the figures are those of a tuned reader.
-    hpcio.tune(keep_freed_heap=True, pause_gc=True, arrow_jemalloc=True)
+    hpcio.tune(**dict.fromkeys(hpcio.tuning.SWITCHES, True))
     return lambda path, options: hpcio.open(path, **options)
 
 

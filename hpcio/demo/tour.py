@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -268,19 +269,14 @@ def tour(
     report.source_bytes = write_jsonl(report.source_path, profile, n, seed)
 
     log("writing shards and reading them back:")
-    before = tuning.tune()
-    if tune:
-        tuned = tuning.tune(keep_freed_heap=True, pause_gc=True, arrow_jemalloc=True)
-        report.tuned = [name for name in tuning.SWITCHES if tuned[name]]
-    try:
+    with tuning.fully_tuned() if tune else contextlib.nullcontext(tuning.tune()) as switches:
+        report.tuned = [name for name in tuning.SWITCHES if switches[name]]
         source = None
         for name in formats:
             result = _tour_format(name, samples, out, source, log)
             report.formats.append(result)
             if source is None and result.status == "ok":
                 source = os.path.join(out, name)
-    finally:
-        tuning.tune(pause_gc=before["pause_gc"], arrow_jemalloc=before["arrow_jemalloc"])
     return report
 
 
