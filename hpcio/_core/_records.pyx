@@ -69,16 +69,15 @@ cdef extern from *:
 # mds_samples asks the CPU to fetch the record this many ahead (up to _PREFETCH_BYTES of
 # it) while it builds the current one.  A shuffled batch reads records scattered over
 # the shard, so each would otherwise start with cache and TLB misses that the hardware
-# prefetcher cannot predict: on the text bench (2.3 KB records, a 46 MB shard) this made
-# a shuffled pass as fast as one in storage order (22 ms against 29 ms for 20,000).
+# prefetcher cannot predict; fetched ahead, a shuffled pass runs as fast as one in
+# storage order.
 DEF _PREFETCH_AHEAD = 4
 DEF _PREFETCH_BYTES = 4096
 # A record larger than that (an image between its metadata) is fetched _LARGE_HEAD bytes
 # at first (its column sizes and small leading values), and _VALUE_AHEAD records ahead,
 # once those have arrived, the values the samples need (hpcio_mds_prefetch_values, up to
-# 4 KiB each): not 4 KiB of an image that is viewed in place, but the 690-byte chat
-# transcript after it that is parsed.  vlm, fresh processes, medians of 9 to 11:
-# iteration 5.1 -> 4.7 ms, get_batch 7.8 -> 7.0 ms for 2,000 samples.
+# 4 KiB each): not 4 KiB of an image that is viewed in place, but the chat transcript
+# after it that is parsed.
 DEF _LARGE_HEAD = 128
 DEF _VALUE_AHEAD = 2
 
@@ -277,9 +276,7 @@ def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     them one by one its own way, which reports the bad one.
 
     Parsing each value alone cannot merge neighbours or split a value, and it costs less
-    than checking that the values can be joined into one array and parsing that: 1.6 ms
-    against 4.8 ms for 2,000 chat transcripts of 690 bytes, 9.4 against 10.2 ms for
-    20,000 small metadata documents."""
+    than checking that the values can be joined into one array and parsing that."""
     cdef const uint8_t[::1] view = byte_view(buf)
     cdef const char *base = <const char *>data_ptr(view)
     cdef Py_ssize_t m = offsets.shape[0] - 1, j
@@ -398,9 +395,8 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     the record ends with a value read this way and the next record starts there (a pass
     in storage order), the next record's first bytes come in the same call: a record
     read for its first and last columns then costs one read, not two.
-    Reading a mapped file instead takes a page fault for every page first touched: a
-    record of tens of KB read for its small columns costs one or two faults (about
-    1.2 us each in a virtual machine) against one or two reads of well under 1 us.
+    Reading a mapped file instead takes a page fault for every page first touched, and a
+    fault costs more than a small read.
     Returns ``(samples, bad)`` as mds_samples; ``bad`` is also set when a read fails or
     ends early, and the caller's general path then reports the record.
     """

@@ -271,10 +271,9 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure
     # to which peer ran last.
-    # On this kind of virtual machine a job runs faster or slower depending on what ran
-    # just before it: any job after a two-rank job ran faster than after a one-rank one
-    # (text, two ranks: 0.136 against 0.187 s, the exchange of its records 8 against
-    # 46 ms; one rank: 0.241 against 0.264 s).  Taking turns alone would time every
+    # On a virtual machine a job runs faster or slower depending on what ran just before
+    # it (any job ran faster after a two-rank job than after a one-rank one; figures in
+    # docs/performance.md).  Taking turns alone would time every
     # two-rank job after a one-rank one and every one-rank job after a two-rank one.
     # Each turn runs hpcio's jobs twice, so each kind has as many runs after either kind,
     # and the scaling is also given with both kinds after the same kind of job.
