@@ -11,12 +11,11 @@
 
 /* Records of a shuffled batch lie anywhere in the shard: each costs a wait on memory
  * the hardware prefetcher cannot guess.  The header pass asks for the header a few records
- * ahead.  The copy asks for the next record whole when it is at most 4 KiB (on a
- * shuffled pass over a text shard, a sixth less time).  Of a larger record it asks, two
- * records ahead, for the selected values only (the first 4 KiB of each), found from its
- * header, which the first pass brought into cache: a vlm record's id and chat transcript
- * lie on either side of a 67 KB image that a zero-copy batch leaves in place (vlm
- * columns in fresh processes, medians of 9: 7.0 -> 6.2 ms for 2,000 samples). */
+ * ahead.  The copy asks for the next record whole when it is at most 4 KiB.  Of a larger
+ * record it asks, two records ahead, for the selected values only (the first 4 KiB of
+ * each), found from its header, which the first pass brought into cache: a vlm record's
+ * id and chat transcript lie on either side of an image that a zero-copy batch leaves in
+ * place. */
 enum { HEADER_AHEAD = 8, COPY_AHEAD_BYTES = 4096, LARGE_COPY_AHEAD = 2 };
 
 /* Bounds [lo[c], hi[c]) of every column of record r (length n) relative to its start;

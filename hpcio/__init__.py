@@ -31,6 +31,7 @@ from .errors import (
     UnsupportedValueError,
 )
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
+from .tuning import tune
 
 __all__ = [
     "__version__",
@@ -42,6 +43,7 @@ __all__ = [
     "open_writer",
     "convert",
     "stage",
+    "tune",
     "available_formats",
     "get_format",
     "register_format",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ._gc import cyclic_gc_paused
+from .tuning import apply_freed_heap, gc_paused
 from .errors import IndexOutOfRangeError
 from .formats.base import DEFAULT_BATCH, Reader
 from .registry import get_format, sniff_format
@@ -92,7 +92,7 @@ class Dataset(Sequence):
     def get_batch(self, indices) -> list:
         """Many samples in one vectorised call (the batch read API)."""
         positions = self._positions(indices)
-        with cyclic_gc_paused():
+        with gc_paused():
             return self.reader.read_many(positions, self.fields)
 
     def get_columns(self, indices) -> dict:
@@ -113,7 +113,7 @@ class Dataset(Sequence):
         (array([3, 0, 2]), ['ééé', '', 'éé'], array([3, 0, 2]))
         """
         positions = self._positions(indices)
-        with cyclic_gc_paused():
+        with gc_paused():
             return self.reader.read_columns(positions, self.fields)
 
     def __iter__(self) -> Iterator[Mapping]:
@@ -160,9 +160,9 @@ class Dataset(Sequence):
             if lengths is not None:
                 return self._view(_stable_argsort(lengths, descending=reverse))
         keys: list = []
-        # Keys are read in chunks whose values are dropped once their keys are taken: about
-        # a thousand values reuse the same memory from chunk to chunk (chunks of 4,096 text
-        # values measured 35 % slower, each chunk faulting in fresh pages).
+        # Keys are read in chunks whose values are dropped once their keys are taken: a
+        # chunk of about a thousand values reuses the memory the last one freed, where a
+        # larger chunk would fault in fresh pages.
         step = DEFAULT_BATCH * 4
         for lo in range(0, len(idx), step):
             chunk = idx[lo : lo + step]
@@ -233,11 +233,7 @@ def open(path: str | os.PathLike, format: str | None = None, **options) -> Datas
     ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
     compressed MDS, ``lazy=`` for JINX).
     """
-    from ._core import _io
-
-    # Samples are handed out and freed a batch at a time: keep freed heap for the next
-    # batch rather than faulting it in again (see keep_freed_heap).
-    _io.keep_freed_heap()
+    apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
     return Dataset(module.Reader(path, **options))
 

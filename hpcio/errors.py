@@ -33,6 +33,9 @@ __all__ = [
     "FormatContractError",
     "FormatPluginError",
     "TierEmulatorError",
+    "UnstableIdentityError",
+    "CacheTimeoutError",
+    "TuningError",
     "where",
 ]
 
@@ -186,3 +189,18 @@ class FormatPluginError(HpcioError, ImportError):
 
 class TierEmulatorError(HpcioError, OSError):
     """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""
+
+
+# --- pipelines and process tuning --------------------------------------------------------
+
+
+class UnstableIdentityError(HpcioError, TypeError):
+    """A stage function whose identity is not stable across runs (lambda, closure)."""
+
+
+class CacheTimeoutError(HpcioError, TimeoutError):
+    """Cache parts written by other consumers did not appear in time."""
+
+
+class TuningError(HpcioError, ValueError):
+    """An unknown name in ``HPCIO_TUNE`` (see :func:`hpcio.tune`)."""

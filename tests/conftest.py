@@ -12,6 +12,9 @@
     ``run_hpcio(*args)``: the ``hpcio`` command in a child process, on this source tree.
 ``mpiexec``
     The ``mpiexec`` of the ``mpich`` wheel installed beside this Python.
+``tuned``
+    The garbage-collector and Arrow-pool switches of :func:`hpcio.tune` on for the test
+    (as ``hpcio convert``, ``hpcio bench`` and the demo run), put back after.
 ``row_group_reads``
     The list of row-group numbers pyarrow's ``ParquetFile.read_row_group`` is called
     with during the test, in call order.
@@ -117,6 +120,15 @@ def mpiexec() -> str:
     if not path:
         pytest.fail("mpiexec not found: install the test extra (pip install -e '.[test]')")
     return path
+
+
+@pytest.fixture
+def tuned():
+    from hpcio import tuning
+
+    before = tuning.tune()
+    yield tuning.tune(pause_gc=True, arrow_jemalloc=True)
+    tuning.tune(pause_gc=before["pause_gc"], arrow_jemalloc=before["arrow_jemalloc"])
 
 
 @pytest.fixture

@@ -42,8 +42,7 @@ def map_file(fd):
     A mapping of 2 MiB or more is advised for huge pages (``MADV_HUGEPAGE``): what it
     reads from disk enters the page cache as 2 MiB pages, which every later mapping of
     the file (each DataLoader worker's, each epoch's) maps with one page fault per 2 MiB
-    instead of one per 64 KiB.  On a 45 MB text shard read in shuffled order that is
-    30 faults instead of 700, and 4–7 ms less per process here.  Pages already cached
+    instead of one per 64 KiB.  Pages already cached
     keep their size: the advice costs nothing where the kernel cannot follow it.
     """
     m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
@@ -209,10 +208,9 @@ def keep_freed_heap():
     it).
 
     By default glibc returns the top of its heap whenever more than 128 KiB is free
-    there, and the next allocations fault it in again page by page.  A reader that hands
-    out large values as copies frees them a batch at a time: a fresh process's shuffled
-    pass over 2,000 vlm samples (80 KB images as ``bytes``) took 30.6 ms, 14.5 ms with
-    the freed memory kept.  glibc raises its thresholds itself the first time it frees a
+    there, and the next allocations fault it in again page by page; a reader that hands
+    out large values as copies frees them a batch at a time.  This changes the whole
+    process, so hpcio calls it only on the user's request (:func:`hpcio.tune`).  glibc raises its thresholds itself the first time it frees a
     block it had to map on its own, as most programs soon do; this frees one such block
     (16 MiB, untouched) now.  With another C library it allocates and frees a block.
     """

@@ -69,16 +69,15 @@ cdef extern from *:
 # mds_samples asks the CPU to fetch the record this many ahead (up to _PREFETCH_BYTES of
 # it) while it builds the current one.  A shuffled batch reads records scattered over
 # the shard, so each would otherwise start with cache and TLB misses that the hardware
-# prefetcher cannot predict: on the text bench (2.3 KB records, a 46 MB shard) this made
-# a shuffled pass as fast as one in storage order (22 ms against 29 ms for 20,000).
+# prefetcher cannot predict; fetched ahead, a shuffled pass runs as fast as one in
+# storage order.
 DEF _PREFETCH_AHEAD = 4
 DEF _PREFETCH_BYTES = 4096
 # A record larger than that (an image between its metadata) is fetched _LARGE_HEAD bytes
 # at first (its column sizes and small leading values), and _VALUE_AHEAD records ahead,
 # once those have arrived, the values the samples need (hpcio_mds_prefetch_values, up to
-# 4 KiB each): not 4 KiB of an image that is viewed in place, but the 690-byte chat
-# transcript after it that is parsed.  vlm, fresh processes, medians of 9 to 11:
-# iteration 5.1 -> 4.7 ms, get_batch 7.8 -> 7.0 ms for 2,000 samples.
+# 4 KiB each): not 4 KiB of an image that is viewed in place, but the chat transcript
+# after it that is parsed.
 DEF _LARGE_HEAD = 128
 DEF _VALUE_AHEAD = 2
 
@@ -277,9 +276,7 @@ def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     them one by one its own way, which reports the bad one.
 
     Parsing each value alone cannot merge neighbours or split a value, and it costs less
-    than checking that the values can be joined into one array and parsing that: 1.6 ms
-    against 4.8 ms for 2,000 chat transcripts of 690 bytes, 9.4 against 10.2 ms for
-    20,000 small metadata documents."""
+    than checking that the values can be joined into one array and parsing that."""
     cdef const uint8_t[::1] view = byte_view(buf)
     cdef const char *base = <const char *>data_ptr(view)
     cdef Py_ssize_t m = offsets.shape[0] - 1, j
@@ -388,6 +385,45 @@ cdef int _pread_with_ahead(int fd, char *dst, int64_t n, char *ahead, int64_t ex
     return _pread_all(fd, dst + got, n - got, offset + got)
 
 
+cdef struct _Spill:
+    char *buf  # holds a non-bytes value read past a record's first bytes, until decoded
+    int64_t cap
+
+
+cdef object _value_read(int fd, int k, int64_t lo, int64_t n, char *ahead, int64_t next_got,
+                        _Spill *spill, json_loads, int *status):
+    """The value of kind ``k`` at file offset ``lo`` (``n`` bytes), read straight into its
+    ``bytes`` object (KIND_BYTES) or through ``spill``; with ``next_got`` > 0 the next
+    record's first ``next_got`` bytes come into ``ahead`` in the same call.  ``status``:
+    1 when they did, 0 when not, -1 when the read failed (the value is then None)."""
+    cdef object value
+    cdef char *dst
+    cdef char *grown
+    cdef int failed
+    if k == _BYTES:
+        value = PyBytes_FromStringAndSize(NULL, n)
+        dst = PyBytes_AS_STRING(value)
+    else:
+        if n > spill.cap:
+            grown = <char *>realloc(spill.buf, n)
+            if grown == NULL:
+                raise MemoryError("mds_samples_pread: no memory for a value")
+            spill.buf, spill.cap = grown, n
+        dst = spill.buf
+    with nogil:
+        if next_got > 0:
+            failed = _pread_with_ahead(fd, dst, n, ahead, next_got, lo)
+        else:
+            failed = _pread_all(fd, dst, n, lo)
+    if failed < 0:
+        status[0] = -1
+        return None
+    status[0] = failed
+    if k != _BYTES:
+        value = _value(k, spill.buf, n, json_loads)
+    return value
+
+
 def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::1] ends,
                       tuple names, tuple sizes, tuple kinds, tuple cols, json_loads):
     """:func:`mds_samples` for records of the file ``fd`` whose read-only mapping is ``whole``.
@@ -398,9 +434,8 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     the record ends with a value read this way and the next record starts there (a pass
     in storage order), the next record's first bytes come in the same call: a record
     read for its first and last columns then costs one read, not two.
-    Reading a mapped file instead takes a page fault for every page first touched: a
-    record of tens of KB read for its small columns costs one or two faults (about
-    1.2 us each in a virtual machine) against one or two reads of well under 1 us.
+    Reading a mapped file instead takes a page fault for every page first touched, and a
+    fault costs more than a small read.
     Returns ``(samples, bad)`` as mds_samples; ``bad`` is also set when a read fails or
     ends early, and the caller's general path then reports the record.
     """
@@ -412,21 +447,16 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     cdef int64_t size = len(view_of)
     cdef int64_t a, b, head = 4 * L.nvar, got, n, window = max(_HEAD_WINDOW, head)
     cdef int64_t ahead_at = -1, ahead_got = 0, next_got
-    cdef int k, col, failed
+    cdef int k, col, failed, status
     cdef char *first = <char *>malloc(window)
     cdef char *ahead = <char *>malloc(window)  # the next record's first bytes, read early
-    cdef char *spill = NULL
-    cdef char *grown
-    cdef char *dst
-    cdef int64_t spill_cap = 0
+    cdef _Spill spill = _Spill(NULL, 0)
     cdef list out = PyList_New(m)
     cdef dict d
     cdef object value
-    if first == NULL or ahead == NULL:
-        free(first)
-        free(ahead)
-        raise MemoryError("mds_samples_pread: no memory for the read buffer")
     try:
+        if first == NULL or ahead == NULL:
+            raise MemoryError("mds_samples_pread: no memory for the read buffer")
         for j in range(m):
             a = starts[j]
             b = ends[j]
@@ -457,27 +487,12 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                     elif L.hi[col] <= a + got:
                         value = _value(k, first + (L.lo[col] - a), n, json_loads)
                     else:
-                        if k == _BYTES:
-                            value = PyBytes_FromStringAndSize(NULL, n)
-                            dst = PyBytes_AS_STRING(value)
-                        else:
-                            if n > spill_cap:
-                                grown = <char *>realloc(spill, n)
-                                if grown == NULL:
-                                    raise MemoryError("mds_samples_pread: no memory for a value")
-                                spill, spill_cap = grown, n
-                            dst = spill
-                        with nogil:
-                            if L.hi[col] == b and next_got > 0:
-                                failed = _pread_with_ahead(fd, dst, n, ahead, next_got, L.lo[col])
-                                if failed == 1:
-                                    ahead_at, ahead_got, failed = b, next_got, 0
-                            else:
-                                failed = _pread_all(fd, dst, n, L.lo[col])
-                        if failed:
+                        value = _value_read(fd, k, L.lo[col], n, ahead, next_got if L.hi[col] == b else 0,
+                                            &spill, json_loads, &status)
+                        if status < 0:
                             return None, j
-                        if k != _BYTES:
-                            value = _value(k, spill, n, json_loads)
+                        if status == 1:
+                            ahead_at, ahead_got = b, next_got
                 except MemoryError:
                     raise
                 except Exception:
@@ -488,7 +503,59 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
     finally:
         free(first)
         free(ahead)
-        free(spill)
+        free(spill.buf)
+
+
+cdef struct _Copies:
+    uint8_t *data[_MAXCOL]  # each copied column's values back to back
+    int64_t used[_MAXCOL]
+    int64_t cap[_MAXCOL]
+    int64_t *offsets[_MAXCOL]  # each copied column's m + 1 value offsets
+
+
+cdef int _copy_values(int fd, const uint8_t *first, int64_t a, int64_t got, Py_ssize_t j,
+                      Py_ssize_t ncopy, _Columns *L, _Copies *C, hpcio_status *st,
+                      hpcio_error *err) noexcept nogil:
+    """Append record ``j``'s values of the copied columns to their columns: from ``first``
+    (the record's first ``got`` bytes, read at ``a``) where they lie there, else read from
+    ``fd``.  0; 1 when out of memory; 2 when a read failed (``st`` and ``err`` say why)."""
+    cdef Py_ssize_t c
+    cdef int col
+    cdef int64_t lo, hi, n, grown_cap
+    cdef uint8_t *grown
+    for c in range(ncopy):
+        col = L.sel[c]
+        lo, hi = L.lo[col], L.hi[col]
+        n = hi - lo
+        if C.used[c] + n > C.cap[c]:
+            grown_cap = max(2 * C.cap[c], C.used[c] + n, 4096)
+            grown = <uint8_t *>realloc(C.data[c], grown_cap)
+            if grown == NULL:
+                return 1
+            C.data[c], C.cap[c] = grown, grown_cap
+        if hi <= a + got:
+            memcpy(C.data[c] + C.used[c], first + (lo - a), n)
+        else:
+            st[0] = hpcio_pread_full(fd, C.data[c] + C.used[c], <uint64_t>n, <uint64_t>lo, err)
+            if st[0] != HPCIO_OK:
+                return 2
+        C.used[c] += n
+        C.offsets[c][j + 1] = C.used[c]
+    return 0
+
+
+cdef list _column_copies(_Copies *C, Py_ssize_t ncopy, list offsets):
+    """``(uint8 data, int64 offsets)`` of each copied column, the data copied out of ``C``."""
+    cdef Py_ssize_t c
+    cdef uint8_t[::1] arr8
+    copies = []
+    for c in range(ncopy):
+        values = np.empty(C.used[c], np.uint8)
+        if C.used[c]:
+            arr8 = values
+            memcpy(&arr8[0], C.data[c], C.used[c])
+        copies.append((values, offsets[c]))
+    return copies
 
 
 def mds_columns_pread(int fd, const int64_t[::1] starts, const int64_t[::1] ends, tuple sizes,
@@ -511,28 +578,23 @@ def mds_columns_pread(int fd, const int64_t[::1] starts, const int64_t[::1] ends
     _unpack_layout("mds_columns_pread", m, ends.shape[0], sizes, (0,) * len(sizes),
                    copied + viewed, &L)
     cdef int64_t head = 4 * L.nvar, window = max(_HEAD_WINDOW, head)
-    cdef int64_t a, b, got, n, lo, hi, grown_cap
+    cdef int64_t a, b, got
     cdef Py_ssize_t bad = -1
-    cdef int col, nomem = 0
+    cdef int col, failed = 0
     cdef hpcio_error err
     cdef hpcio_status st = HPCIO_OK
     cdef uint8_t *first = NULL
-    cdef uint8_t *data[_MAXCOL]
-    cdef uint8_t *grown
-    cdef int64_t used[_MAXCOL]
-    cdef int64_t cap[_MAXCOL]
-    cdef int64_t *offp[_MAXCOL]
+    cdef _Copies C
     cdef int64_t *beginp[_MAXCOL]
     cdef int64_t *endp[_MAXCOL]
     cdef int64_t[::1] arr
-    cdef uint8_t[::1] arr8
-    offsets = [np.zeros(m + 1, np.int64) for _ in range(ncopy)]
+    cdef list offsets = [np.zeros(m + 1, np.int64) for _ in range(ncopy)]
     begins = [np.empty(m, np.int64) for _ in range(nview)]
     ends_out = [np.empty(m, np.int64) for _ in range(nview)]
     for c in range(ncopy):
         arr = offsets[c]
-        offp[c] = &arr[0]
-        data[c], used[c], cap[c] = NULL, 0, 0
+        C.offsets[c] = &arr[0]
+        C.data[c], C.used[c], C.cap[c] = NULL, 0, 0
     for c in range(nview):
         if m:
             arr = begins[c]
@@ -546,8 +608,7 @@ def mds_columns_pread(int fd, const int64_t[::1] starts, const int64_t[::1] ends
             raise MemoryError("mds_columns_pread: no memory for the read buffer")
         with nogil:
             for j in range(m):
-                a = starts[j]
-                b = ends[j]
+                a, b = starts[j], ends[j]
                 if a < 0 or b - a < head:
                     bad = j
                     break
@@ -558,50 +619,25 @@ def mds_columns_pread(int fd, const int64_t[::1] starts, const int64_t[::1] ends
                 if _bounds(first, a + head, &L) != b:
                     bad = j
                     break
-                for c in range(ncopy):
-                    col = L.sel[c]
-                    lo, hi = L.lo[col], L.hi[col]
-                    n = hi - lo
-                    if used[c] + n > cap[c]:
-                        grown_cap = max(2 * cap[c], used[c] + n, 4096)
-                        grown = <uint8_t *>realloc(data[c], grown_cap)
-                        if grown == NULL:
-                            nomem = 1
-                            break
-                        data[c], cap[c] = grown, grown_cap
-                    if hi <= a + got:
-                        memcpy(data[c] + used[c], first + (lo - a), n)
-                    else:
-                        st = hpcio_pread_full(fd, data[c] + used[c], <uint64_t>n, <uint64_t>lo, &err)
-                        if st != HPCIO_OK:
-                            break
-                    used[c] += n
-                    offp[c][j + 1] = used[c]
-                if nomem or st != HPCIO_OK:
+                failed = _copy_values(fd, first, a, got, j, ncopy, &L, &C, &st, &err)
+                if failed:
                     break
                 for c in range(nview):
                     col = L.sel[ncopy + c]
                     beginp[c][j] = L.lo[col]
                     endp[c][j] = L.hi[col]
-        if nomem:
+        if failed == 1:
             raise MemoryError("mds_columns_pread: no memory for a column")
         if st != HPCIO_OK:
             err.item = -1
             check(st, &err, path, -1, -1)
         if bad >= 0:
             return None, None, bad
-        copies = []
-        for c in range(ncopy):
-            values = np.empty(used[c], np.uint8)
-            if used[c]:
-                arr8 = values
-                memcpy(&arr8[0], data[c], used[c])
-            copies.append((values, offsets[c]))
-        return copies, list(zip(begins, ends_out)), -1
+        return _column_copies(&C, ncopy, offsets), list(zip(begins, ends_out)), -1
     finally:
         free(first)
         for c in range(ncopy):
-            free(data[c])
+            free(C.data[c])
 
 
 cdef Py_ssize_t _record_table(list views, const int32_t[::1] buf_of, const int64_t[::1] starts,

@@ -43,6 +43,7 @@ def machine_facts() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hpcio": hpcio.__version__,
+        "hpcio tuning": ", ".join(name for name, on in hpcio.tune().items() if on) or "none",
     }
     for mod in ("numpy", "streaming", "webdataset", "pyarrow", "orjson"):
         try:
@@ -121,6 +122,17 @@ def run_bench(
     conversion scaling also on ``conversion_scale`` times the samples (1: not), each
     system run ``pipeline_repeats`` times (default :data:`.pipeline.PIPELINE_REPEATS`).
     """
+    from ..tuning import SWITCHES, fully_tuned
+
+    # The bench owns its process and its workers' (hpcio.bench.worker): all run tuned.
+    log(f"process tuning: {', '.join(SWITCHES)} (hpcio.tune: the bench owns its processes)")
+    with fully_tuned():
+        return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
+                          staging, conversion, conversion_scale, log)
+
+
+def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader, staging,
+               conversion, conversion_scale, log) -> dict:
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
     records, limits, loader_records, pipeline_records = [], {}, [], []

@@ -53,9 +53,9 @@ def settle_page_cache(path: str) -> None:
     """Drop the files of dataset ``path`` from the page cache and read them back in
     through a huge-page mapping (:func:`hpcio._core._io.map_file`).
 
-    A cached file costs a mapping reader one page fault per cached page run: 30 for a
-    45 MB shard held in 2 MiB pages, 700 for one in small pages (about 7 ms apart, per
-    process).  Which one a file is in depends on its history: hpcio's writers and
+    A cached file costs a mapping reader one page fault per cached page run, so a file
+    held in 2 MiB pages maps with a small fraction of the faults of one in 4 KiB pages.
+    Which one a file is in depends on its history: hpcio's writers and
     ``hpcio stage`` write in large pieces and leave 2 MiB pages, ``cp`` and ``read()``
     after an eviction leave small ones.  Every run starts from the same state this way:
     the one hpcio's writers leave and its readers restore.

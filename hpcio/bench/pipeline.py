@@ -280,7 +280,8 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     # HYDRA_LAUNCHER=fork: inside a Slurm step, MPICH's mpiexec would start its ranks
     # with a nested srun that never gets resources; the bench's ranks all run here.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               PYTHONWARNINGS="ignore", HYDRA_LAUNCHER="fork")
+               PYTHONWARNINGS="ignore", HYDRA_LAUNCHER="fork",
+               HPCIO_TUNE="all")  # the tuning a conversion job opts in to
     hpcio_runs = _hpcio_convert_runs(src, n)
     larger_runs = [] if larger is None else _hpcio_convert_runs(larger[0], larger[1], f", {larger[1]:,} samples")
     peer_runs = []
@@ -298,10 +299,9 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
     # peer's run frees hundreds of MB (mdf convert peaks near 1 GB) that the next job then
     # takes back from the host, so interleaving both groups would tie the scaling figure
     # to which peer ran last.
-    # On this kind of virtual machine a job runs faster or slower depending on what ran
-    # just before it: any job after a two-rank job ran faster than after a one-rank one
-    # (text, two ranks: 0.136 against 0.187 s, the exchange of its records 8 against
-    # 46 ms; one rank: 0.241 against 0.264 s).  Taking turns alone would time every
+    # On a virtual machine a job runs faster or slower depending on what ran just before
+    # it (any job ran faster after a two-rank job than after a one-rank one; figures in
+    # docs/performance.md).  Taking turns alone would time every
     # two-rank job after a one-rank one and every one-rank job after a two-rank one.
     # Each turn runs hpcio's jobs twice, so each kind has as many runs after either kind,
     # and the scaling is also given with both kinds after the same kind of job.

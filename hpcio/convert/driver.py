@@ -178,14 +178,14 @@ def _fail_rank(comm: Comm, exc: BaseException) -> None:
 
 def _arrow_memory_pool() -> Callable[[], None]:
     """Make jemalloc Arrow's default memory pool for the job, if the job's formats
-    imported pyarrow (:func:`hpcio.formats.parquet.use_jemalloc`); returns the function
+    imported pyarrow (:func:`hpcio.tuning.switch_arrow_pool`, when the user opted in); returns the function
     that puts the previous one back.  The whole job: its mapping and writing allocate
     from the pool too, not only the Parquet reads."""
     if "pyarrow" not in sys.modules:
         return lambda: None
-    from ..formats.parquet import use_jemalloc
+    from ..tuning import switch_arrow_pool
 
-    return use_jemalloc()
+    return switch_arrow_pool()
 
 
 def convert(

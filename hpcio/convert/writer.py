@@ -20,7 +20,7 @@ import numpy as np
 
 from .._core._io import start_writeback
 from .._fileio import write_pieces
-from .._gc import cyclic_gc_paused
+from ..tuning import gc_paused
 from ..errors import BadSampleError, CorruptShardError, DecodeError, HpcioError
 from . import plan as planning
 from ._comm import Comm
@@ -122,7 +122,7 @@ class ShardWriter:
         places = encoded and self.places and run_bytes >= self.placed_run_bytes
         # A round's samples all stay alive until written: collections meanwhile would
         # scan them and free nothing.
-        with cyclic_gc_paused():
+        with gc_paused():
             self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
             self.clock.lap("read")
             fixed = {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import CorruptShardError, MissingDependencyError, SchemaError, ShardNotFoundError
 from ..registry import Capabilities
+from .. import tuning
 from . import _values
 from .base import Reader as _Reader
 from .base import PendingFiles, by_shard, files_bytes, inspect_report, locate, sample_starts, verify_samples
@@ -64,16 +65,10 @@ def use_jemalloc() -> Callable[[], None]:
     before the first is put back after the last.
 
     Arrow's default pool on Linux, mimalloc, gives each decoding thread segments of its
-    own, backed by transparent huge pages: reading 10 row groups of text (a peak of 9 MB
-    of Arrow memory) touched 56 MB, and as much when a rank of a conversion reads half
-    the row groups as when one process reads them all.  Memory a process touches for the
-    first time is what costs (page faults, and on a virtual machine the host backing
-    each page).  Measured, alternating runs of both: the bench's two-rank conversions
-    (the whole job under jemalloc), text 0.138-0.144 s against 0.153-0.211 s, vlm
-    0.142-0.175 s against 0.189-0.286 s; its Parquet passes (the reads under jemalloc),
-    text iterate 86-116k samples/s against 77-87k and peak RSS 112-114 MB against
-    140-160 MB, vlm iterate 12.8-19.0k against 8.9-15.4k and 157-161 MB against
-    179-209 MB.
+    own, backed by transparent huge pages, so it touches several times the memory it
+    holds; memory touched for the first time is what costs (page faults, and on a virtual
+    machine the host backing each page).  Called only through :mod:`hpcio.tuning`, on the
+    user's request (docs/performance.md).
     """
     global _pool_users, _pool_before
     pa, _pq = _pa()
@@ -106,10 +101,11 @@ def use_jemalloc() -> Callable[[], None]:
 
 @contextlib.contextmanager
 def _jemalloc_allocations():
-    """Arrow's allocations inside the block come from jemalloc (:func:`use_jemalloc`).
-    A file opened inside keeps the pool for its decoded row groups; the buffers it reads
-    them from are allocated when read."""
-    undo = use_jemalloc()
+    """Arrow's allocations inside the block come from jemalloc (:func:`use_jemalloc`) if
+    the user opted in (``hpcio.tune(arrow_jemalloc=True)``).  A file opened inside keeps
+    the pool for its decoded row groups; the buffers it reads them from are allocated
+    when read."""
+    undo = tuning.switch_arrow_pool()
     try:
         yield
     finally:
@@ -280,8 +276,7 @@ class Reader(_Reader):
     where a cache of a few row groups would decode one for nearly every batch.  A
     request for a run of rows that ends a row group is a pass over it (iteration,
     conversion), which will not come back: that row group is dropped, so a pass holds
-    one row group, not the budget's worth of fresh memory (measured: a one-rank
-    conversion of 20 row groups took 40 % longer keeping them).
+    one row group, not the budget's worth of fresh memory.
     """
 
     def __init__(self, path, cache_bytes: int | None = None, **options):
@@ -337,8 +332,8 @@ class Reader(_Reader):
         if table is None:
             fi, rg = self.groups[g]
             try:
-                # Decoding is where Arrow allocates, on its threads: the switch of pool
-                # (2-3 us) is paid per row group decoded, not per read of a cached one.
+                # Decoding is where Arrow allocates, on its threads: the pool is switched
+                # per row group decoded, not per read of a cached one.
                 with _jemalloc_allocations():
                     table = self.files[fi].read_row_group(rg, columns=list(fields))
             except (OSError, ValueError) as exc:

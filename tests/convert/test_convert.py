@@ -325,7 +325,8 @@ def _parquet_source(path, n=600, rows_per_group=50):
     return str(path)
 
 
-def test_a_job_reading_parquet_allocates_arrow_memory_from_jemalloc_and_gives_the_pool_back(tmp_path, monkeypatch):
+def test_a_job_reading_parquet_allocates_arrow_memory_from_jemalloc_and_gives_the_pool_back(tmp_path, monkeypatch,
+                                                                                             tuned):
     import pyarrow as pa
 
     src = _parquet_source(tmp_path / "src.parquet", n=60)
@@ -405,7 +406,7 @@ def test_placed_run_bytes_from_the_environment_must_be_a_whole_number_of_bytes(s
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_the_collector_is_paused_while_a_round_is_built_and_left_as_it_was(sources, tmp_path, enabled):
+def test_the_collector_is_paused_while_a_round_is_built_and_left_as_it_was(sources, tmp_path, enabled, tuned):
     import gc
 
     seen = []

@@ -228,7 +228,7 @@ def test_iterating_lazy_samples_keeps_only_those_the_caller_keeps(zst_file, orde
     # already handed out until the end of its batch.
     ds = hpcio.open(zst_file)
     if order == "parts":  # a pipeline cache written in parts reads them one after the other
-        from hpcio.pipeline import _ConcatReader
+        from hpcio.pipeline.cache import _ConcatReader
 
         ds = hpcio.Dataset(_ConcatReader(zst_file, [jinx.Reader(zst_file), jinx.Reader(zst_file)]))
     view = ds.shuffle(seed=3) if order != "storage" else ds

@@ -325,7 +325,7 @@ class CollectorWitness:
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_batch_reads_pause_the_collector_and_leave_it_as_it_was(tmp_path, enabled):
+def test_batch_reads_pause_the_collector_and_leave_it_as_it_was(tmp_path, enabled, tuned):
     import gc
 
     path = write(tmp_path / "d", [{"o": CollectorWitness(fail=i == 3)} for i in range(4)],

@@ -153,9 +153,9 @@ def test_a_pass_decodes_one_row_group_at_a_time(tmp_path, monkeypatch):
         list(reader.iter_range(60, 71))
 
 
-def test_rows_read_are_arrow_memory_from_jemalloc_and_the_pool_is_given_back(tmp_path, monkeypatch):
-    """The reader decodes row groups with jemalloc as Arrow's pool, then restores the
-    pool it found; a pool the user chose (ARROW_DEFAULT_MEMORY_POOL) is left alone."""
+def test_rows_read_are_arrow_memory_from_jemalloc_and_the_pool_is_given_back(tmp_path, monkeypatch, tuned):
+    """Opted in, the reader decodes row groups with jemalloc as Arrow's pool, then
+    restores the pool it found; a pool the user chose (ARROW_DEFAULT_MEMORY_POOL) is left alone."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

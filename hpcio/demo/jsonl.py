@@ -1,0 +1,109 @@
+"""The demo datasets as JSON Lines, ``bytes`` fields as base64 (see :mod:`hpcio.demo`)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import io
+import os
+from collections.abc import Iterator
+
+from ..errors import MissingDependencyError, ShardNotFoundError
+from .samples import BYTES_FIELDS, _check_profile, generate
+
+__all__ = ["write_jsonl", "read_jsonl"]
+
+
+def _to_json(sample: dict, profile: str) -> dict:
+    record = dict(sample)
+    for name in BYTES_FIELDS[profile]:
+        value = record[name]
+        if isinstance(value, list):
+            record[name] = [base64.b64encode(v).decode("ascii") for v in value]
+        else:
+            record[name] = base64.b64encode(value).decode("ascii")
+    return record
+
+
+def _from_json(record: dict, profile: str) -> dict:
+    for name in BYTES_FIELDS[profile]:
+        value = record[name]
+        if isinstance(value, list):
+            record[name] = [base64.b64decode(v, validate=True) for v in value]
+        else:
+            record[name] = base64.b64decode(value, validate=True)
+    return record
+
+
+@contextlib.contextmanager
+def _open_compressed(path: str, mode: str, name: str | None = None):
+    """``path`` opened through the codec that ``name``'s suffix (default path's) names."""
+    name = path if name is None else name
+    with contextlib.ExitStack() as stack:
+        if name.endswith(".zst"):
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    "writing or reading .zst needs zstandard: pip install 'hpcio[codecs]'",
+                    path=name,
+                ) from exc
+            raw = stack.enter_context(open(path, mode))
+            if "w" in mode:
+                codec = zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)
+            else:
+                codec = io.BufferedReader(
+                    zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+                )
+            yield stack.enter_context(codec)
+        elif name.endswith(".gz"):
+            raw = stack.enter_context(open(path, mode))
+            # mtime=0 and no file name in the header keep the bytes deterministic.
+            yield stack.enter_context(gzip.GzipFile(filename="", mode=mode, fileobj=raw, mtime=0))
+        else:
+            yield stack.enter_context(open(path, mode))
+
+
+def write_jsonl(
+    path: str | os.PathLike, profile: str, n: int, seed: int = 0, start: int = 0
+) -> int:
+    """Write samples ``start .. start+n-1`` as JSON Lines; return the bytes written.
+
+    ``bytes`` fields become base64 strings (see the module documentation); a ``.zst``
+    or ``.gz`` suffix compresses the file.  The output is written to a temporary name
+    and renamed, so a reader never sees a partial file.
+    """
+    import orjson
+
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ShardNotFoundError("the output directory does not exist", path=parent)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    written = 0
+    try:
+        with _open_compressed(tmp, "wb", name=path) as out:
+            for sample in generate(profile, n, seed, start):
+                line = orjson.dumps(_to_json(sample, profile)) + b"\n"
+                out.write(line)
+                written += len(line)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return written
+
+
+def read_jsonl(path: str | os.PathLike, profile: str) -> Iterator[dict]:
+    """The samples of a file written by :func:`write_jsonl`, base64 fields decoded."""
+    import orjson
+
+    _check_profile(profile)
+    path = os.fspath(path)
+    with _open_compressed(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                yield _from_json(orjson.loads(line), profile)
+

@@ -1,0 +1,291 @@
+"""Pipeline stages, and the stable identities that name them in cache keys."""
+
+from __future__ import annotations
+
+import abc
+import functools
+import hashlib
+import types
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+
+from ..distributed.context import RuntimeContext
+from ..errors import UnstableIdentityError
+
+__all__ = ["Stage", "MapStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
+           "SequencePacker", "fingerprint_callable", "sample_nbytes"]
+
+
+# --- identities --------------------------------------------------------------------
+def _code_digest(code: types.CodeType) -> str:
+    h = hashlib.sha256(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        # Nested code objects repr with their address; hash their bytes instead.
+        h.update(_code_digest(const).encode() if isinstance(const, types.CodeType) else repr(const).encode())
+    return h.hexdigest()[:16]
+
+
+def fingerprint_callable(fn) -> str:
+    """A string naming ``fn`` the same way in every run, or UnstableIdentityError.
+
+    Module-level functions and classes are named by module, qualified name and (for
+    Python functions) a digest of their code, so editing a stage invalidates caches.
+    ``functools.partial`` adds its arguments' reprs; an object may define
+    ``fingerprint()`` to name itself.  Lambdas and functions defined inside another
+    function are rejected: their name does not say what they compute.
+
+    >>> fingerprint_callable(len)
+    'builtins:len'
+    >>> fingerprint_callable(lambda s: s)
+    Traceback (most recent call last):
+    ...
+    hpcio.errors.UnstableIdentityError: a lambda has no stable identity across runs; define the stage function with def at module level
+    """
+    if isinstance(fn, functools.partial):
+        kwargs = sorted(fn.keywords.items())
+        return f"partial({fingerprint_callable(fn.func)}, {fn.args!r}, {kwargs!r})"
+    custom = getattr(fn, "fingerprint", None)
+    if callable(custom) and not isinstance(fn, type):
+        return f"{fingerprint_callable(type(fn))}:{custom()}"
+    name = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if name is None or module is None:
+        raise UnstableIdentityError(
+            f"cannot fingerprint {type(fn).__name__} object {fn!r}; use a module-level "
+            "function or class, or give the object a fingerprint() method"
+        )
+    if getattr(fn, "__name__", None) == "<lambda>":
+        raise UnstableIdentityError(
+            "a lambda has no stable identity across runs; define the stage function "
+            "with def at module level"
+        )
+    if "<locals>" in name:
+        raise UnstableIdentityError(
+            f"{module}.{name} is defined inside a function, so its identity is not "
+            "stable across runs; define it at module level"
+        )
+    code = getattr(fn, "__code__", None)
+    digest = f"#{_code_digest(code)}" if isinstance(code, types.CodeType) else ""
+    return f"{module}:{name}{digest}"
+
+
+def sample_nbytes(value) -> int:
+    """Approximate payload bytes of a sample: buffers, strings and arrays summed.
+
+    >>> sample_nbytes({"a": b"xyz", "b": np.zeros(4, np.int32), "c": [1, "ab"]})
+    29
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, Mapping):
+        return sum(sample_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(sample_nbytes(v) for v in value)
+    return 8  # numbers, booleans, None
+
+
+# --- stages ------------------------------------------------------------------------
+class Stage(abc.ABC):
+    """One step of a pipeline: ``apply(samples, context)`` returns the new stream."""
+
+    kind = "stage"
+
+    @abc.abstractmethod
+    def apply(self, samples: Iterator, context: RuntimeContext) -> Iterator: ...
+
+    @abc.abstractmethod
+    def fingerprint(self) -> str: ...
+
+
+class MapStage(Stage):
+    kind = "map"
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def apply(self, samples, context):
+        fn = self.fn
+        return (fn(s) for s in samples)
+
+    def fingerprint(self):
+        return f"map({fingerprint_callable(self.fn)})"
+
+
+class SelectStage(Stage):
+    kind = "select"
+
+    def __init__(self, predicate: Callable):
+        self.predicate = predicate
+
+    def apply(self, samples, context):
+        return filter(self.predicate, samples)
+
+    def fingerprint(self):
+        return f"select({fingerprint_callable(self.predicate)})"
+
+
+class BatchStage(Stage):
+    kind = "batch"
+
+    def __init__(self, size, max_bytes, max_tokens, token_field, drop_last):
+        if size is None and max_bytes is None and max_tokens is None:
+            raise ValueError("batch() needs size=, max_bytes= or max_tokens=")
+        for name, value in (("size", size), ("max_bytes", max_bytes), ("max_tokens", max_tokens)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if max_tokens is not None and token_field is None:
+            raise ValueError("max_tokens= needs token_field= (the field holding the tokens)")
+        self.size, self.max_bytes, self.max_tokens = size, max_bytes, max_tokens
+        self.token_field, self.drop_last = token_field, drop_last
+
+    def apply(self, samples, context):
+        batch: list = []
+        nbytes = longest = 0
+        for s in samples:
+            b = sample_nbytes(s) if self.max_bytes is not None else 0
+            t = len(s[self.token_field]) if self.max_tokens is not None else 0
+            # Padded token cost: every sample of a batch is padded to the longest.
+            over = batch and (
+                (self.max_bytes is not None and nbytes + b > self.max_bytes)
+                or (self.max_tokens is not None and max(longest, t) * (len(batch) + 1) > self.max_tokens)
+            )
+            if over:
+                yield batch
+                batch, nbytes, longest = [], 0, 0
+            batch.append(s)
+            nbytes += b
+            longest = max(longest, t)
+            if self.size is not None and len(batch) == self.size:
+                yield batch
+                batch, nbytes, longest = [], 0, 0
+        if batch and not (self.drop_last and self.size is not None and len(batch) < self.size):
+            yield batch
+
+    def fingerprint(self):
+        return (
+            f"batch(size={self.size}, max_bytes={self.max_bytes}, max_tokens={self.max_tokens}, "
+            f"token_field={self.token_field!r}, drop_last={self.drop_last})"
+        )
+
+
+class UnbatchStage(Stage):
+    kind = "unbatch"
+
+    def apply(self, samples, context):
+        for batch in samples:
+            yield from batch
+
+    def fingerprint(self):
+        return "unbatch()"
+
+
+class ShuffleStage(Stage):
+    kind = "shuffle"
+
+    def __init__(self, buffer_size: int, seed: int | None):
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        self.buffer_size, self.seed = buffer_size, seed
+
+    def apply(self, samples, context):
+        seed = context.seed if self.seed is None else self.seed
+        # Each consumer and epoch draws its own stream, identical on rerun.
+        rng = np.random.default_rng([seed, context.epoch, context.dp_rank, context.worker_id])
+        buffer: list = []
+        for s in samples:
+            if len(buffer) < self.buffer_size:
+                buffer.append(s)
+                continue
+            j = int(rng.integers(self.buffer_size))
+            yield buffer[j]
+            buffer[j] = s
+        for j in rng.permutation(len(buffer)):
+            yield buffer[j]
+
+    def fingerprint(self):
+        return f"shuffle(buffer_size={self.buffer_size}, seed={self.seed})"
+
+
+class AssembleStage(Stage):
+    kind = "assemble"
+
+    def __init__(self, factory: Callable[[RuntimeContext], object]):
+        self.factory = factory
+
+    def apply(self, samples, context):
+        assembler = self.factory(context)
+        for s in samples:
+            yield from assembler.push(s)
+        yield from assembler.flush()
+
+    def fingerprint(self):
+        return f"assemble({fingerprint_callable(self.factory)})"
+
+
+class SequencePacker:
+    """Pack token sequences into fixed-length rows (an ``assemble`` stage).
+
+    Sequences from ``field`` are concatenated, each followed by ``eos`` when given, and
+    cut into rows of ``length`` tokens: ``{"tokens": int array, "doc_ids": int array}``
+    where ``doc_ids`` numbers the source sequences within the row, for attention masks.
+    The last partial row is dropped unless ``keep_remainder``.
+
+    >>> p = SequencePacker(RuntimeContext(), length=4, eos=0)
+    >>> rows = [r for s in ({"tokens": [5, 6]}, {"tokens": [7, 8, 9]}) for r in p.push(s)]
+    >>> [r["tokens"].tolist() for r in rows], rows[0]["doc_ids"].tolist()
+    ([[5, 6, 0, 7]], [0, 0, 0, 1])
+    """
+
+    def __init__(self, context: RuntimeContext, length: int, field: str = "tokens",
+                 eos: int | None = None, keep_remainder: bool = False):
+        if length < 1:
+            raise ValueError(f"length must be >= 1, got {length}")
+        self.context, self.length, self.field = context, length, field
+        self.eos, self.keep_remainder = eos, keep_remainder
+        self._tokens: list[np.ndarray] = []
+        self._docs: list[np.ndarray] = []
+        self._pending = 0
+        self._doc = 0
+
+    @classmethod
+    def factory(cls, length: int, field: str = "tokens", eos: int | None = None,
+                keep_remainder: bool = False):
+        """A picklable, fingerprintable factory for :meth:`Pipeline.assemble`."""
+        return functools.partial(cls, length=length, field=field, eos=eos,
+                                 keep_remainder=keep_remainder)
+
+    def push(self, sample: Mapping) -> list[dict]:
+        tokens = np.asarray(sample[self.field], dtype=np.int64)
+        if self.eos is not None:
+            tokens = np.append(tokens, self.eos)
+        self._tokens.append(tokens)
+        self._docs.append(np.full(len(tokens), self._doc, dtype=np.int64))
+        self._doc += 1
+        self._pending += len(tokens)
+        return self._emit(final=False)
+
+    def flush(self) -> list[dict]:
+        return self._emit(final=True)
+
+    def _emit(self, final: bool) -> list[dict]:
+        if self._pending < self.length and not (final and self.keep_remainder and self._pending):
+            if final:
+                self._tokens, self._docs, self._pending = [], [], 0
+            return []
+        tokens, docs = np.concatenate(self._tokens), np.concatenate(self._docs)
+        whole = len(tokens) // self.length * self.length
+        cut = len(tokens) if final and self.keep_remainder else whole
+        rows = []
+        for lo in range(0, cut, self.length):
+            d = docs[lo : lo + self.length]
+            rows.append({"tokens": tokens[lo : lo + self.length], "doc_ids": d - d[0]})
+        rest = slice(cut, None)
+        self._tokens, self._docs = [tokens[rest]], [docs[rest]]
+        self._pending = len(tokens) - cut
+        return rows
