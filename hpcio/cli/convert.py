@@ -186,7 +186,7 @@ def run_guarded(fn, args) -> int:
     from hpcio.errors import HpcioError
 
     try:
-        with stop_on_signals():
+        with _job_tuning(), stop_on_signals():
             summaries = fn()
     except ConversionInterrupted as exc:
         if _rank() == 0:
@@ -201,6 +201,17 @@ def run_guarded(fn, args) -> int:
         for summary in summaries:
             print_summary(summary, args.json)
     return 0
+
+
+def _job_tuning():
+    """A conversion job owns its process, so it runs with every :func:`hpcio.tune` switch
+    on, unless ``HPCIO_TUNE`` says which (``HPCIO_TUNE=none``: none)."""
+    import contextlib
+    import os
+
+    from hpcio.tuning import ENVIRONMENT_VARIABLE, fully_tuned
+
+    return contextlib.nullcontext() if ENVIRONMENT_VARIABLE in os.environ else fully_tuned()
 
 
 def _rank() -> int:
