@@ -58,14 +58,14 @@ class _EpochCursor:
         self,
         dataset: Dataset,
         *,
-        batch_size: int,
-        shuffle,
-        seed: int,
-        epoch: int,
-        remainder: str,
-        shard_sizes,
-        window: int,
-        context: RuntimeContext | Mapping | None,
+        batch_size: int = 1,
+        shuffle=True,
+        seed: int = 0,
+        epoch: int = 0,
+        remainder: str = "drop",
+        shard_sizes: Sequence[int] | None = None,
+        window: int = 1,
+        context: RuntimeContext | Mapping | None = None,
     ):
         if not isinstance(dataset, Dataset):
             raise TypeError(f"expected an hpcio.Dataset, got {type(dataset).__name__}")
@@ -234,31 +234,8 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         Explicit ``rank``, ``world_size``, ``tp_size``; anything else is inferred.
     """
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        *,
-        batch_size: int = 1,
-        shuffle=True,
-        seed: int = 0,
-        epoch: int = 0,
-        remainder: str = "drop",
-        shard_sizes: Sequence[int] | None = None,
-        window: int = 1,
-        collate_fn: Callable | None = None,
-        context: RuntimeContext | Mapping | None = None,
-    ):
-        super().__init__(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
-            remainder=remainder,
-            shard_sizes=shard_sizes,
-            window=window,
-            context=context,
-        )
+    def __init__(self, dataset: Dataset, *, collate_fn: Callable | None = None, **cursor_options):
+        super().__init__(dataset, **cursor_options)
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self._by_loader = False
         self._loader_workers = 1
@@ -287,33 +264,8 @@ class MapDataset(_EpochCursor, torch_data.Dataset):
     ``ds[i]`` reads one sample; a DataLoader fetches a whole batch with one
     ``get_batch`` call through ``__getitems__``.  :meth:`batch_sampler` yields this
     rank's batches of the epoch order; :class:`DataLoader` uses it automatically.
-    Parameters are those of :class:`IterableDataset`.
+    Parameters are those of :class:`IterableDataset` except ``collate_fn``.
     """
-
-    def __init__(
-        self,
-        dataset: Dataset,
-        *,
-        batch_size: int = 1,
-        shuffle=True,
-        seed: int = 0,
-        epoch: int = 0,
-        remainder: str = "drop",
-        shard_sizes: Sequence[int] | None = None,
-        window: int = 1,
-        context: RuntimeContext | Mapping | None = None,
-    ):
-        super().__init__(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            epoch=epoch,
-            remainder=remainder,
-            shard_sizes=shard_sizes,
-            window=window,
-            context=context,
-        )
 
     def __len__(self) -> int:
         return len(self.dataset)
