@@ -25,7 +25,8 @@ from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError
 from .reports import InspectReport, VerifyReport, problem
 
 __all__ = ["Reader", "Writer", "project", "sample_starts", "locate", "by_shard",
-           "inspect_report", "Verification", "verify_samples", "files_bytes"]
+           "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
+           "remove_empty_dir"]
 
 # Batch size used by the default sequential paths: large enough to amortise Python
 # overhead, small enough to keep a batch of big samples in cache-sized memory.
@@ -273,17 +274,29 @@ class PendingFiles:
         self.finals = []
 
     def discard(self) -> None:
-        for final in self.finals:
-            try:
-                os.remove(self.temp_name(final))
-            except FileNotFoundError:
-                pass
+        remove_files(self.temp_name(final) for final in self.finals)
         self.finals = []
         if self.created_dir:
-            try:
-                os.rmdir(self.directory)
-            except OSError:  # not empty: files this writer did not create stay
-                pass
+            remove_empty_dir(self.directory)
+
+
+def remove_files(paths: Iterable[str]) -> None:
+    """Delete ``paths``; one already gone is not an error, so an abort can run after a
+    partial cleanup."""
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def remove_empty_dir(directory: str) -> None:
+    """Remove the output directory a writer created, unless it is not empty: files the
+    writer did not create stay, and so does the directory holding them."""
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
 
 
 # --- inspect and verify -----------------------------------------------------------------

@@ -284,10 +284,7 @@ class Writer(base.Writer):
         for w in self._done + [self._cur]:
             w.discard()
         if self._created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+            base.remove_empty_dir(self.path)
 
 
 def merge_index(directory, parts, **options) -> None:

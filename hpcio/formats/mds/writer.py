@@ -331,16 +331,9 @@ class Writer(base.Writer):
     def abort(self) -> None:
         self._closed = True
         self._records = []
-        for name in self._written:
-            try:
-                os.remove(name)
-            except FileNotFoundError:
-                pass
+        base.remove_files(self._written)
         if self._created_dir:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
+            base.remove_empty_dir(self.path)
 
 
 def merge_index(directory, parts, **options) -> None:
