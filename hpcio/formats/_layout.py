@@ -21,8 +21,11 @@ import numpy as np
 
 from ..errors import CorruptShardError, SchemaError
 from . import _values
+from .base import BatchReader, by_shard
 
 LAYOUT_VERSION = 1
+# Sequential passes read this many samples per batch, so each read spans many chunks.
+RANGE_BATCH = 4096
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -192,3 +195,30 @@ def merged_spans(starts: np.ndarray, ends: np.ndarray, gap: int):
             j += 1
         yield lo, hi, order[i:j]
         i = j
+
+
+class LayoutReader(BatchReader):
+    """Reader of parts (HDF5 files, Zarr groups) in this layout; a subclass sets
+    ``parts``, each with ``read_rows(rows, fields, sample_base)``, ``layout_fields``
+    (name to field spec), ``fields`` and ``cum``."""
+
+    parts: list
+    layout_fields: Mapping
+
+    def read_many(self, indices, fields=None) -> list:
+        indices = np.asarray(indices, dtype=np.int64)
+        fields = self.fields if fields is None else list(fields)
+        for f in fields:
+            if f not in self.layout_fields:
+                raise KeyError(f"{self.path} has no field {f!r}")
+        out: list = [None] * len(indices)
+        for k, where, rows in by_shard(self.cum, indices):
+            got = self.parts[k].read_rows(rows, fields, int(self.cum[k]))
+            for j, pos in enumerate(where):
+                out[pos] = got[j]
+        return out
+
+    def iter_range(self, start=0, stop=None, fields=None):
+        stop = len(self) if stop is None else stop
+        for lo in range(start, stop, RANGE_BATCH):
+            yield from self.read_many(np.arange(lo, min(lo + RANGE_BATCH, stop)), fields)

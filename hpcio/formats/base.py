@@ -21,10 +21,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError
+from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
 from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "Writer", "project", "sample_starts", "locate", "by_shard",
+__all__ = ["Reader", "BatchReader", "Writer", "project", "sample_starts", "locate", "by_shard",
+           "shard_files", "first_file_head",
            "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
            "remove_empty_dir"]
 
@@ -66,6 +67,31 @@ def by_shard(starts: np.ndarray, indices: np.ndarray) -> Iterator[tuple[int, np.
     for k in np.unique(shards):
         where = np.flatnonzero(shards == k)
         yield int(k), where, local[where]
+
+
+def shard_files(path, suffixes: tuple[str, ...], what: str) -> list[str]:
+    """The files of a dataset: ``path`` itself when it is a file, else the files of the
+    directory ``path`` whose names end with one of ``suffixes``, sorted by name;
+    ShardNotFoundError naming ``what`` (the format) when neither exists."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(suffixes))
+    if os.path.isfile(path):
+        return [path]
+    raise ShardNotFoundError(f"no {what} file or directory", path=path)
+
+
+def first_file_head(list_files, path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the first file of ``list_files(path)``, for sniffing;
+    None when there is no such file."""
+    try:
+        files = list_files(path)
+    except ShardNotFoundError:
+        return None
+    if not files:
+        return None
+    with open(files[0], "rb") as f:
+        return f.read(size)
 
 
 def handed_out(samples: list) -> Iterator:
@@ -191,6 +217,23 @@ class Reader(abc.ABC):
 
     def __repr__(self):
         return f"<{type(self).__module__}.{type(self).__name__} {self.path!r} n={len(self)}>"
+
+
+class BatchReader(Reader):
+    """Base for readers whose path is the batch read: ``read`` is a ``read_many`` of one
+    sample, and the length is the last of ``cum``, the shards' :func:`sample_starts`."""
+
+    cum: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
+        i = self.check_index(i)
+        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
+
+    @abc.abstractmethod
+    def read_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> list: ...
 
 
 class SequentialReader(Reader):

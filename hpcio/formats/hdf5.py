@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -31,8 +31,8 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _layout
-from .base import Reader as _Reader
-from .base import PendingFiles, by_shard, files_bytes, inspect_report, sample_starts, verify_samples
+from .base import (PendingFiles, files_bytes, first_file_head, inspect_report,
+                   sample_starts, shard_files, verify_samples)
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries",
@@ -82,23 +82,11 @@ def compression_filter(name: str | None = "blosc", clevel: int = 5) -> dict:
 
 
 def _files(path: str) -> list[str]:
-    if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith((".h5", ".hdf5")))
-    if os.path.isfile(path):
-        return [path]
-    raise ShardNotFoundError("no HDF5 file or directory", path=path)
+    return shard_files(path, (".h5", ".hdf5"), "HDF5")
 
 
 def sniff(path) -> bool:
-    path = os.fspath(path)
-    try:
-        files = _files(path)
-    except ShardNotFoundError:
-        return False
-    if not files:
-        return False
-    with open(files[0], "rb") as f:
-        return f.read(8) == _MAGIC
+    return first_file_head(_files, path, len(_MAGIC)) == _MAGIC
 
 
 class Writer(_Writer):
@@ -294,22 +282,22 @@ class _File:
         self.file.close()
 
 
-class Reader(_Reader):
+class Reader(_layout.LayoutReader):
     """Random-access reader of HDF5 shards written by :class:`Writer` (a directory of
     ``.h5`` files or one file)."""
 
     def __init__(self, path, **options):
         super().__init__(path)
         h5py = _h5py()
-        self.files: list[_File] = []
+        self.parts: list[_File] = []
         try:
             for p in _files(self.path):
-                self.files.append(_File(p, h5py))
+                self.parts.append(_File(p, h5py))
         except BaseException:
             self.close()
             raise
         fields = None
-        for f in self.files:
+        for f in self.parts:
             if f.n and fields is not None and f.fields != fields:
                 raise SchemaError(f"file fields {sorted(f.fields)} differ from {sorted(fields)}",
                                   path=f.path)
@@ -317,48 +305,23 @@ class Reader(_Reader):
                 fields = f.fields
         self.layout_fields = fields or {}
         self.fields = list(self.layout_fields)
-        self.cum = sample_starts([f.n for f in self.files])
-
-    def __len__(self) -> int:
-        return int(self.cum[-1])
-
-    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
-        i = self.check_index(i)
-        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
-
-    def read_many(self, indices, fields=None) -> list:
-        indices = np.asarray(indices, dtype=np.int64)
-        fields = self.fields if fields is None else list(fields)
-        for f in fields:
-            if f not in self.layout_fields:
-                raise KeyError(f"{self.path} has no field {f!r}")
-        out: list = [None] * len(indices)
-        for k, where, rows in by_shard(self.cum, indices):
-            got = self.files[k].read_rows(rows, fields, int(self.cum[k]))
-            for j, pos in enumerate(where):
-                out[pos] = got[j]
-        return out
-
-    def iter_range(self, start=0, stop=None, fields=None):
-        stop = len(self) if stop is None else stop
-        for lo in range(start, stop, 4096):
-            yield from self.read_many(np.arange(lo, min(lo + 4096, stop)), fields)
+        self.cum = sample_starts([f.n for f in self.parts])
 
     def close(self) -> None:
-        for f in self.files:
+        for f in self.parts:
             f.close()
-        self.files = []
+        self.parts = []
 
 
 # --- inspect and verify -----------------------------------------------------------------
 def inspect(path) -> dict:
     """Samples, files and fields of HDF5 shards, from their layout attributes."""
     with Reader(path) as r:
-        datasets = [ds for f in r.files for ds in f.data.values()]
+        datasets = [ds for f in r.parts for ds in f.data.values()]
         return inspect_report(
-            NAME, path, samples=len(r), shards=len(r.files),
+            NAME, path, samples=len(r), shards=len(r.parts),
             fields={k: _layout.describe(spec) for k, spec in r.layout_fields.items()},
-            stored_bytes=files_bytes(f.path for f in r.files),
+            stored_bytes=files_bytes(f.path for f in r.parts),
             details={"filters": _filters(datasets[0]) if datasets else []})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -24,8 +24,9 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _values
-from .base import Reader as _Reader
-from .base import PendingFiles, files_bytes, inspect_report, locate, sample_starts, verify_samples
+from .base import BatchReader
+from .base import (PendingFiles, files_bytes, inspect_report, locate,
+                   sample_starts, shard_files, verify_samples)
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
@@ -48,12 +49,7 @@ def _msgpack():
 
 
 def list_files(path) -> list[str]:
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith((".msgpack", ".mpk")))
-    if os.path.isfile(path):
-        return [path]
-    raise ShardNotFoundError("no MessagePack file or directory", path=path)
+    return shard_files(path, (".msgpack", ".mpk"), "MessagePack")
 
 
 def sniff(path) -> bool:
@@ -181,7 +177,7 @@ class Writer(_Writer):
         self.pending.discard()
 
 
-class Reader(_Reader):
+class Reader(BatchReader):
     """Random-access reader of MessagePack map streams (a file or a directory of them)."""
 
     def __init__(self, path, **options):
@@ -205,13 +201,6 @@ class Reader(_Reader):
             self.close()
             raise
         self.cum = sample_starts(counts)
-
-    def __len__(self) -> int:
-        return int(self.cum[-1])
-
-    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
-        i = self.check_index(i)
-        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
 
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)

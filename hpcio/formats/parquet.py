@@ -16,16 +16,17 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..errors import CorruptShardError, MissingDependencyError, SchemaError, ShardNotFoundError
+from ..errors import CorruptShardError, MissingDependencyError, SchemaError
 from ..registry import Capabilities
 from .. import tuning
 from . import _values
-from .base import Reader as _Reader
-from .base import PendingFiles, by_shard, files_bytes, inspect_report, locate, sample_starts, verify_samples
+from .base import BatchReader
+from .base import (PendingFiles, by_shard, files_bytes, first_file_head, inspect_report,
+                   locate, sample_starts, shard_files, verify_samples)
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
@@ -118,23 +119,11 @@ def load_libraries() -> None:
 
 
 def list_files(path) -> list[str]:
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".parquet"))
-    if os.path.isfile(path):
-        return [path]
-    raise ShardNotFoundError("no Parquet file or directory", path=path)
+    return shard_files(path, (".parquet",), "Parquet")
 
 
 def sniff(path) -> bool:
-    try:
-        files = list_files(path)
-    except ShardNotFoundError:
-        return False
-    if not files:
-        return False
-    with open(files[0], "rb") as f:
-        return f.read(4) == b"PAR1"
+    return first_file_head(list_files, path, 4) == b"PAR1"
 
 
 def _arrow_type(pa, kind):
@@ -266,7 +255,7 @@ def _decode_column(column, kind: str | None, name: str, path: str, samples) -> l
     return values
 
 
-class Reader(_Reader):
+class Reader(BatchReader):
     """Random-access reader of Parquet files (one file or a directory of them).
 
     All files must have the same columns and types (SchemaError names the first file
@@ -315,9 +304,6 @@ class Reader(_Reader):
         self.cache: OrderedDict = OrderedDict()
         self.cache_bytes = cache_bytes
 
-    def __len__(self) -> int:
-        return int(self.cum[-1])
-
     @property
     def cached_bytes(self) -> int:
         """Arrow bytes of the decoded row groups kept."""
@@ -346,10 +332,6 @@ class Reader(_Reader):
         else:
             self.cache.move_to_end(key)
         return table
-
-    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
-        i = self.check_index(i)
-        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
 
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)

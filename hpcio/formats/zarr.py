@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -36,8 +36,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _layout
-from .base import Reader as _Reader
-from .base import by_shard, files_bytes, inspect_report, sample_starts, verify_samples
+from .base import files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
@@ -396,7 +395,7 @@ class _Part:
         return out
 
 
-class Reader(_Reader):
+class Reader(_layout.LayoutReader):
     """Random-access reader of a Zarr v3 store written by :class:`Writer`."""
 
     def __init__(self, path, **options):
@@ -409,36 +408,11 @@ class Reader(_Reader):
             raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
                               "or the writers were not finalized)", path=self.path)
         self.layout = layout
+        self.layout_fields = layout["fields"]
         self.fields = list(layout["fields"])
         self.parts = [_Part(self.path, p["name"], layout["fields"], p["num_samples"], zarr)
                       for p in layout["parts"]]
         self.cum = sample_starts([p.n for p in self.parts])
-
-    def __len__(self) -> int:
-        return int(self.cum[-1])
-
-    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
-        i = self.check_index(i)
-        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
-
-    def read_many(self, indices, fields=None) -> list:
-        indices = np.asarray(indices, dtype=np.int64)
-        fields = self.fields if fields is None else list(fields)
-        for f in fields:
-            if f not in self.layout["fields"]:
-                raise KeyError(f"{self.path} has no field {f!r}")
-        out: list = [None] * len(indices)
-        for p, where, rows in by_shard(self.cum, indices):
-            got = self.parts[p].read_rows(rows, fields, int(self.cum[p]))
-            for k, pos in enumerate(where):
-                out[pos] = got[k]
-        return out
-
-    def iter_range(self, start=0, stop=None, fields=None):
-        stop = len(self) if stop is None else stop
-        step = 4096
-        for lo in range(start, stop, step):
-            yield from self.read_many(np.arange(lo, min(lo + step, stop)), fields)
 
 
 # --- inspect and verify -----------------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -65,7 +64,7 @@ def data_files(path: str) -> list[str]:
     return [os.path.join(path, name) for name in names]
 
 
-class Reader(base.Reader):
+class Reader(base.BatchReader):
     """Random access to the rows of a saved Hugging Face dataset (see the module)."""
 
     def __init__(self, path, **options):
@@ -102,10 +101,6 @@ class Reader(base.Reader):
         """The data file holding sample ``i`` and its row there (for error messages)."""
         k = int(np.searchsorted(self.cum, i, side="right")) - 1
         return self.paths[k], i - int(self.cum[k])
-
-    def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
-        i = self.check_index(i)
-        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
 
     def read_many(self, indices, fields=None) -> list:
         fields = self.fields if fields is None else list(fields)
