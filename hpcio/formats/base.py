@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
 from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "BatchReader", "Writer", "project", "sample_starts", "locate", "by_shard",
+__all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "sample_starts", "locate", "by_shard",
            "shard_files", "first_file_head",
            "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
            "remove_empty_dir"]
@@ -281,6 +281,25 @@ class Writer(abc.ABC):
         else:
             self.abort()
         return False
+
+
+class FileWriter(Writer):
+    """Base for writers that write one output file at a time: ``file`` is the file being
+    written (None between files), written under a temporary name held by ``pending``
+    (:class:`PendingFiles`) until ``close`` publishes it."""
+
+    file = None
+    pending: PendingFiles
+
+    def close_file(self) -> None:
+        """Close the file being written, if one is open."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def abort(self) -> None:
+        self.close_file()
+        self.pending.discard()
 
 
 class PendingFiles:

@@ -27,7 +27,7 @@ from . import _values
 from .base import BatchReader
 from .base import (PendingFiles, files_bytes, inspect_report, locate,
                    sample_starts, shard_files, verify_samples)
-from .base import Writer as _Writer
+from .base import FileWriter
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
            "inspect", "verify"]
@@ -129,7 +129,7 @@ def build_index(buf, *, path=None, sample_base: int = 0) -> np.ndarray:
     return np.asarray(offsets, dtype=np.uint64)
 
 
-class Writer(_Writer):
+class Writer(FileWriter):
     """Writes ``path/shard-%06d.msgpack`` (or one file when ``path`` ends in ``.msgpack``)."""
 
     def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, **options):
@@ -153,8 +153,7 @@ class Writer(_Writer):
         data = pack(sample, sample_index=self.count, path=self.path)
         if self.file is not None and not self.single and (
                 self.file_count >= self.max_count or self.file_size + len(data) > self.max_size):
-            self.file.close()
-            self.file = None
+            self.close_file()
         if self.file is None:
             self._open()
         self.file.write(data)
@@ -165,16 +164,8 @@ class Writer(_Writer):
     def close(self) -> None:
         if self.file is None and not self.pending:
             self._open()
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        self.close_file()
         self.pending.publish()
-
-    def abort(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-        self.pending.discard()
 
 
 class Reader(BatchReader):

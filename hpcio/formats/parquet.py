@@ -27,7 +27,7 @@ from . import _values
 from .base import BatchReader
 from .base import (PendingFiles, by_shard, files_bytes, first_file_head, inspect_report,
                    locate, sample_starts, shard_files, verify_samples)
-from .base import Writer as _Writer
+from .base import FileWriter
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
            "inspect", "verify"]
@@ -131,7 +131,7 @@ def _arrow_type(pa, kind):
             "float": pa.float64(), "json": pa.large_string(), "ndarray": pa.large_binary()}[kind]
 
 
-class Writer(_Writer):
+class Writer(FileWriter):
     """Writes ``path/part-%06d.parquet`` (or one file when ``path`` ends in ``.parquet``).
 
     Parameters
@@ -159,7 +159,7 @@ class Writer(_Writer):
         self.compression = compression
         self.kinds: dict[str, str] | None = dict(schema) if schema else None
         self.rows: list[Mapping] = []
-        self.writer = None
+        self.file = None  # the ParquetWriter of the file being written
         self.file_rows = 0
         self.file_number = 0
 
@@ -212,34 +212,25 @@ class Writer(_Writer):
     def _flush(self):
         if self.kinds is None:
             self.kinds = {}
-        if self.writer is None:
+        if self.file is None:
             final = self._target()
-            self.writer = self.pq.ParquetWriter(self.pending.add(final), self._schema(),
+            self.file = self.pq.ParquetWriter(self.pending.add(final), self._schema(),
                                                 compression=self.compression)
             self.file_rows = 0
         if self.rows:
             table = self.pa.Table.from_pylist(self.rows, schema=self._schema())
-            self.writer.write_table(table, row_group_size=self.row_group_size)
+            self.file.write_table(table, row_group_size=self.row_group_size)
             self.file_rows += len(self.rows)
             self.rows = []
         if not self.single and self.file_rows >= self.max_count:
-            self.writer.close()
-            self.writer = None
+            self.close_file()
             self.file_number += 1
 
     def close(self) -> None:
-        if self.rows or (self.writer is None and not self.pending):
+        if self.rows or (self.file is None and not self.pending):
             self._flush()
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        self.close_file()
         self.pending.publish()
-
-    def abort(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        self.pending.discard()
 
 
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:

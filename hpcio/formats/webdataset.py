@@ -39,7 +39,7 @@ from ..registry import Capabilities
 from . import _values
 from .base import Reader as _Reader
 from .base import PendingFiles, files_bytes, inspect_report, locate, project, sample_starts, verify_samples
-from .base import Writer as _Writer
+from .base import FileWriter
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "iter_tar", "split_name",
            "member_suffix", "member_field", "decode_member", "list_shards", "merge_index", "inspect", "verify"]
@@ -411,7 +411,7 @@ def iter_tar(fileobj, key_dots: int = 0, decode: bool = True, path=None,
 
 
 # --- writing ---------------------------------------------------------------------------
-class Writer(_Writer):
+class Writer(FileWriter):
     """Writes samples into ``path/shard-%06d.tar`` with count and size rollover.
 
     Parameters
@@ -471,8 +471,7 @@ class Writer(_Writer):
         total = self.shard_size + end
         end += -total % tarfile.RECORDSIZE
         self.file.write(b"\0" * end)
-        self.file.close()
-        self.file = None
+        self.close_file()
 
     def _header(self, name: str, size: int) -> bytes:
         info = tarfile.TarInfo(name)
@@ -522,12 +521,6 @@ class Writer(_Writer):
         if self.file is not None:
             self._finish_shard()
         self.pending.publish()
-
-    def abort(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-        self.pending.discard()
 
     def index_part(self) -> dict | None:
         """The shard written under the sharded-writing hook (file name and sample count);
