@@ -130,34 +130,34 @@ def _from_mpi(env: Mapping[str, str]) -> dict | None:
     return found
 
 
-def _from_slurm(env: Mapping[str, str]) -> dict | None:
-    rank = _env_int(env, "SLURM_PROCID")
-    # The step's task count describes the processes srun started; SLURM_NTASKS is the
-    # allocation's and is the fallback when only it is set.
-    world = _env_int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-    if rank is None or world is None:
+def _from_launcher_env(env: Mapping[str, str], source: str, *, rank: str, world: tuple[str, ...],
+                       local_rank: str, node: str) -> dict | None:
+    """The context a launcher exported in ``env`` under the given variable names (the
+    first of ``world`` that is set counts), or None when rank or world size is missing."""
+    found_rank = _env_int(env, rank)
+    found_world = _env_int(env, *world)
+    if found_rank is None or found_world is None:
         return None
     return {
-        "rank": rank,
-        "world_size": world,
-        "local_rank": _env_int(env, "SLURM_LOCALID") or 0,
-        "node": _env_int(env, "SLURM_NODEID") or 0,
-        "source": "slurm",
+        "rank": found_rank,
+        "world_size": found_world,
+        "local_rank": _env_int(env, local_rank) or 0,
+        "node": _env_int(env, node) or 0,
+        "source": source,
     }
+
+
+def _from_slurm(env: Mapping[str, str]) -> dict | None:
+    # The step's task count describes the processes srun started; SLURM_NTASKS is the
+    # allocation's and is the fallback when only it is set.
+    return _from_launcher_env(env, "slurm", rank="SLURM_PROCID",
+                              world=("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+                              local_rank="SLURM_LOCALID", node="SLURM_NODEID")
 
 
 def _from_torchrun(env: Mapping[str, str]) -> dict | None:
-    rank = _env_int(env, "RANK")
-    world = _env_int(env, "WORLD_SIZE")
-    if rank is None or world is None:
-        return None
-    return {
-        "rank": rank,
-        "world_size": world,
-        "local_rank": _env_int(env, "LOCAL_RANK") or 0,
-        "node": _env_int(env, "GROUP_RANK") or 0,
-        "source": "torchrun",
-    }
+    return _from_launcher_env(env, "torchrun", rank="RANK", world=("WORLD_SIZE",),
+                              local_rank="LOCAL_RANK", node="GROUP_RANK")
 
 
 def _from_torch_distributed(env: Mapping[str, str]) -> dict | None:
