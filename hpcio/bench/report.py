@@ -110,14 +110,31 @@ def markdown(records: list[dict], summary: dict, facts: dict) -> str:
     return out.getvalue()
 
 
-def plots(records: list[dict], out_dir: str) -> list[str]:
-    """Throughput bars per operation and throughput against peak RSS, one PNG each per profile."""
+def _pyplot():
+    """``matplotlib.pyplot`` drawing off screen (Agg), or None when matplotlib is
+    missing: the plots are optional, the tables are not."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _save(plt, fig, path: str, dpi: int) -> str:
+    """Lay out ``fig``, write it to ``path`` as PNG and free it; returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def plots(records: list[dict], out_dir: str) -> list[str]:
+    """Throughput bars per operation and throughput against peak RSS, one PNG each per profile."""
+    plt = _pyplot()
+    if plt is None:
         return []
     written = []
     for profile in sorted({r["profile"] for r in records}):
@@ -133,11 +150,7 @@ def plots(records: list[dict], out_dir: str) -> list[str]:
             ax.set_xscale("log")
             ax.set_title(f"{profile}: {op}")
             ax.set_xlabel("samples/s (open + operation)")
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"throughput_{profile}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, os.path.join(out_dir, f"throughput_{profile}.png"), 110))
 
         fig, ax = plt.subplots(figsize=(7, 5))
         for r in rows:
@@ -148,11 +161,7 @@ def plots(records: list[dict], out_dir: str) -> list[str]:
         ax.set_xlabel("peak RSS (MB)")
         ax.set_ylabel("samples/s")
         ax.set_title(f"{profile}: throughput against peak memory (orange: hpcio)")
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"memory_{profile}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, os.path.join(out_dir, f"memory_{profile}.png"), 110))
     return written
 
 
@@ -251,12 +260,8 @@ def loader_plot(rows: list[dict], out_dir: str) -> list[str]:
     ok = [r for r in rows if not r.get("error")]
     if not ok:
         return []
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return []
     written = []
     for profile in sorted({r["profile"] for r in ok}):
@@ -276,11 +281,7 @@ def loader_plot(rows: list[dict], out_dir: str) -> list[str]:
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{profile}: DataLoader, compute emulated by sleeping")
         ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"dataloader_{profile}.png")
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, os.path.join(out_dir, f"dataloader_{profile}.png"), 90))
     return written
 
 
