@@ -144,6 +144,15 @@ def _is_meta(name: str) -> bool:
     return base.startswith("__") and base.split(".", 1)[0].endswith("__") and len(base) > 4
 
 
+def _member_key(raw_name: bytes, key_dots: int) -> tuple[str | None, str | None]:
+    """``(key, suffix)`` of the tar member named ``raw_name``; ``(None, None)`` for a
+    member that belongs to no sample (a metadata member, or a name without a suffix)."""
+    name = raw_name.decode("utf-8", "surrogateescape")
+    if _is_meta(name):
+        return None, None
+    return split_name(name, key_dots)
+
+
 def list_shards(path) -> list[str]:
     """The tar files of ``path``: a directory, one file, a glob pattern, or a list."""
     if isinstance(path, (list, tuple)):
@@ -191,10 +200,7 @@ class _Shard:
         kept = []
         last = None
         for m, raw in enumerate(names):
-            name = raw.decode("utf-8", "surrogateescape")
-            if _is_meta(name):
-                continue
-            key, suffix = split_name(name, key_dots)
+            key, suffix = _member_key(raw, key_dots)
             if key is None:
                 continue
             if key != last:
@@ -389,10 +395,7 @@ def iter_tar(fileobj, key_dots: int = 0, decode: bool = True, path=None,
             continue
         name = pax_path or long_name or name
         long_name = pax_path = None
-        text = name.decode("utf-8", "surrogateescape")
-        if _is_meta(text):
-            continue
-        k, suffix = split_name(text, key_dots)
+        k, suffix = _member_key(name, key_dots)
         if k is None:
             continue
         if k != key:
