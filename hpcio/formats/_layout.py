@@ -180,6 +180,16 @@ def check_offsets(offsets: np.ndarray, n: int, data_len: int, *, field: str, pat
         raise CorruptShardError(f"field {field!r}: offsets decrease", path=path, sample=int(bad[0]))
 
 
+def span_values(spec: dict, span, lo: int, members, starts, ends, *, field, samples, path):
+    """``(position, value)`` of each ragged value ``members`` of a span of
+    :func:`merged_spans`: ``span`` holds the field's bytes from offset ``lo``, value
+    ``pos`` those from ``starts[pos]`` to ``ends[pos]``; ``samples[pos]`` is its global
+    sample index, for errors."""
+    for pos in members:
+        a, b = int(starts[pos]) - lo, int(ends[pos]) - lo
+        yield pos, ragged_value(spec, span[a:b], field=field, sample=int(samples[pos]), path=path)
+
+
 def merged_spans(starts: np.ndarray, ends: np.ndarray, gap: int):
     """Byte spans covering the ranges [starts, ends), merging ranges closer than ``gap``:
     yields (span_start, span_end, positions of the ranges inside it)."""

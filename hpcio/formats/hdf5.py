@@ -271,11 +271,9 @@ class _File:
                 except OSError as exc:
                     raise CorruptShardError(f"field {field!r}: cannot read bytes {lo}..{hi}: {exc}",
                                             path=self.path, sample=sample_base + int(rows[members[0]])) from None
-                for pos in members:
-                    a, b = int(starts[pos]) - lo, int(ends[pos]) - lo
-                    out[pos][field] = _layout.ragged_value(
-                        spec, span[a:b], field=field, sample=sample_base + int(rows[pos]),
-                        path=self.path)
+                for pos, value in _layout.span_values(spec, span, lo, members, starts, ends, field=field,
+                                                      samples=sample_base + rows, path=self.path):
+                    out[pos][field] = value
         return out
 
     def close(self):

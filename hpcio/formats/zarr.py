@@ -387,11 +387,9 @@ class _Part:
                 self._require(f"{field}/data", arr, lo, hi, sample_base + int(rows[members[0]]))
                 first = sample_base + int(rows[members[0]])
                 span = self._get(f"{field}/data", arr, slice(lo, hi), first).tobytes() if hi > lo else b""
-                for pos in members:
-                    a, b = int(starts[pos]) - lo, int(ends[pos]) - lo
-                    out[pos][field] = _layout.ragged_value(
-                        spec, span[a:b], field=field, sample=sample_base + int(rows[pos]),
-                        path=self.path)
+                for pos, value in _layout.span_values(spec, span, lo, members, starts, ends, field=field,
+                                                      samples=sample_base + rows, path=self.path):
+                    out[pos][field] = value
         return out
 
 
