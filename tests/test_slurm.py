@@ -41,6 +41,8 @@ JOB_TIMEOUT_S = 300
 # Counts lowered to fit: two emulated nodes of 2 CPUs and 4 fake GPUs each.
 GPU_JOB = ["--nodes=1", "--ntasks-per-node=1", "--gres=gpu:1", "--cpus-per-task=2"]
 CPU_JOB = ["--cpus-per-task=2"]
+# convert.sbatch's hpcio-convert options at its defaults (FORMAT, COMPRESSION, NGPUS, NWORKERS).
+CONVERT_DEFAULTS = ["--to", "mds", "--compression", "sample::zstd", "--ngpus", "8", "--nworkers", "7"]
 
 ENTRY_POINT = """#!{python}
 import sys
@@ -278,11 +280,7 @@ def test_convert_sbatch_on_two_nodes(site, raw_jsonl):
     assert sorted(ds[i]["id"] for i in range(len(ds))) == list(range(3000))
     assert len(json.loads((out / "index.json").read_text())["shards"]) % (8 * 7) == 0
 
-    alone = site.root / "alone"
-    subprocess.run(["hpcio-convert", *map(str, raw_jsonl), str(alone), "--to", "mds", "--compression",
-                    "sample::zstd", "--ngpus", "8", "--nworkers", "7", "--no-progress"],
-                   env=site.env, check=True, capture_output=True)
-    assert tree(out) == tree(alone)
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
 
     # A requeued or resubmitted job whose output is complete: nothing rewritten, exit 0.
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
@@ -305,6 +303,43 @@ def test_convert_sbatch_refuses_a_singleton_world(site, raw_jsonl):
     assert "srun --mpi=pmi2" in log, log
     assert list(site.tiers["scratch"].iterdir()) == [], log
 
+
+
+@pytest.mark.slurm
+def test_convert_sbatch_time_limit_then_resubmitted_as_is(site, raw_jsonl):
+    """A one-minute job on a conversion that needs two: --signal's SIGTERM (or the time
+    limit's) stops it at a round boundary with no dataset published; the same submission
+    again resumes, keeps the shards already written, and ends byte-identical to one process.
+
+    The header's 300 s lead does not fit a one-minute job, so both submissions give
+    --signal=TERM@20 (Slurm checks time limits every 30 s: the signal comes 10-40 s in).
+    HPCIO_CONVERT_SLOW_SHARD_SECONDS stands in for a large dataset on the first run only,
+    so the resubmission fits its own minute; rounds of one shard per rank (64 KiB) make a
+    round boundary come every few seconds."""
+    out = site.tiers["scratch"] / "shards"
+    partial = site.tiers["scratch"] / ".shards.hpcio-partial"
+    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=00:01:00", "--signal=TERM@20"]
+    variables = {"RAW": f"{raw_jsonl[0].parent}/*.jsonl", "OUT": str(out), "HPCIO_CONVERT_ROUND_BYTES": "64k"}
+    first = site.wait(site.submit("convert.sbatch", *options, **variables, HPCIO_CONVERT_SLOW_SHARD_SECONDS="4"))
+    log = site.output(first)
+    stopped = (first["JobState"], first["ExitCode"]) == ("FAILED", "75:0") and "stopped by SIGTERM" in log
+    assert stopped or first["JobState"] == "TIMEOUT", f"{first['JobState']} {first['ExitCode']}\n{log}"
+    assert not out.exists() and partial.is_dir(), log
+    kept = {p.name: p.stat().st_mtime_ns for p in partial.glob("shard.*.mds")}
+    assert 0 < len(kept) < 56, log
+
+    fields, log = site.run("convert.sbatch", *options, **variables)
+    assert not partial.exists() and f"kept {len(kept)} complete shards" in log, log
+    assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
+
+
+def convert_alone(site: Site, raw_jsonl: list[Path]) -> Path:
+    """convert.sbatch's conversion of ``raw_jsonl`` in one plain process, at its defaults."""
+    alone = site.root / "alone"
+    subprocess.run(["hpcio-convert", *map(str, raw_jsonl), str(alone), *CONVERT_DEFAULTS, "--no-progress"],
+                   env=site.env, check=True, capture_output=True)
+    return alone
 
 # ---- stage.sbatch --------------------------------------------------------------
 
