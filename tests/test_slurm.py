@@ -341,6 +341,75 @@ def convert_alone(site: Site, raw_jsonl: list[Path]) -> Path:
                    env=site.env, check=True, capture_output=True)
     return alone
 
+
+# ---- srun with each MPI ------------------------------------------------------------
+
+OPENMPI_PYTHON = os.environ.get("HPCIO_OPENMPI_PYTHON",
+                                os.path.expanduser("~/.cache/hpcio/openmpi-py311/bin/python"))
+
+
+# Each rank: its rank, the world's size, and the MPI library mpi4py loaded.
+WORLD = """from mpi4py import MPI
+version = MPI.Get_library_version()
+print(MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size, "Open MPI" if version.startswith("Open MPI") else version.split()[0])
+"""
+
+
+def mpi_python(mpi: str) -> str:
+    """The interpreter whose mpi4py speaks ``srun --mpi=<mpi>``: the mpich wheel's for pmi2,
+    the Open MPI environment of tools/openmpi-env.sh for pmix."""
+    if mpi == "pmi2":
+        return sys.executable
+    if not os.access(OPENMPI_PYTHON, os.X_OK):
+        reason = f"no Open MPI environment at {OPENMPI_PYTHON} (run tools/openmpi-env.sh)"
+        if os.environ.get("HPCIO_REQUIRE_OPENMPI") == "1":
+            pytest.fail(f"HPCIO_REQUIRE_OPENMPI=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return OPENMPI_PYTHON
+
+
+def srun_hpcio(site: Site, mpi: str, *args: str) -> str:
+    """``hpcio *args`` on 2 ranks of ``srun --mpi=<mpi>``; its standard output."""
+    return srun_python(site, mpi, "-m", "hpcio.cli.main", *args)
+
+
+def srun_python(site: Site, mpi: str, *args: str) -> str:
+    """The MPI's python with ``args`` on 2 ranks of ``srun --mpi=<mpi>``; its standard output."""
+    env = {**site.env, "HPCIO_PROGRESS_INTERVAL": "0",
+           # Debian's Open MPI: shared memory and loopback only (no network to probe)
+           "OMPI_MCA_btl": "self,vader"}
+    cmd = ["srun", f"--mpi={mpi}", "--partition=cpu_p1", "--ntasks=2", "--cpus-per-task=1", "--time=00:05:00",
+           mpi_python(mpi), *args]
+    proc = subprocess.run(cmd, cwd=site.root, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
+def test_srun_mpi_plugin_convert_and_stage(site, raw_jsonl, shards, mpi):
+    """srun --mpi=pmi2 with the mpich wheel, --mpi=pmix with mpi4py built against Open MPI:
+    2 ranks convert and stage byte-identically to one process."""
+    plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, check=True)
+    assert mpi in (plugins.stdout + plugins.stderr).split(), plugins.stdout + plugins.stderr
+    # (Not `hpcio info`: its version probe, a child process, fails inside an Open MPI step.)
+    worlds = srun_python(site, mpi, "-c", WORLD).splitlines()
+    library = "Open MPI" if mpi == "pmix" else "MPICH"
+    assert sorted(worlds) == [f"0 2 {library}", f"1 2 {library}"], worlds
+
+    out = site.tiers["scratch"] / "shards"
+    summary = srun_hpcio(site, mpi, "convert", *map(str, raw_jsonl), str(out), *CONVERT_DEFAULTS, "--json",
+                         "--no-progress")
+    assert json.loads(summary.splitlines()[-1])["ranks"] == 2, summary
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
+
+    src = site.tiers["store"] / "shards"
+    shutil.copytree(shards, src)
+    (src / "big.bin").write_bytes(os.urandom(5 << 20))  # 1 MiB chunks split across the ranks
+    dst = site.tiers["work"] / "staged"
+    srun_hpcio(site, mpi, "stage", "--shared", "--chunk-size", "1Mi", "--quiet", str(src), str(dst))
+    assert dataset_files(dst) == tree(src)
+
 # ---- stage.sbatch --------------------------------------------------------------
 
 @pytest.mark.slurm
