@@ -306,24 +306,32 @@ def test_convert_sbatch_refuses_a_singleton_world(site, raw_jsonl):
 
 
 @pytest.mark.slurm
-def test_convert_sbatch_time_limit_then_resubmitted_as_is(site, raw_jsonl):
-    """A one-minute job on a conversion that needs two: --signal's SIGTERM (or the time
-    limit's) stops it at a round boundary with no dataset published; the same submission
-    again resumes, keeps the shards already written, and ends byte-identical to one process.
+@pytest.mark.parametrize("signal, ending", [("TERM@20", ("FAILED", "75:0")), ("TERM@0", ("TIMEOUT", None))],
+                         ids=["signal-ahead", "time-limit"])
+def test_convert_sbatch_time_limit_then_resubmitted_as_is(site, raw_jsonl, signal, ending):
+    """A one-minute job on a conversion that needs two stops with no dataset published;
+    the same submission again resumes, keeps the shards already written, and ends
+    byte-identical to one process.
 
-    The header's 300 s lead does not fit a one-minute job, so both submissions give
-    --signal=TERM@20 (Slurm checks time limits every 30 s: the signal comes 10-40 s in).
+    signal-ahead: the header's 300 s lead does not fit a one-minute job, so both
+    submissions give --signal=TERM@20 (Slurm checks time limits every 30 s: the signal
+    comes 10-40 s in); the converter stops at a round boundary and exits 75.
+    time-limit: --signal=TERM@0 sends nothing ahead; the limit's own SIGTERM stops the
+    converter at a round boundary too (rounds of ~4 s, KillWait 10 s), and the job ends
+    TIMEOUT.
     HPCIO_CONVERT_SLOW_SHARD_SECONDS stands in for a large dataset on the first run only,
     so the resubmission fits its own minute; rounds of one shard per rank (64 KiB) make a
     round boundary come every few seconds."""
     out = site.tiers["scratch"] / "shards"
     partial = site.tiers["scratch"] / ".shards.hpcio-partial"
-    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=00:01:00", "--signal=TERM@20"]
+    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=00:01:00", f"--signal={signal}"]
     variables = {"RAW": f"{raw_jsonl[0].parent}/*.jsonl", "OUT": str(out), "HPCIO_CONVERT_ROUND_BYTES": "64k"}
     first = site.wait(site.submit("convert.sbatch", *options, **variables, HPCIO_CONVERT_SLOW_SHARD_SECONDS="4"))
     log = site.output(first)
-    stopped = (first["JobState"], first["ExitCode"]) == ("FAILED", "75:0") and "stopped by SIGTERM" in log
-    assert stopped or first["JobState"] == "TIMEOUT", f"{first['JobState']} {first['ExitCode']}\n{log}"
+    state, exit_code = ending
+    assert first["JobState"] == state and exit_code in (None, first["ExitCode"]), \
+        f"{first['JobState']} {first['ExitCode']}\n{log}"
+    assert "stopped by SIGTERM at a round boundary" in log, log  # a round ends within KillWait
     assert not out.exists() and partial.is_dir(), log
     kept = {p.name: p.stat().st_mtime_ns for p in partial.glob("shard.*.mds")}
     assert 0 < len(kept) < 56, log
