@@ -41,6 +41,8 @@ JOB_TIMEOUT_S = 300
 # Counts lowered to fit: two emulated nodes of 2 CPUs and 4 fake GPUs each.
 GPU_JOB = ["--nodes=1", "--ntasks-per-node=1", "--gres=gpu:1", "--cpus-per-task=2"]
 CPU_JOB = ["--cpus-per-task=2"]
+# convert.sbatch's hpcio-convert options at its defaults (FORMAT, COMPRESSION, NGPUS, NWORKERS).
+CONVERT_DEFAULTS = ["--to", "mds", "--compression", "sample::zstd", "--ngpus", "8", "--nworkers", "7"]
 
 ENTRY_POINT = """#!{python}
 import sys
@@ -278,11 +280,7 @@ def test_convert_sbatch_on_two_nodes(site, raw_jsonl):
     assert sorted(ds[i]["id"] for i in range(len(ds))) == list(range(3000))
     assert len(json.loads((out / "index.json").read_text())["shards"]) % (8 * 7) == 0
 
-    alone = site.root / "alone"
-    subprocess.run(["hpcio-convert", *map(str, raw_jsonl), str(alone), "--to", "mds", "--compression",
-                    "sample::zstd", "--ngpus", "8", "--nworkers", "7", "--no-progress"],
-                   env=site.env, check=True, capture_output=True)
-    assert tree(out) == tree(alone)
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
 
     # A requeued or resubmitted job whose output is complete: nothing rewritten, exit 0.
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
@@ -305,6 +303,120 @@ def test_convert_sbatch_refuses_a_singleton_world(site, raw_jsonl):
     assert "srun --mpi=pmi2" in log, log
     assert list(site.tiers["scratch"].iterdir()) == [], log
 
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("signal, ending", [("TERM@20", ("FAILED", "75:0")), ("TERM@0", ("TIMEOUT", None))],
+                         ids=["signal-ahead", "time-limit"])
+def test_convert_sbatch_time_limit_then_resubmitted_as_is(site, raw_jsonl, signal, ending):
+    """A one-minute job on a conversion that needs two stops with no dataset published;
+    the same submission again resumes, keeps the shards already written, and ends
+    byte-identical to one process.
+
+    signal-ahead: the header's 300 s lead does not fit a one-minute job, so both
+    submissions give --signal=TERM@20 (Slurm checks time limits every 30 s: the signal
+    comes 10-40 s in); the converter stops at a round boundary and exits 75.
+    time-limit: --signal=TERM@0 sends nothing ahead; the limit's own SIGTERM stops the
+    converter at a round boundary too (rounds of ~4 s, KillWait 10 s), and the job ends
+    TIMEOUT.
+    HPCIO_CONVERT_SLOW_SHARD_SECONDS stands in for a large dataset on the first run only,
+    so the resubmission fits its own minute; rounds of one shard per rank (64 KiB) make a
+    round boundary come every few seconds."""
+    out = site.tiers["scratch"] / "shards"
+    partial = site.tiers["scratch"] / ".shards.hpcio-partial"
+    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--time=00:01:00", f"--signal={signal}"]
+    variables = {"RAW": f"{raw_jsonl[0].parent}/*.jsonl", "OUT": str(out), "HPCIO_CONVERT_ROUND_BYTES": "64k"}
+    first = site.wait(site.submit("convert.sbatch", *options, **variables, HPCIO_CONVERT_SLOW_SHARD_SECONDS="4"))
+    log = site.output(first)
+    state, exit_code = ending
+    assert first["JobState"] == state and exit_code in (None, first["ExitCode"]), \
+        f"{first['JobState']} {first['ExitCode']}\n{log}"
+    assert "stopped by SIGTERM at a round boundary" in log, log  # a round ends within KillWait
+    assert not out.exists() and partial.is_dir(), log
+    kept = {p.name: p.stat().st_mtime_ns for p in partial.glob("shard.*.mds")}
+    assert 0 < len(kept) < 56, log
+
+    fields, log = site.run("convert.sbatch", *options, **variables)
+    assert not partial.exists() and f"kept {len(kept)} complete shards" in log, log
+    assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
+
+
+def convert_alone(site: Site, raw_jsonl: list[Path]) -> Path:
+    """convert.sbatch's conversion of ``raw_jsonl`` in one plain process, at its defaults."""
+    alone = site.root / "alone"
+    subprocess.run(["hpcio-convert", *map(str, raw_jsonl), str(alone), *CONVERT_DEFAULTS, "--no-progress"],
+                   env=site.env, check=True, capture_output=True)
+    return alone
+
+
+# ---- srun with each MPI ------------------------------------------------------------
+
+OPENMPI_PYTHON = os.environ.get("HPCIO_OPENMPI_PYTHON",
+                                os.path.expanduser("~/.cache/hpcio/openmpi-py311/bin/python"))
+
+
+# Each rank: its rank, the world's size, and the MPI library mpi4py loaded.
+WORLD = """from mpi4py import MPI
+version = MPI.Get_library_version()
+print(MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size, "Open MPI" if version.startswith("Open MPI") else version.split()[0])
+"""
+
+
+def mpi_python(mpi: str) -> str:
+    """The interpreter whose mpi4py speaks ``srun --mpi=<mpi>``: the mpich wheel's for pmi2,
+    the Open MPI environment of tools/openmpi-env.sh for pmix."""
+    if mpi == "pmi2":
+        return sys.executable
+    if not os.access(OPENMPI_PYTHON, os.X_OK):
+        reason = f"no Open MPI environment at {OPENMPI_PYTHON} (run tools/openmpi-env.sh)"
+        if os.environ.get("HPCIO_REQUIRE_OPENMPI") == "1":
+            pytest.fail(f"HPCIO_REQUIRE_OPENMPI=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return OPENMPI_PYTHON
+
+
+def srun_hpcio(site: Site, mpi: str, *args: str) -> str:
+    """``hpcio *args`` on 2 ranks of ``srun --mpi=<mpi>``; its standard output."""
+    return srun_python(site, mpi, "-m", "hpcio.cli.main", *args)
+
+
+def srun_python(site: Site, mpi: str, *args: str) -> str:
+    """The MPI's python with ``args`` on 2 ranks of ``srun --mpi=<mpi>``; its standard output."""
+    env = {**site.env, "HPCIO_PROGRESS_INTERVAL": "0",
+           # Debian's Open MPI: shared memory and loopback only (no network to probe)
+           "OMPI_MCA_btl": "self,vader"}
+    cmd = ["srun", f"--mpi={mpi}", "--partition=cpu_p1", "--ntasks=2", "--cpus-per-task=1", "--time=00:05:00",
+           mpi_python(mpi), *args]
+    proc = subprocess.run(cmd, cwd=site.root, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
+def test_srun_mpi_plugin_convert_and_stage(site, raw_jsonl, shards, mpi):
+    """srun --mpi=pmi2 with the mpich wheel, --mpi=pmix with mpi4py built against Open MPI:
+    2 ranks convert and stage byte-identically to one process."""
+    plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, check=True)
+    assert mpi in (plugins.stdout + plugins.stderr).split(), plugins.stdout + plugins.stderr
+    # (Not `hpcio info`: its version probe, a child process, fails inside an Open MPI step.)
+    worlds = srun_python(site, mpi, "-c", WORLD).splitlines()
+    library = "Open MPI" if mpi == "pmix" else "MPICH"
+    assert sorted(worlds) == [f"0 2 {library}", f"1 2 {library}"], worlds
+
+    out = site.tiers["scratch"] / "shards"
+    summary = srun_hpcio(site, mpi, "convert", *map(str, raw_jsonl), str(out), *CONVERT_DEFAULTS, "--json",
+                         "--no-progress")
+    assert json.loads(summary.splitlines()[-1])["ranks"] == 2, summary
+    assert tree(out) == tree(convert_alone(site, raw_jsonl))
+
+    src = site.tiers["store"] / "shards"
+    shutil.copytree(shards, src)
+    (src / "big.bin").write_bytes(os.urandom(5 << 20))  # 1 MiB chunks split across the ranks
+    dst = site.tiers["work"] / "staged"
+    srun_hpcio(site, mpi, "stage", "--shared", "--chunk-size", "1Mi", "--quiet", str(src), str(dst))
+    assert dataset_files(dst) == tree(src)
 
 # ---- stage.sbatch --------------------------------------------------------------
 
