@@ -99,8 +99,10 @@ def _mpi(timeout: float) -> dict | None:
     if importlib.util.find_spec("mpi4py") is None:
         return None
     env = dict(os.environ)
-    # A child of an `srun`/`mpiexec` rank would otherwise try to join that job.
-    for key in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_"))]:
+    # A child of an `srun`/`mpiexec` rank would otherwise try to join that job; Open MPI
+    # also aborts in MPI_Init when it sees a Slurm step without its PMI (SLURM_CONF kept).
+    for key in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "SLURM_"))
+                and k != "SLURM_CONF"]:
         del env[key]
     try:
         proc = subprocess.run(
