@@ -152,9 +152,10 @@ def make_extensions():
         kernel_extension("_index", ["bisect.c", "offsets.c", "scan.c"]),
         kernel_extension("_io", ["offsets.c", "fileio.c", "mapping.c", "readplan.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
-        kernel_extension("_jinx", ["encodings.c", "json.c"]),
+        kernel_extension("_jinx", ["encodings.c", "json_text.c"]),
         kernel_extension("_tar", ["tar.c"]),
-        kernel_extension("_records", ["columns.c", "fileio.c", "json.c"]),
+        kernel_extension("_records", ["columns.c", "fileio.c", "json_text.c", "json_scan.c",
+                                     "json_fill.c"]),
     ]
     pyx = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob("hpcio/_core/_*.pyx")}
