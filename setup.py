@@ -135,7 +135,7 @@ def make_extensions():
             f"hpcio._core.{name}",
             sources=[f"hpcio/_core/{name}.pyx"] + common
             + [os.path.join(CSRC, c) for c in csources],
-            depends=headers + glob.glob("hpcio/_core/*.pxd"),
+            depends=headers + glob.glob("hpcio/_core/*.pxd") + glob.glob("hpcio/_core/*.pxi"),
             include_dirs=[CSRC, numpy.get_include()]
             + ([blosc_inc] + zstd_inc if codecs else []),
             library_dirs=[blosc_lib] + zstd_libdirs if codecs else [],
