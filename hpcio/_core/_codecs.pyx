@@ -127,6 +127,16 @@ cdef object _decode_one(content_size_fn content_size, decode_known_fn decode_kno
     return result
 
 
+cdef bytearray _sized_output(const uint64_t[::1] sizes, uint64_t[::1] positions):
+    """Sets positions[j + 1] to the end of output j; a bytearray of their total size."""
+    cdef size_t j
+    cdef uint64_t total = 0
+    for j in range(<size_t>sizes.shape[0]):
+        total += sizes[j]
+        positions[j + 1] = total
+    return PyByteArray_FromStringAndSize(NULL, total)
+
+
 cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_known,
                          const char *codec, object src_obj, object starts, object ends,
                          object limit, int nthreads, object path, int64_t sample_base):
@@ -139,7 +149,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
     cdef const uint64_t[::1] sv = s, ev = e
     cdef size_t m = sv.shape[0], j
-    cdef uint64_t lim = _limit(limit), total = 0
+    cdef uint64_t lim = _limit(limit)
     positions = np.zeros(m + 1, dtype=np.uint64)
     cdef uint64_t[::1] pv = positions
     sizes = np.empty(m, dtype=np.uint64)
@@ -157,10 +167,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
                     &szv[0], &all_known, &err)
     check(st, &err, path, -1, sample_base)
     if all_known:
-        for j in range(m):
-            total += szv[j]
-            pv[j + 1] = total
-        out = PyByteArray_FromStringAndSize(NULL, total)
+        out = _sized_output(szv, pv)
         dst = <uint8_t *>PyByteArray_AS_STRING(out)
         with nogil:
             st = decode_known(data_ptr(src), src.shape[0], &sv[0], &ev[0], m, dst, &pv[0],
@@ -176,10 +183,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
             st = hpcio_zstd_decode_stream_many(data_ptr(src), src.shape[0], &sv[0], &ev[0], m,
                                                lim, outs, &szv[0], nthreads, &err)
         check(st, &err, path, -1, sample_base)
-        for j in range(m):
-            total += szv[j]
-            pv[j + 1] = total
-        out = PyByteArray_FromStringAndSize(NULL, total)
+        out = _sized_output(szv, pv)
         dst = <uint8_t *>PyByteArray_AS_STRING(out)
         with nogil:
             for j in range(m):
