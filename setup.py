@@ -135,7 +135,7 @@ def make_extensions():
             f"hpcio._core.{name}",
             sources=[f"hpcio/_core/{name}.pyx"] + common
             + [os.path.join(CSRC, c) for c in csources],
-            depends=headers + glob.glob("hpcio/_core/*.pxd"),
+            depends=headers + glob.glob("hpcio/_core/*.pxd") + glob.glob("hpcio/_core/*.pxi"),
             include_dirs=[CSRC, numpy.get_include()]
             + ([blosc_inc] + zstd_inc if codecs else []),
             library_dirs=[blosc_lib] + zstd_libdirs if codecs else [],
@@ -152,9 +152,10 @@ def make_extensions():
         kernel_extension("_index", ["bisect.c", "offsets.c", "scan.c"]),
         kernel_extension("_io", ["offsets.c", "fileio.c", "mapping.c", "readplan.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
-        kernel_extension("_jinx", ["encodings.c", "json.c"]),
+        kernel_extension("_jinx", ["encodings.c", "json_text.c"]),
         kernel_extension("_tar", ["tar.c"]),
-        kernel_extension("_records", ["columns.c", "fileio.c", "json.c"]),
+        kernel_extension("_records", ["columns.c", "fileio.c", "json_text.c", "json_scan.c",
+                                     "json_fill.c"]),
     ]
     pyx = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob("hpcio/_core/_*.pyx")}

@@ -40,14 +40,6 @@ hpcio_status hpcio_blosc2_content_size(const uint8_t *src, uint64_t len, uint64_
     return HPCIO_OK;
 }
 
-typedef struct {
-    const uint8_t *src;
-    uint64_t src_len;
-    const uint64_t *starts, *ends;
-    uint8_t *dst;
-    const uint64_t *dst_offsets;
-} known_batch;
-
 static void *dctx_new(void)
 {
     blosc2_dparams dparams = BLOSC2_DPARAMS_DEFAULTS;
@@ -63,20 +55,16 @@ static void dctx_free(void *ctx)
 
 static hpcio_status decode_known_one(void *shared, void *ctx, size_t j, hpcio_error *err)
 {
-    const known_batch *k = shared;
+    const hpcio_known_batch *k = shared;
     const uint64_t a = k->starts[j], b = k->ends[j];
     const uint64_t want = k->dst_offsets[j + 1] - k->dst_offsets[j];
     uint64_t declared;
     hpcio_status st;
     int got;
 
-    if (HPCIO_UNLIKELY(b < a))
-        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)a,
-                          "chunk ends at byte %llu before it starts", (unsigned long long)b);
-    if (HPCIO_UNLIKELY(b > k->src_len))
-        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)j, (int64_t)a,
-                          "chunk ends at byte %llu, past the end of the data (%llu bytes)",
-                          (unsigned long long)b, (unsigned long long)k->src_len);
+    st = hpcio_check_frame(a, b, k->src_len, j, "chunk", err);
+    if (st != HPCIO_OK)
+        return st;
     if (b - a > INT32_MAX || want > INT32_MAX)
         return hpcio_fail(err, HPCIO_E_CODEC, (int64_t)j, (int64_t)a,
                           "blosc2 chunk larger than 2 GiB");
@@ -108,12 +96,11 @@ hpcio_status hpcio_blosc2_decode_known(const uint8_t *src, uint64_t src_len,
                                        const uint64_t *dst_offsets, int nthreads,
                                        hpcio_error *err)
 {
-    known_batch k = {src, src_len, starts, ends, dst, dst_offsets};
+    hpcio_known_batch k = {src, src_len, starts, ends, dst, dst_offsets};
+    hpcio_status st = hpcio_check_outputs(dst_offsets, m, "chunk", err);
 
-    for (size_t j = 0; j < m; j++)
-        if (dst_offsets[j + 1] < dst_offsets[j])
-            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1,
-                              "output positions decrease at chunk %zu", j);
+    if (st != HPCIO_OK)
+        return st;
     pthread_once(&blosc2_once, blosc2_setup);
     return hpcio_parallel_for(m, nthreads, dctx_new, dctx_free, decode_known_one, &k, err);
 }

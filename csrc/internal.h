@@ -76,6 +76,43 @@ static inline int hpcio_utf8_seq(const uint8_t *p, uint64_t avail)
     return (int)need + 1;
 }
 
+/* ---- batches of compressed frames (zstd.c, blosc.c) ------------------------------------
+ * Frame j is src[starts[j], ends[j]) and decodes to dst[dst_offsets[j], dst_offsets[j + 1]). */
+typedef struct {
+    const uint8_t *src;
+    uint64_t src_len;
+    const uint64_t *starts, *ends;
+    uint8_t *dst;
+    const uint64_t *dst_offsets;
+} hpcio_known_batch;
+
+/* Checks that frame j, [a, b), lies within the src_len bytes; unit names it in errors
+ * ("frame", "chunk"). */
+static inline hpcio_status hpcio_check_frame(uint64_t a, uint64_t b, uint64_t src_len,
+                                             size_t j, const char *unit, hpcio_error *err)
+{
+    if (HPCIO_UNLIKELY(b < a))
+        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)a,
+                          "%s ends at byte %llu before it starts", unit,
+                          (unsigned long long)b);
+    if (HPCIO_UNLIKELY(b > src_len))
+        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)j, (int64_t)a,
+                          "%s ends at byte %llu, past the end of the data (%llu bytes)", unit,
+                          (unsigned long long)b, (unsigned long long)src_len);
+    return HPCIO_OK;
+}
+
+/* Checks that the m + 1 output positions of a batch do not decrease. */
+static inline hpcio_status hpcio_check_outputs(const uint64_t *dst_offsets, size_t m,
+                                               const char *unit, hpcio_error *err)
+{
+    for (size_t j = 0; j < m; j++)
+        if (dst_offsets[j + 1] < dst_offsets[j])
+            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1,
+                              "output positions decrease at %s %zu", unit, j);
+    return HPCIO_OK;
+}
+
 /* ---- parallel loop over items (threads.c) ---------------------------------------------
  * Runs task(shared, thread_ctx, j, err) for every j < m on up to nthreads threads (the
  * calling thread is one of them).  Each thread gets its own context from ctx_new (freed

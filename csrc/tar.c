@@ -146,15 +146,87 @@ static uint64_t padded(uint64_t size)
     return (size + BLOCK - 1) / BLOCK * BLOCK;
 }
 
+/* What GNU long-name and pax headers say of the member that follows them. */
+typedef struct {
+    const uint8_t *long_name, *pax_path;
+    uint64_t long_len, pax_path_len, pax_size;
+    int has_pax_size;
+} pending_meta;
+
+/* The caller's index arrays and how much of them is filled. */
+typedef struct {
+    hpcio_tar_member *members;
+    size_t cap;
+    uint8_t *names;
+    uint64_t names_cap;
+    size_t *count;
+    uint64_t *names_len;
+} member_index;
+
+static hpcio_status check_header_room(uint64_t pos, uint64_t len, size_t count,
+                                      hpcio_error *err)
+{
+    if (pos == len)
+        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)count, (int64_t)pos,
+                          "tar archive ends without its end-of-archive blocks");
+    if (len - pos < BLOCK)
+        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)count, (int64_t)pos,
+                          "tar header truncated: expected 512 bytes, got %llu",
+                          (unsigned long long)(len - pos));
+    return HPCIO_OK;
+}
+
+/* Records a long-name ('L') or pax ('x') header's data [data, data + size) in meta. */
+static int read_meta(int type, const uint8_t *data, uint64_t size, pending_meta *meta)
+{
+    if (type == 'x')
+        return parse_pax(data, size, &meta->pax_path, &meta->pax_path_len, &meta->pax_size,
+                         &meta->has_pax_size);
+    meta->long_name = data;
+    meta->long_len = size;
+    while (meta->long_len && meta->long_name[meta->long_len - 1] == '\0')
+        meta->long_len--;
+    return 0;
+}
+
+/* Adds a regular file to the index under the name pax, a GNU long name or its header
+ * gives, in that order; 0 when the index has no room for it. */
+static int add_member(member_index *ix, const pending_meta *meta, const hpcio_tar_header *h,
+                      uint64_t header_offset, uint64_t data, uint64_t size)
+{
+    const uint8_t *name = (const uint8_t *)h->name;
+    uint64_t nlen = h->name_len;
+    hpcio_tar_member *m;
+
+    if (meta->pax_path) {
+        name = meta->pax_path;
+        nlen = meta->pax_path_len;
+    } else if (meta->long_name) {
+        name = meta->long_name;
+        nlen = meta->long_len;
+    }
+    if (*ix->count == ix->cap || nlen > ix->names_cap - *ix->names_len)
+        return 0;
+    m = &ix->members[*ix->count];
+    m->header_offset = header_offset;
+    m->data_offset = data;
+    m->size = size;
+    m->name_offset = *ix->names_len;
+    m->name_len = (uint32_t)nlen;
+    memcpy(ix->names + *ix->names_len, name, (size_t)nlen);
+    *ix->names_len += nlen;
+    (*ix->count)++;
+    return 1;
+}
+
 hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
                             hpcio_tar_member *members, size_t cap, uint8_t *names,
                             uint64_t names_cap, size_t *count, uint64_t *names_len,
                             uint64_t *next, hpcio_error *err)
 {
+    member_index ix = {members, cap, names, names_cap, count, names_len};
+    pending_meta meta = {0};
     uint64_t pos = start, member_start = start;
-    const uint8_t *long_name = NULL, *pax_path = NULL;
-    uint64_t long_len = 0, pax_path_len = 0, pax_size = 0;
-    int has_pax_size = 0;
     hpcio_tar_header h;
     hpcio_status st;
 
@@ -162,15 +234,8 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
     *names_len = 0;
     *next = start;
     for (;;) {
-        if (pos == len) {
-            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
-                              "tar archive ends without its end-of-archive blocks");
-        }
-        if (len - pos < BLOCK) {
-            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
-                              "tar header truncated: expected 512 bytes, got %llu",
-                              (unsigned long long)(len - pos));
-        }
+        if ((st = check_header_room(pos, len, *count, err)) != HPCIO_OK)
+            return st;
         st = hpcio_tar_parse_header(buf + pos, pos, &h, err);
         if (st != HPCIO_OK) {
             err->item = (int64_t)*count;
@@ -181,8 +246,8 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
             return HPCIO_OK;
         }
         uint64_t size = h.size;
-        if (h.type != 'L' && h.type != 'K' && h.type != 'x' && has_pax_size)
-            size = pax_size;
+        if (h.type != 'L' && h.type != 'K' && h.type != 'x' && meta.has_pax_size)
+            size = meta.pax_size;
         uint64_t data = pos + BLOCK;
         if (size > len - data) {
             return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)*count, (int64_t)pos,
@@ -194,52 +259,25 @@ hpcio_status hpcio_tar_scan(const uint8_t *buf, uint64_t len, uint64_t start,
             after = len; /* a final member's padding may be missing; the next header check reports it */
         switch (h.type) {
         case 'L': /* GNU long name: the data is the name of the next member */
-            long_name = buf + data;
-            long_len = size;
-            while (long_len && long_name[long_len - 1] == '\0')
-                long_len--;
-            break;
-        case 'K': /* GNU long link name: not needed for an index */
-            break;
         case 'x':
-            if (parse_pax(buf + data, size, &pax_path, &pax_path_len, &pax_size, &has_pax_size) != 0) {
+            if (read_meta(h.type, buf + data, size, &meta) != 0)
                 return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)*count, (int64_t)pos,
                                   "malformed pax extended header");
-            }
             break;
+        case 'K': /* GNU long link name: not needed for an index */
         case 'g': /* global pax header: applies to no single member */
             break;
-        default: {
-            if (h.type == '0' || h.type == '7') {
-                const uint8_t *name = (const uint8_t *)h.name;
-                uint64_t nlen = h.name_len;
-                if (pax_path) {
-                    name = pax_path;
-                    nlen = pax_path_len;
-                } else if (long_name) {
-                    name = long_name;
-                    nlen = long_len;
-                }
-                if (*count == cap || nlen > names_cap - *names_len) {
-                    *next = member_start;
-                    return HPCIO_E_BUFFER;
-                }
-                hpcio_tar_member *m = &members[*count];
-                m->header_offset = member_start;
-                m->data_offset = data;
-                m->size = size;
-                m->name_offset = *names_len;
-                m->name_len = (uint32_t)nlen;
-                memcpy(names + *names_len, name, (size_t)nlen);
-                *names_len += nlen;
-                (*count)++;
+        default:
+            if ((h.type == '0' || h.type == '7')
+                && !add_member(&ix, &meta, &h, member_start, data, size)) {
+                *next = member_start;
+                return HPCIO_E_BUFFER;
             }
             /* directories, links and devices carry no sample data */
-            long_name = pax_path = NULL;
-            has_pax_size = 0;
+            meta.long_name = meta.pax_path = NULL;
+            meta.has_pax_size = 0;
             member_start = after;
             break;
-        }
         }
         pos = after;
     }

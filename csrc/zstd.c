@@ -27,14 +27,6 @@ hpcio_status hpcio_zstd_content_size(const uint8_t *src, uint64_t len, uint64_t 
     return HPCIO_OK;
 }
 
-typedef struct {
-    const uint8_t *src;
-    uint64_t src_len;
-    const uint64_t *starts, *ends;
-    uint8_t *dst;
-    const uint64_t *dst_offsets;
-} known_batch;
-
 static void *dctx_new(void)
 {
     return ZSTD_createDCtx();
@@ -45,26 +37,12 @@ static void dctx_free(void *ctx)
     ZSTD_freeDCtx(ctx);
 }
 
-static hpcio_status check_range(uint64_t a, uint64_t b, uint64_t src_len, size_t j,
-                                hpcio_error *err)
-{
-    if (HPCIO_UNLIKELY(b < a))
-        return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)a,
-                          "frame ends at byte %llu before it starts",
-                          (unsigned long long)b);
-    if (HPCIO_UNLIKELY(b > src_len))
-        return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)j, (int64_t)a,
-                          "frame ends at byte %llu, past the end of the data (%llu bytes)",
-                          (unsigned long long)b, (unsigned long long)src_len);
-    return HPCIO_OK;
-}
-
 static hpcio_status decode_known_one(void *shared, void *ctx, size_t j, hpcio_error *err)
 {
-    const known_batch *k = shared;
+    const hpcio_known_batch *k = shared;
     const uint64_t a = k->starts[j], b = k->ends[j];
     const uint64_t want = k->dst_offsets[j + 1] - k->dst_offsets[j];
-    hpcio_status st = check_range(a, b, k->src_len, j, err);
+    hpcio_status st = hpcio_check_frame(a, b, k->src_len, j, "frame", err);
     size_t got;
 
     if (st != HPCIO_OK)
@@ -86,13 +64,48 @@ hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
                                      size_t m, uint8_t *dst, const uint64_t *dst_offsets,
                                      int nthreads, hpcio_error *err)
 {
-    known_batch k = {src, src_len, starts, ends, dst, dst_offsets};
+    hpcio_known_batch k = {src, src_len, starts, ends, dst, dst_offsets};
+    hpcio_status st = hpcio_check_outputs(dst_offsets, m, "frame", err);
 
-    for (size_t j = 0; j < m; j++)
-        if (dst_offsets[j + 1] < dst_offsets[j])
-            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1,
-                              "output positions decrease at frame %zu", j);
+    if (st != HPCIO_OK)
+        return st;
     return hpcio_parallel_for(m, nthreads, dctx_new, dctx_free, decode_known_one, &k, err);
+}
+
+/* The first output size of a streaming decode: a declared size (within the limit) is
+ * the exact size of a single frame; otherwise four times the input, at least 4 KiB. */
+static uint64_t first_capacity(const uint8_t *src, uint64_t len, uint64_t ceiling)
+{
+    const unsigned long long cs = ZSTD_getFrameContentSize(src, (size_t)len);
+    uint64_t cap;
+
+    if (cs != ZSTD_CONTENTSIZE_ERROR && cs != ZSTD_CONTENTSIZE_UNKNOWN && cs < ceiling)
+        cap = cs + 1;
+    else
+        cap = len < (UINT64_MAX / 4) ? 4 * len : len;
+    if (cap < 4096)
+        cap = 4096;
+    return cap > ceiling ? ceiling : cap;
+}
+
+/* Doubles *buf (of *cap bytes) up to ceiling; the caller frees *buf on failure. */
+static hpcio_status grow_output(uint8_t **buf, uint64_t *cap, uint64_t ceiling,
+                                uint64_t limit, hpcio_error *err)
+{
+    const uint64_t ncap = *cap > ceiling / 2 ? ceiling : *cap * 2;
+    uint8_t *nbuf;
+
+    if (ncap == *cap)
+        return hpcio_fail(err, HPCIO_E_LIMIT, -1, -1,
+                          "zstd frame decodes to more than the limit of %llu bytes",
+                          (unsigned long long)limit);
+    nbuf = realloc(*buf, (size_t)ncap);
+    if (nbuf == NULL)
+        return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate %llu bytes",
+                          (unsigned long long)ncap);
+    *buf = nbuf;
+    *cap = ncap;
+    return HPCIO_OK;
 }
 
 /* Streaming decode with a caller-owned context; the output grows by doubling from a
@@ -111,18 +124,7 @@ static hpcio_status decode_stream_ctx(ZSTD_DCtx *dctx, const uint8_t *src, uint6
     *out_len = 0;
     if (len == 0)
         return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "empty input is not a zstd frame");
-    /* A declared size (within the limit) is the exact size of a single frame. */
-    {
-        unsigned long long cs = ZSTD_getFrameContentSize(src, (size_t)len);
-        if (cs != ZSTD_CONTENTSIZE_ERROR && cs != ZSTD_CONTENTSIZE_UNKNOWN && cs < ceiling)
-            cap = cs + 1;
-        else
-            cap = len < (UINT64_MAX / 4) ? 4 * len : len;
-    }
-    if (cap < 4096)
-        cap = 4096;
-    if (cap > ceiling)
-        cap = ceiling;
+    cap = first_capacity(src, len, ceiling);
     buf = malloc(cap ? (size_t)cap : 1);
     if (buf == NULL)
         return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate %llu bytes",
@@ -148,23 +150,12 @@ static hpcio_status decode_stream_ctx(ZSTD_DCtx *dctx, const uint8_t *src, uint6
             break; /* last frame complete and flushed, input consumed */
         if (o.pos == o.size) {
             /* Output full: the decoder may hold more; grow and continue. */
-            uint64_t ncap = cap > ceiling / 2 ? ceiling : cap * 2;
-            uint8_t *nbuf;
+            hpcio_status st = grow_output(&buf, &cap, ceiling, limit, err);
 
-            if (ncap == cap) {
+            if (st != HPCIO_OK) {
                 free(buf);
-                return hpcio_fail(err, HPCIO_E_LIMIT, -1, -1,
-                                  "zstd frame decodes to more than the limit of %llu bytes",
-                                  (unsigned long long)limit);
+                return st;
             }
-            nbuf = realloc(buf, (size_t)ncap);
-            if (nbuf == NULL) {
-                free(buf);
-                return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate %llu bytes",
-                                  (unsigned long long)ncap);
-            }
-            buf = nbuf;
-            cap = ncap;
             continue;
         }
         if (in.pos == in.size) {
@@ -206,7 +197,7 @@ static hpcio_status decode_stream_one(void *shared, void *ctx, size_t j, hpcio_e
 {
     const stream_batch *s = shared;
     const uint64_t a = s->starts[j], b = s->ends[j];
-    hpcio_status st = check_range(a, b, s->src_len, j, err);
+    hpcio_status st = hpcio_check_frame(a, b, s->src_len, j, "frame", err);
 
     if (st != HPCIO_OK)
         return st;

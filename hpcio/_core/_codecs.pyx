@@ -127,6 +127,16 @@ cdef object _decode_one(content_size_fn content_size, decode_known_fn decode_kno
     return result
 
 
+cdef bytearray _sized_output(const uint64_t[::1] sizes, uint64_t[::1] positions):
+    """Sets positions[j + 1] to the end of output j; a bytearray of their total size."""
+    cdef size_t j
+    cdef uint64_t total = 0
+    for j in range(<size_t>sizes.shape[0]):
+        total += sizes[j]
+        positions[j + 1] = total
+    return PyByteArray_FromStringAndSize(NULL, total)
+
+
 cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_known,
                          const char *codec, object src_obj, object starts, object ends,
                          object limit, int nthreads, object path, int64_t sample_base):
@@ -139,7 +149,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
     cdef const uint64_t[::1] sv = s, ev = e
     cdef size_t m = sv.shape[0], j
-    cdef uint64_t lim = _limit(limit), total = 0
+    cdef uint64_t lim = _limit(limit)
     positions = np.zeros(m + 1, dtype=np.uint64)
     cdef uint64_t[::1] pv = positions
     sizes = np.empty(m, dtype=np.uint64)
@@ -157,10 +167,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
                     &szv[0], &all_known, &err)
     check(st, &err, path, -1, sample_base)
     if all_known:
-        for j in range(m):
-            total += szv[j]
-            pv[j + 1] = total
-        out = PyByteArray_FromStringAndSize(NULL, total)
+        out = _sized_output(szv, pv)
         dst = <uint8_t *>PyByteArray_AS_STRING(out)
         with nogil:
             st = decode_known(data_ptr(src), src.shape[0], &sv[0], &ev[0], m, dst, &pv[0],
@@ -176,10 +183,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
             st = hpcio_zstd_decode_stream_many(data_ptr(src), src.shape[0], &sv[0], &ev[0], m,
                                                lim, outs, &szv[0], nthreads, &err)
         check(st, &err, path, -1, sample_base)
-        for j in range(m):
-            total += szv[j]
-            pv[j + 1] = total
-        out = PyByteArray_FromStringAndSize(NULL, total)
+        out = _sized_output(szv, pv)
         dst = <uint8_t *>PyByteArray_AS_STRING(out)
         with nogil:
             for j in range(m):
@@ -193,10 +197,34 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
         free(outs)
 
 
-def zstd_compress(data, int level=3, bint content_size=True):
-    """One zstd frame; ``content_size=False`` leaves the size out of the header."""
+ctypedef struct _Settings:
+    # One codec's compression settings, for _compress
+    int level, typesize, shuffle
+    bint content_size
+    const char *codec
+
+ctypedef hpcio_status (*_compress_fn)(const uint8_t *src, uint64_t n, const _Settings *s,
+                                      uint8_t *dst, uint64_t cap, uint64_t *written,
+                                      hpcio_error *err) noexcept nogil
+ctypedef uint64_t (*_bound_fn)(uint64_t n) noexcept nogil
+
+
+cdef hpcio_status _zstd_frame(const uint8_t *src, uint64_t n, const _Settings *s, uint8_t *dst,
+                              uint64_t cap, uint64_t *written, hpcio_error *err) noexcept nogil:
+    return hpcio_zstd_compress(src, n, s.level, s.content_size, dst, cap, written, err)
+
+
+cdef hpcio_status _blosc2_chunk(const uint8_t *src, uint64_t n, const _Settings *s,
+                                uint8_t *dst, uint64_t cap, uint64_t *written,
+                                hpcio_error *err) noexcept nogil:
+    return hpcio_blosc2_compress(src, n, s.codec, s.level, s.typesize, s.shuffle, dst, cap,
+                                 written, err)
+
+
+cdef bytes _compress(data, _bound_fn bound, _compress_fn compress, const _Settings *s):
+    """data compressed by ``compress`` into at most ``bound(len(data))`` bytes."""
     cdef const uint8_t[::1] src = byte_view(data)
-    cdef uint64_t cap = hpcio_zstd_bound(src.shape[0]), written = 0
+    cdef uint64_t cap = bound(src.shape[0]), written = 0
     cdef uint8_t *dst = <uint8_t *>malloc(cap if cap else 1)
     cdef hpcio_error err
     cdef hpcio_status st
@@ -205,12 +233,17 @@ def zstd_compress(data, int level=3, bint content_size=True):
     hpcio_error_clear(&err)
     try:
         with nogil:
-            st = hpcio_zstd_compress(data_ptr(src), src.shape[0], level, content_size, dst, cap,
-                                     &written, &err)
+            st = compress(data_ptr(src), src.shape[0], s, dst, cap, &written, &err)
         check(st, &err, None, -1, -1)
         return PyBytes_FromStringAndSize(<char *>dst, written)
     finally:
         free(dst)
+
+
+def zstd_compress(data, int level=3, bint content_size=True):
+    """One zstd frame; ``content_size=False`` leaves the size out of the header."""
+    cdef _Settings s = _Settings(level, 0, 0, content_size, NULL)
+    return _compress(data, hpcio_zstd_bound, _zstd_frame, &s)
 
 
 def zstd_decompress(data, limit=DEFAULT_LIMIT, *, path=None, offset=-1, sample=-1):
@@ -236,24 +269,9 @@ def zstd_decode_many(src, starts, ends, limit=DEFAULT_LIMIT, int nthreads=1, *, 
 
 def blosc2_compress(data, codec="zstd", int clevel=5, int typesize=1, int shuffle=1):
     """One blosc2 chunk (shuffle: 0 none, 1 byte, 2 bit)."""
-    cdef const uint8_t[::1] src = byte_view(data)
     cdef bytes codec_b = codec.encode("ascii")
-    cdef const char *codec_c = codec_b
-    cdef uint64_t cap = hpcio_blosc2_bound(src.shape[0]), written = 0
-    cdef uint8_t *dst = <uint8_t *>malloc(cap)
-    cdef hpcio_error err
-    cdef hpcio_status st
-    if dst == NULL:
-        raise MemoryError()
-    hpcio_error_clear(&err)
-    try:
-        with nogil:
-            st = hpcio_blosc2_compress(data_ptr(src), src.shape[0], codec_c, clevel, typesize,
-                                       shuffle, dst, cap, &written, &err)
-        check(st, &err, None, -1, -1)
-        return PyBytes_FromStringAndSize(<char *>dst, written)
-    finally:
-        free(dst)
+    cdef _Settings s = _Settings(clevel, typesize, shuffle, False, codec_b)
+    return _compress(data, hpcio_blosc2_bound, _blosc2_chunk, &s)
 
 
 def blosc2_decompress(data, limit=DEFAULT_LIMIT, *, path=None, offset=-1, sample=-1):
