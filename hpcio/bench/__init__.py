@@ -128,11 +128,11 @@ def run_bench(
     log(f"process tuning: {', '.join(SWITCHES)} (hpcio.tune: the bench owns its processes)")
     with fully_tuned():
         return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
-                          staging, conversion, conversion_scale, log)
+                          staging, conversion, conversion_scale, pipeline_repeats, log)
 
 
 def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader, staging,
-               conversion, conversion_scale, log) -> dict:
+               conversion, conversion_scale, pipeline_repeats, log) -> dict:
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
     records, limits, loader_records, pipeline_records = [], {}, [], []
