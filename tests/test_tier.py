@@ -9,6 +9,7 @@ import pytest
 import hpcio
 from hpcio import demo
 from hpcio.bench import pagecache
+from hpcio.bench.limits import dataset_files
 from hpcio.bench.tier import EmulatedTier
 from hpcio.errors import TierEmulatorError
 
@@ -25,7 +26,7 @@ def text_mds(tmp_path):
 
 
 def test_evict_drops_every_page_and_resident_counts_them(text_mds):
-    files = pagecache.dataset_files(text_mds)
+    files = dataset_files(text_mds)
     assert len(files) > 3  # index.json and several shards
     for p in files:
         with open(p, "rb") as f:
@@ -55,10 +56,10 @@ def test_tmpfs_pages_cannot_be_evicted():
 def test_reads_through_the_tier_are_byte_exact_and_counted(text_mds):
     local = hpcio.open(text_mds / "mds")
     expected = [dict(local[i]) for i in range(len(local))]
-    files = pagecache.dataset_files(text_mds)
+    files = dataset_files(text_mds)
     total = sum(os.path.getsize(p) for p in files)
     with EmulatedTier(text_mds, latency_us=100, bandwidth=0, threads=8) as tier:
-        tier_files = pagecache.dataset_files(tier.path("mds"))
+        tier_files = dataset_files(tier.path("mds"))
         pagecache.evict(tier_files)
         assert tier.stats() == {"requests": 0, "bytes": 0}
         ds = hpcio.open(tier.path("mds"))

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import HpcioError
 from .data import META_FIELDS, BenchDataset
-from .pagecache import dataset_files, evict, resident
+from .limits import dataset_files
+from .pagecache import evict, resident
 from .runner import WORKER, System, systems_for
 
 __all__ = ["synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold", "run", "markdown"]

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["dataset_files", "evict", "resident", "Residency"]
+__all__ = ["evict", "resident", "Residency"]
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -27,17 +27,6 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _PAGE = mmap.PAGESIZE
-
-
-def dataset_files(path) -> list[str]:
-    """Every regular file under ``path`` (or ``path`` itself), sorted."""
-    path = os.fspath(path)
-    if os.path.isfile(path):
-        return [path]
-    found = []
-    for root, _dirs, names in os.walk(path):
-        found.extend(os.path.join(root, n) for n in names)
-    return sorted(p for p in found if os.path.isfile(p) and not os.path.islink(p))
 
 
 def evict(paths: Iterable[str]) -> None:

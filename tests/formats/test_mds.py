@@ -748,13 +748,9 @@ def test_large_records_in_huge_pages_are_read_through_the_mapping(large_records,
 
 
 def _drop_from_page_cache(path) -> None:
-    for name in os.listdir(path):
-        fd = os.open(os.path.join(path, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    from hpcio.bench.pagecache import evict
+
+    evict(os.path.join(path, name) for name in os.listdir(path))
 
 
 def test_large_record_reads_follow_the_page_cache(tmp_path):
