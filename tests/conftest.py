@@ -30,6 +30,8 @@ import sys
 
 import pytest
 
+from hpcio.testing.environment import missing
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTEROP_ENV = os.environ.get(
     "HPCIO_INTEROP_ENV", os.path.expanduser("~/.cache/hpcio/interop-py312")
@@ -50,9 +52,7 @@ def child_env(**extra: str) -> dict:
 
 
 def _interop_missing(reason: str):
-    if os.environ.get("HPCIO_REQUIRE_INTEROP") == "1":
-        pytest.fail(f"HPCIO_REQUIRE_INTEROP=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    missing("INTEROP", reason)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+from hpcio.testing.environment import missing
+
 from hpcio.distributed.launcher import mismatch_message
 from hpcio.staging import MANIFEST_NAME
 
@@ -40,9 +42,7 @@ def openmpi_python() -> str:
     elif not os.access(python, os.X_OK) or not os.access(MPIRUN, os.X_OK):
         reason = f"no Open MPI environment: {python} or {MPIRUN} missing (run tools/openmpi-env.sh)"
     if reason:
-        if os.environ.get("HPCIO_REQUIRE_OPENMPI") == "1":
-            pytest.fail(f"HPCIO_REQUIRE_OPENMPI=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+        missing("OPENMPI", reason)
     return python
 
 

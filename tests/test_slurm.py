@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcio.testing.environment import missing
+
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "slurm"
 CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
@@ -135,9 +137,7 @@ def test_convert_default_shards_fit_train_defaults():
 # ---- a real Slurm ----------------------------------------------------------------
 
 def _cluster_missing(reason: str):
-    if os.environ.get("HPCIO_REQUIRE_SLURM") == "1":
-        pytest.fail(f"HPCIO_REQUIRE_SLURM=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    missing("SLURM", reason)
 
 
 @pytest.fixture(scope="module")
@@ -369,10 +369,7 @@ def mpi_python(mpi: str) -> str:
     if mpi == "pmi2":
         return sys.executable
     if not os.access(OPENMPI_PYTHON, os.X_OK):
-        reason = f"no Open MPI environment at {OPENMPI_PYTHON} (run tools/openmpi-env.sh)"
-        if os.environ.get("HPCIO_REQUIRE_OPENMPI") == "1":
-            pytest.fail(f"HPCIO_REQUIRE_OPENMPI=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+        missing("OPENMPI", f"no Open MPI environment at {OPENMPI_PYTHON} (run tools/openmpi-env.sh)")
     return OPENMPI_PYTHON
 
 
