@@ -554,10 +554,27 @@ def test_missing_shard_file(small):
         hpcio.open(small)[0]
 
 
-def test_basename_outside_directory(small):
-    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(basename="../x.mds"))
-    with pytest.raises(CorruptShardError, match=r"shard entry 0 of index.json: 'raw_data' basename '../x.mds' is not a plain file name"):
+@pytest.mark.parametrize("name", ["../x.mds", "/etc/passwd", "a/../../x.mds", "./x.mds", "a//x.mds", ""])
+def test_basename_outside_directory(small, name):
+    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(basename=name))
+    with pytest.raises(CorruptShardError, match=rf"shard entry 0 of index.json: 'raw_data' basename {re.escape(repr(name))} leaves the dataset directory"):
         hpcio.open(small)
+
+
+def test_basename_in_a_subdirectory(small):
+    """streaming's merge_index names shards ``0/shard.00000.mds``: read through them."""
+    expected = [dict(hpcio.open(small)[i]) for i in range(len(hpcio.open(small)))]
+    os.mkdir(f"{small}/0")
+    for name in os.listdir(small):
+        if name.startswith("shard."):
+            os.rename(f"{small}/{name}", f"{small}/0/{name}")
+
+    def move(index):
+        for shard in index["shards"]:
+            shard["raw_data"]["basename"] = "0/" + shard["raw_data"]["basename"]
+    edit_index(small, move)
+    ds = hpcio.open(small)
+    assert [dict(ds[i]) for i in range(len(ds))] == expected
 
 
 def corrupt_record(path, sample, shard="shard.00000.mds"):

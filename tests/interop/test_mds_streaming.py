@@ -143,3 +143,24 @@ def test_json_integers_past_64_bits_both_ways(tmp_path):
         metas = [g.get("meta", g) for g in got]  # samples, or the column's values
         assert metas == [s["meta"] for s in samples]
         assert all(type(m["big"]) is int and type(m["list"][0]) is int for m in metas)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_merged_index_read_as_streaming_reads_it(tmp_path, compression):
+    """streaming's own merge_index names shards ``0/shard.00000.mds``; hpcio follows them."""
+    from streaming import MDSWriter
+    from streaming.base.util import merge_index
+
+    root = tmp_path / "merged"
+    for part in range(3):
+        with MDSWriter(out=str(root / str(part)), columns={"id": "int", "text": "str"},
+                       compression=compression, size_limit=300) as w:
+            for i in range(12):
+                w.write({"id": part * 12 + i, "text": f"sample {part * 12 + i} " * 4})
+    merge_index(str(root), keep_local=True)
+    theirs = streaming_read(str(root), copy_to=tmp_path / "copy")
+    ds = hpcio.open(str(root), cache_dir=str(tmp_path / "cache"))
+    ours = [dict(s) for s in ds]
+    assert [s["id"] for s in ours] == list(range(36))
+    assert ours == [{"id": s["id"], "text": s["text"]} for s in theirs]
+    assert [dict(s) for s in ds.get_batch(np.arange(36)[::-1])] == ours[::-1]

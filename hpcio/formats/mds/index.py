@@ -1,7 +1,7 @@
 """An MDS dataset's ``index.json``: finding it, loading it, checking every shard entry.
 
 The index is trusted for nothing: each entry is checked (version, format, sample count,
-plain file names, a known compression, one encoding and size per column) before a
+file names inside its directory, a known compression, one encoding and size per column) before a
 reader opens a shard, so a bad index fails with the entry named instead of a stray read.
 """
 
@@ -139,17 +139,29 @@ def _check_entry(k: int, entry, index_path: str) -> _ShardInfo:
     )
 
 
+def _inside_name(name: str) -> bool:
+    """Whether ``name`` is a relative path that stays below the dataset directory.
+
+    streaming's ``merge_index`` writes basenames such as ``0/shard.00000.mds``, so
+    sub-directories are allowed; an absolute path, ``..``, ``.`` or an empty component
+    would let an index point anywhere.
+    """
+    if not name or "\\" in name or "\0" in name:
+        return False
+    parts = name.split("/")
+    return all(part not in ("", ".", "..") for part in parts)
+
+
 def _check_files(raw, zip_, bad) -> None:
-    """The entry's ``raw_data`` and optional ``zip_data``: a plain basename and a size."""
+    """The entry's ``raw_data`` and optional ``zip_data``: a name inside and a size."""
     for key, info in (("raw_data", raw), ("zip_data", zip_)):
         if info is None and key == "zip_data":
             continue
         if not isinstance(info, dict) or not isinstance(info.get("basename"), str):
             raise bad(f"'{key}' lacks a basename")
         name = info["basename"]
-        # A basename that leaves the directory would let an index point anywhere.
-        if not name or os.path.basename(name) != name or name in (".", ".."):
-            raise bad(f"'{key}' basename {name!r} is not a plain file name")
+        if not _inside_name(name):
+            raise bad(f"'{key}' basename {name!r} leaves the dataset directory")
         if not isinstance(info.get("bytes"), int) or info["bytes"] < 0:
             raise bad(f"'{key}' bytes is {info.get('bytes')!r}")
 

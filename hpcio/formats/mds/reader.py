@@ -229,7 +229,7 @@ class Reader(_BatchReads, base.Reader):
         import hashlib
 
         key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        target = os.path.join(self.cache_dir, f"{key}.{info.raw_basename}")
+        target = os.path.join(self.cache_dir, f"{key}.{os.path.basename(info.raw_basename)}")
         if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
             raw = self._decompress_shard(info, path)
             os.makedirs(self.cache_dir, exist_ok=True)
