@@ -23,6 +23,7 @@ from __future__ import annotations
 import glob
 import mmap
 import os
+import re
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -37,6 +38,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _values
+from .tar_gzip import is_gzip_file, is_gzip_name, open_decompressed
 from .base import Reader as _Reader
 from .base import PendingFiles, files_bytes, inspect_report, locate, project, sample_starts, verify_samples
 from .base import FileWriter
@@ -85,6 +87,11 @@ def member_suffix(field: str, value, *, sample=None, path=None) -> tuple[str, by
     strip it again: ``caption`` -> ``caption.txt``, ``image`` (JPEG bytes) -> ``image.jpg``.
     """
     _values.check_field_name(field, sample=sample, path=path)
+    if field != field.lower():
+        raise SchemaError(
+            f"field {field!r} has upper-case letters: webdataset lower-cases member suffixes,"
+            f" so it would read back as {field.lower()!r}; rename the field",
+            path=path, sample=sample)
     kind = _values.kind_of(value, field=field, sample=sample, path=path)
     if kind == "float":
         data = _values.encode_json(value, field=field, sample=sample, path=path)
@@ -138,10 +145,16 @@ def split_name(name: str, key_dots: int = 0) -> tuple[str | None, str | None]:
     return directory + slash + ".".join(parts[: key_dots + 1]), parts[-1]
 
 
+_SKIP_META = re.compile(r"__[^/]*__($|/)")
+
+
 def _is_meta(name: str) -> bool:
-    # webdataset skips members like __index__ (its skip_meta pattern __[^/]*__($|/))
-    base = name.rsplit("/", 1)[-1]
-    return base.startswith("__") and base.split(".", 1)[0].endswith("__") and len(base) > 4
+    """Whether webdataset skips the member ``name``: a top-level ``__x__`` name, or a
+    path starting with an ``__x__`` component (its ``skip_meta`` pattern).  Other names
+    with underscores, ``__meta__.json`` included, are samples to webdataset and here."""
+    if "/" not in name and name.startswith("__") and name.endswith("__"):
+        return True
+    return _SKIP_META.match(name) is not None
 
 
 def _member_key(raw_name: bytes, key_dots: int) -> tuple[str | None, str | None]:
@@ -150,7 +163,9 @@ def _member_key(raw_name: bytes, key_dots: int) -> tuple[str | None, str | None]
     name = raw_name.decode("utf-8", "surrogateescape")
     if _is_meta(name):
         return None, None
-    return split_name(name, key_dots)
+    key, suffix = split_name(name, key_dots)
+    # webdataset lower-cases suffixes: "0001.JPG" is field "jpg" there and here
+    return key, (None if suffix is None else suffix.lower())
 
 
 def list_shards(path) -> list[str]:
@@ -159,7 +174,7 @@ def list_shards(path) -> list[str]:
         return [os.fspath(p) for p in path]
     path = os.fspath(path)
     if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".tar"))
+        return sorted(os.path.join(path, n) for n in os.listdir(path) if _is_shard_name(n))
     if os.path.exists(path):
         return [path]
     matches = sorted(glob.glob(path))
@@ -168,12 +183,18 @@ def list_shards(path) -> list[str]:
     return matches
 
 
+def _is_shard_name(name: str) -> bool:
+    return name.endswith(".tar") or is_gzip_name(name)
+
+
 def sniff(path) -> bool:
     path = os.fspath(path)
     if os.path.isdir(path):
-        return any(n.endswith(".tar") for n in os.listdir(path))
+        return any(_is_shard_name(n) for n in os.listdir(path))
     if not os.path.isfile(path):
         return False
+    if is_gzip_name(path):
+        return is_gzip_file(path)
     with open(path, "rb") as f:
         block = f.read(512)
     # ustar/GNU magic at 257: both the POSIX and the GNU spelling start with "ustar"
@@ -184,21 +205,25 @@ def sniff(path) -> bool:
 class _Shard:
     """The member index of one tar file, grouped into samples."""
 
-    def __init__(self, path: str, key_dots: int):
+    def __init__(self, path: str, key_dots: int, cache_dir: str | None = None):
         from .._core import _io, _tar
 
         self.path = path
         try:
             self.file = open(path, "rb")
+            if self.file.read(2) == b"\x1f\x8b":
+                self.file.close()
+                self.file = open_decompressed(path, cache_dir)
         except FileNotFoundError:
             raise ShardNotFoundError("WebDataset shard is missing", path=path) from None
         size = os.fstat(self.file.fileno()).st_size
         self.map = _io.map_file(self.file.fileno()) if size else b""
-        names, _headers, data_offsets, sizes, _end, error = _tar.scan(
+        names, header_offsets, data_offsets, sizes, _end, error = _tar.scan(
             memoryview(self.map), path=path, partial=True)
         keys, suffixes, starts = [], [], []
         kept = []
         last = None
+        seen: set = set()
         for m, raw in enumerate(names):
             key, suffix = _member_key(raw, key_dots)
             if key is None:
@@ -207,6 +232,14 @@ class _Shard:
                 starts.append(len(kept))
                 keys.append(key)
                 last = key
+                seen = set()
+            if suffix in seen:
+                # webdataset refuses a sample with the same member twice: keeping either
+                # copy would silently drop the other
+                raise CorruptShardError(
+                    f"sample {key!r} has the member {suffix!r} twice", path=path,
+                    offset=int(header_offsets[m]), sample=len(keys) - 1)
+            seen.add(suffix)
             kept.append(m)
             suffixes.append(suffix)
         if error is not None:
@@ -252,10 +285,15 @@ class Reader(_Reader):
         Other shard sets with the same keys in the same order, merged field-wise.
     include_key
         Add the sample key as ``__key__``.
+    cache_dir
+        Where gzip-compressed shards (``.tar.gz``, ``.tgz``) are kept decompressed for
+        later readers; without it each is decompressed into an anonymous temporary file
+        (under ``TMPDIR``) for the reader's lifetime.
     """
 
     def __init__(self, path, key_dots: int = 0, decode: bool = True,
-                 sidecars: Sequence | None = None, include_key: bool = False, **options):
+                 sidecars: Sequence | None = None, include_key: bool = False,
+                 cache_dir=None, **options):
         self.path = os.fspath(path) if not isinstance(path, (list, tuple)) else str(path[0])
         self.key_dots = key_dots
         self.decode = decode
@@ -263,7 +301,7 @@ class Reader(_Reader):
         self.shards: list[_Shard] = []
         try:
             for p in list_shards(path):
-                self.shards.append(_Shard(p, key_dots))
+                self.shards.append(_Shard(p, key_dots, cache_dir))
         except BaseException:
             self.close()
             raise
