@@ -806,3 +806,23 @@ def test_read_batches_count_the_sidecar(tmp_path):
     assert ds.reader.mean_sample_bytes() == total / 20
     assert ds.reader.batch_size == 8  # about 1 MiB of 200 KB samples, at least MIN_BATCH
     assert [s["blob"] for s in ds.shuffle(seed=1)] == [blobs[i] for i in np.random.default_rng(1).permutation(20)]
+
+
+def test_sidecar_only_layout_round_trip(tmp_path):
+    """encoding=None: every byte value and the index in .binx, the footer's encoding null."""
+    import hpcio
+    from hpcio.errors import DecodeError
+
+    samples = [{"id": i, "b": bytes([i + 1]) * (i + 1), "t": f"text {i}", "tags": ["a", "b"]} for i in range(5)]
+    path = tmp_path / "x.jinx"
+    with hpcio.open_writer(path, format="jinx", encoding=None, binary_threshold=0) as w:
+        for s in samples:
+            w.write(s)
+    lines = path.read_bytes().split(b"\n")
+    assert b'"encoding":null' in lines[-3] and b'"index.npy.bin"' in lines[-3]
+    assert [dict(s) for s in hpcio.open(path)] == samples
+    # inline text in a file whose encoding is null cannot be decoded: say so
+    first = lines[0].replace(b'"b.raw.bin":{"offset":0,"length":1}', b'"b.raw":"AA=="')
+    path.write_bytes(path.read_bytes().replace(lines[0], first.ljust(len(lines[0]))))
+    with pytest.raises(DecodeError, match=r"^value 'b.raw' is inline text, but the footer's encoding is null"):
+        dict(hpcio.open(path)[0])

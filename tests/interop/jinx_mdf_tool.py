@@ -35,7 +35,8 @@ def main():
                 if "hazard" in job:
                     data = samples.hazard_samples(job["hazard"])
                 else:
-                    data = samples.make_samples(job["n"], seed=job.get("seed", 0))
+                    data = samples.make_samples(job["n"], seed=job.get("seed", 0),
+                                                min_bytes=job.get("min_bytes", 0))
                 opts = dict(job.get("options", {}))
                 shard_size = opts.pop("shard_size", None)
                 opts.setdefault("compression", None)

@@ -49,8 +49,13 @@ CONFIGS = {
                 "compress_threshold": 128, "compress_ratio": 0.67},
     "sharded_zst": {"compression": "zst", "index_compression": "zst", "binary_threshold": 128,
                     "shard_size": 2500},
+    # every byte value and the index in the .binx sidecar, nothing base-encoded
+    # (mldataforge's own test suite writes this layout)
+    "none_bin": {"encoding": None, "binary_threshold": 0},
 }
 IDENTICAL = ["plain", "b64", "bin", "bin_b64", "sharded_plain"]
+#: sample options per config (a sidecar-only layout cannot hold an empty byte value)
+SAMPLE_OPTIONS = {"none_bin": {"min_bytes": 1}}
 
 
 def _target(name: str) -> str:
@@ -84,11 +89,12 @@ def exchange(tmp_path_factory, interop_python):
         os.chdir(hp)  # relative paths, so the shard_prev/next footers compare equal
         try:
             with hpcio.open_writer(_target(name), format="jinx", **opts) as w:
-                for s in S.make_samples(N):
+                for s in S.make_samples(N, **SAMPLE_OPTIONS.get(name, {})):
                     w.write(s)
         finally:
             os.chdir(cwd)
-        add(("write", name), {"op": "write", "path": _target(name), "cwd": str(md), "options": opts, "n": N})
+        add(("write", name), {"op": "write", "path": _target(name), "cwd": str(md), "options": opts,
+                              "n": N, **SAMPLE_OPTIONS.get(name, {})})
         for lazy in (False, True):
             add(("read", name, lazy), {"op": "read", "path": str(hp / _target(name)), "lazy": lazy})
     for kind in S.HAZARDS:
@@ -96,6 +102,8 @@ def exchange(tmp_path_factory, interop_python):
         path.parent.mkdir(exist_ok=True)
         add(("hazard_write", kind), {"op": "write", "path": str(path), "hazard": kind})
         add(("hazard_read", kind), {"op": "read", "path": str(path), "lazy": False})
+    # mldataforge's own reading of its sidecar-only file (it drops list items' types)
+    add(("read_mdf", "none_bin"), {"op": "read", "path": str(base / "mdf" / "none_bin" / "ds.jinx")})
     # hex: hpcio writes it (with a warning); mldataforge cannot read the inline index
     hexfile = base / "hex.jinx"
     with pytest.warns(UserWarning, match="mldataforge cannot read the index"):
@@ -116,8 +124,8 @@ def exchange(tmp_path_factory, interop_python):
     return base, dict(zip(keys, results))
 
 
-def expected(n=N):
-    return [S.to_jsonable(s) for s in S.make_samples(n)]
+def expected(n=N, name=None):
+    return [S.to_jsonable(s) for s in S.make_samples(n, **SAMPLE_OPTIONS.get(name, {}))]
 
 
 @pytest.mark.parametrize("name", IDENTICAL)
@@ -138,7 +146,7 @@ def test_mldataforge_reads_hpcio(exchange, name, lazy):
     _, res = exchange
     got = res[("read", name, lazy)]
     assert got["ok"], got.get("error")
-    assert got["samples"] == expected()
+    assert got["samples"] == expected(name=name)
 
 
 @pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
@@ -148,7 +156,14 @@ def test_hpcio_reads_mldataforge(exchange, name, lazy):
     assert res[("write", name)] == {"ok": True}
     with hpcio.open(base / "mdf" / name / _target(name), format="jinx", lazy=lazy) as ds:
         got = [S.to_jsonable(s) for s in ds]
-    assert got == expected()
+    if name == "none_bin":
+        # mldataforge moves the strings of a list into the sidecar without a type suffix,
+        # so they read back as {"offset", "length"} objects, in mldataforge and in hpcio
+        theirs = res[("read_mdf", name)]
+        assert theirs["ok"] and theirs["samples"] != expected(name=name)
+        assert got == theirs["samples"]
+        return
+    assert got == expected(name=name)
 
 
 def test_hex_index_is_refused_by_mldataforge_not_misread(exchange):
@@ -180,3 +195,23 @@ def test_lazy_join_with_encoding_change_is_read_correctly(exchange):
     got = res[("read_joined",)]
     assert got["ok"], got.get("error")
     assert got["samples"] == expected() * 2
+
+
+def test_sidecar_only_layout_refuses_an_inline_value(tmp_path):
+    """mldataforge fails on an empty byte value with encoding=None; hpcio says why."""
+    with pytest.raises(UnsupportedValueError, match=r"^a 0-byte value is not above binary_threshold=0, "
+                       r"so it would be stored inline, and encoding=None has no text encoding"):
+        with hpcio.open_writer(tmp_path / "x.jinx", format="jinx", encoding=None, binary_threshold=0) as w:
+            w.write({"b": b""})
+    assert not (tmp_path / "x.jinx").exists()
+
+
+def test_sidecar_only_layout_matches_mldataforge_but_list_strings(exchange):
+    """Both put every byte value and the index in the .binx; only mldataforge also moves
+    the strings of lists there (losing their type), so the sidecars differ from there."""
+    base, res = exchange
+    hp, md = base / "hpcio" / "none_bin", base / "mdf" / "none_bin"
+    ours, theirs = (hp / "ds.jinx").read_bytes(), (md / "ds.jinx").read_bytes()
+    first_list_string = next(i for i, s in enumerate(S.make_samples(N, min_bytes=1)) if s["meta"]["tags"])
+    assert ours.split(b"\n")[:first_list_string] == theirs.split(b"\n")[:first_list_string]
+    assert b'"tags":["t0"]' in ours and b'"tags":[{"offset"' in theirs

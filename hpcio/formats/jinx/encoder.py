@@ -143,6 +143,12 @@ class Encoder:
             return self.shard.store_bin(data), o.ext_sep.join(exts)
         if exts == ["str"]:
             return str(data, "utf-8"), None
+        if o.encoding is None:
+            raise UnsupportedValueError(
+                f"a {len(data)}-byte value is not above binary_threshold={o.binary_threshold}, "
+                "so it would be stored inline, and encoding=None has no text encoding for it "
+                "(lower binary_threshold, or choose an encoding)", path=self.shard.path,
+                sample=self.index)
         return o.encode(data), o.ext_sep.join(exts)
 
 
@@ -216,8 +222,7 @@ class Passthrough(Encoder):
               and not (kind == "str" and comp is None)):
             return v, o.ext_sep.join(body)  # same text, same place: copy verbatim
         elif isinstance(v, str):
-            data = _jinx.decode(v, src.enc_code, path=src.path, offset=src.offsets[self.src_index],
-                                     sample=self.src_index, what=rk)
+            data = src.decode_inline(v, rk, self.src_index, src.offsets[self.src_index])
         else:
             return self.value(src.decode(rk, v, self.src_index), rk)
         if kind == "str" and comp is None:

@@ -81,9 +81,10 @@ class Shard:
         self.num_samples = footer["num_samples"]
         self.ext_sep = footer.get("ext_sep", ".")
         self.encoding = footer.get("encoding", encoding or "a85")
-        if type(self.encoding) is not str or self.encoding not in ENCODINGS:
+        # null: mldataforge's sidecar-only layout, where no value is inline text
+        if self.encoding is not None and (type(self.encoding) is not str or self.encoding not in ENCODINGS):
             raise self._corrupt(f"unknown JINX encoding {self.encoding!r}; expected one of {', '.join(ENCODINGS)}")
-        self.enc_code = ENCODINGS.index(self.encoding)
+        self.enc_code = -1 if self.encoding is None else ENCODINGS.index(self.encoding)
         self.binx_path = sidecar_path(path)
         self.plans: dict[str, tuple] = {}
         self.keymaps: dict[tuple, dict] = {}
@@ -124,7 +125,7 @@ class Shard:
             table = self.sidecar_view(value, key, -1, fo)
             exts = exts[:-1]
         elif isinstance(value, str):
-            table = _jinx.decode(value, self.enc_code, path=self.path, offset=fo, what=key)
+            table = self.decode_inline(value, key, -1, fo)
         else:
             raise self._corrupt(f"JINX footer {key!r} is not a string")
         if not exts or exts[0] != "npy" or len(exts) > 2:
@@ -175,6 +176,15 @@ class Shard:
                 self._binx = memoryview(self._binx_mm)
             self._binx_file.close()
         return self._binx
+
+    def decode_inline(self, text: str, key: str, sample: int, offset: int):
+        """The bytes of a value stored inline as base-encoded text."""
+        if self.enc_code < 0:
+            raise DecodeError(
+                f"value {key!r} is inline text, but the footer's encoding is null (a "
+                "sidecar-only file keeps every byte value in the .binx sidecar)",
+                path=self.path, offset=offset, sample=sample)
+        return _jinx.decode(text, self.enc_code, path=self.path, offset=offset, sample=sample, what=key)
 
     def sidecar_view(self, loc, key, sample, offset) -> memoryview:
         """The sidecar bytes a ``{"offset", "length"}`` location names."""
@@ -258,7 +268,7 @@ class Shard:
             data = self.sidecar_view(value, raw_key, sample, offset)
             exts = exts[:-1]
         elif isinstance(value, str):
-            data = _jinx.decode(value, self.enc_code, path=self.path, offset=offset, sample=sample, what=raw_key)
+            data = self.decode_inline(value, raw_key, sample, offset)
         else:
             raise DecodeError(
                 f"value {raw_key!r}: expected encoded text, got {type(value).__name__}",

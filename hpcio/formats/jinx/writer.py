@@ -54,7 +54,7 @@ class ShardWriter:
     def close(self, shard_id: int, shard_prev=None, shard_next=None, split=None) -> None:
         o = self.opts
         data = self.offsets.tobytes()
-        if o.binary_threshold is not None and len(data) > o.binary_threshold:
+        if o.binary_threshold is not None and (len(data) > o.binary_threshold or o.encoding is None):
             index, ext = self.store_bin(data), "npy.bin"
         else:
             index, ext = None, "npy"
@@ -124,7 +124,10 @@ class Options:
                  encoding, binary_threshold, ext_sep):
         self.compression = canonical_compression(compression)
         self.index_compression = canonical_compression(index_compression)
-        if encoding not in ENCODINGS:
+        if encoding is None and binary_threshold is None:
+            raise ValueError("JINX encoding=None needs a binary_threshold: with no text "
+                             "encoding, every byte value and the index go to the .binx sidecar")
+        if encoding is not None and encoding not in ENCODINGS:
             raise ValueError(f"unknown JINX encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
         if not isinstance(ext_sep, str) or not ext_sep:
             raise ValueError(f"ext_sep must be a non-empty string, got {ext_sep!r}")
@@ -144,9 +147,11 @@ class Options:
             compress_threshold if self.compression is not None else inf,
             binary_threshold if binary_threshold is not None else inf,
         )
-        self._encode = encoder(encoding)
+        self._encode = None if encoding is None else encoder(encoding)
 
     def encode(self, data) -> str:
+        """``data`` as inline text (not for ``encoding=None``, the sidecar-only layout
+        mldataforge also writes, where every byte value goes to the sidecar)."""
         return self._encode(data)
 
     def settings(self) -> tuple:
