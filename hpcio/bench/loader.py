@@ -18,7 +18,8 @@ import tempfile
 import time
 
 from ..formats.jinx import sidecar_path
-from .limits import settle_page_cache
+from .limits import dataset_files, settle_page_cache
+from .pagecache import evict, resident
 
 __all__ = ["tier_roots", "run_dataloader_sweep", "LOADER_FORMATS"]
 
@@ -94,6 +95,7 @@ def run_dataloader_sweep(
     batch_sizes=(32, 256),
     prefetch_factors=(2, 8),
     compute_per_sample: float = 50e-6,
+    cache: str = "cold",
     log=print,
 ) -> list[dict]:
     """DataLoader epochs over every (tier, format, num_workers, batch size, prefetch_factor).
@@ -104,12 +106,19 @@ def run_dataloader_sweep(
         The prepared datasets of ``profile``; each chosen one is copied to every tier.
     compute_per_sample : float
         Emulated accelerator seconds per sample (slept once per batch).
+    cache : {"cold", "warm"}
+        ``"cold"``: every epoch starts with the dataset's files evicted from the page
+        cache (checked with ``mincore``; the fraction still resident is recorded), as a
+        first epoch from a parallel filesystem does. ``"warm"``: the files are settled in
+        the page cache once, before the first epoch.
 
     Returns
     -------
     list of dict
         One record per configuration: samples/s, AU, wall and compute seconds.
     """
+    if cache not in ("cold", "warm"):
+        raise ValueError(f"cache must be 'cold' or 'warm', got {cache!r}")
     tiers = tier_roots() if tiers is None else tiers
     chosen = [d for d in datasets if d.name in formats]
     records = []
@@ -124,14 +133,19 @@ def run_dataloader_sweep(
                     shutil.copy(d.path, path)
                     if os.path.exists(sidecar_path(d.path)):
                         shutil.copy(sidecar_path(d.path), sidecar_path(path))
-                settle_page_cache(path)  # as the comparison's datasets are
+                if cache == "warm":
+                    settle_page_cache(path)  # as the comparison's datasets are
                 options = {"lazy": True} if d.name.startswith("jinx") else {}
                 for w in workers:
                     for bs in batch_sizes:
                         for pf in (prefetch_factors if w else (None,)):
                             rec = {"profile": profile, "tier": tier, "dataset": d.name, "workers": w,
                                    "batch_size": bs, "prefetch_factor": pf,
-                                   "compute_per_sample_s": compute_per_sample}
+                                   "compute_per_sample_s": compute_per_sample, "cache": cache}
+                            if cache == "cold":
+                                files = dataset_files(path)
+                                evict(files)
+                                rec["resident_before"] = resident(files).fraction
                             try:
                                 rec.update(_epoch(path, options, batch_size=bs, workers=w, prefetch=pf,
                                                   compute_per_sample=compute_per_sample))
@@ -139,7 +153,7 @@ def run_dataloader_sweep(
                                 last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
                                 rec.update(error=f"{type(exc).__name__}: {last}", samples=0,
                                            samples_per_s=0.0, au=0.0)
-                            log(f"  loader {profile:5s} {tier:6s} {d.name:16s} workers={w} batch={bs:<4d} "
+                            log(f"  loader {profile:5s} {tier:6s} {d.name:16s} {cache} workers={w} batch={bs:<4d} "
                                 f"prefetch={pf}  {rec['samples_per_s']:>10,.0f} samples/s  AU {rec['au']:.2f}")
                             records.append(rec)
         finally:

@@ -172,7 +172,8 @@ def loader_markdown(rows: list[dict]) -> str:
     if rows:
         out.write(f"Compute emulated by sleeping {rows[0]['compute_per_sample_s'] * 1e6:g} µs per sample "
                   "once per batch; AU = compute time / wall time of one shuffled epoch, worker start "
-                  "included.\n\n")
+                  f"included; page cache {rows[0].get('cache', 'warm')} (cold: each dataset's files "
+                  "evicted before every epoch).\n\n")
     out.write("| profile | tier | dataset | workers | batch | prefetch | samples/s | AU |\n")
     out.write("|---|---|---|---|---|---|---|---|\n")
     for r in rows:

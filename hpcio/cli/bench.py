@@ -38,6 +38,10 @@ def add_arguments(parser):
     loader.add_argument("--loader-prefetch", type=int, action="append", help="prefetch_factor values (default: 2 8)")
     loader.add_argument("--loader-compute", type=float, default=50e-6,
                         help="emulated compute seconds per sample, slept once per batch (default: %(default)s)")
+    loader.add_argument("--loader-cache", choices=["cold", "warm"], default="cold",
+                        help="cold: evict each dataset's files from the page cache before every epoch "
+                             "(checked with mincore), as a first epoch on a parallel filesystem; warm: "
+                             "settle them in the page cache once (default: %(default)s)")
     loader.add_argument("--loader-format", action="append",
                         help="datasets to load (default: mds, mds-sample-zstd, jinx, jinx-zst-bin, parquet)")
     parser.add_argument("--staging", action="store_true",
@@ -127,6 +131,7 @@ def _loader_options(args) -> dict:
         "prefetch_factors": tuple(args.loader_prefetch or (2, 8)),
         "compute_per_sample": args.loader_compute,
         "formats": tuple(args.loader_format or LOADER_FORMATS),
+        "cache": args.loader_cache,
     }
 
 
