@@ -37,19 +37,16 @@ from . import _mpi
 from .engine import CopyEngine, Item, assign_items, io_errors, split_items, unlink_quiet
 from .manifest import (
     MANIFEST_NAME,
-    TMP_MARK,
     FileRecord,
     Journal,
     Manifest,
-    is_journal,
     journal_paths,
-    read_manifest,
     write_manifest,
 )
 from .plan import DEFAULT_CHUNK_BYTES, StagePlan, plan_stage
 from .tiers import Tier, is_node_local, resolve_tiers
 
-__all__ = ["stage", "unstage", "StageResult", "default_threads"]
+__all__ = ["stage", "StageResult", "default_threads"]
 
 # Seconds between two progress lines when stderr is not a terminal.
 _PROGRESS_INTERVAL = 10.0
@@ -414,51 +411,3 @@ def _stage_per_node(comm, src, dst, plan_kw: dict, run_kw: dict) -> StageResult:
         return leader_result
     finally:
         node.Free()
-
-
-def unstage(path, *, dry_run: bool = False) -> list[str]:
-    """Remove a staged copy made by :func:`stage`: the files its manifest lists, then
-    the manifest, leftover journals and temporary files, and directories left empty.
-
-    Files the manifest does not list are kept (with their directories).
-
-    Returns
-    -------
-    list of str
-        Paths removed (or that would be, with ``dry_run``).
-
-    Raises
-    ------
-    StagingError
-        ``path`` holds no staging manifest: it was not made by ``hpcio stage``.
-    """
-    path = os.path.abspath(os.fspath(path))
-    manifest = read_manifest(path) if os.path.isdir(path) else None
-    if manifest is None:
-        raise StagingError(f"refusing to remove a directory without a staging manifest ({MANIFEST_NAME})",
-                           path=path)
-    listed = {rec.path for rec in manifest.files}
-    targets = [os.path.join(path, rel) for rel in sorted(listed)]
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
-            head, mark, _ = rel.rpartition(TMP_MARK)
-            if (mark and (head in listed or head == MANIFEST_NAME)) or (root == path and is_journal(name)):
-                targets.append(os.path.join(root, name))
-    targets.append(os.path.join(path, MANIFEST_NAME))
-    if dry_run:
-        return targets
-    removed = []
-    for target in targets:
-        try:
-            os.unlink(target)
-            removed.append(target)
-        except FileNotFoundError:
-            pass
-    for root, _dirs, _names in sorted(os.walk(path, topdown=False), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(root)
-        except OSError:
-            pass  # not empty: holds files the manifest does not list
-    return removed
-
