@@ -16,14 +16,15 @@ from .errors import PathEscapeError
 __all__ = ["check_relative_name", "resolve_inside", "is_inside"]
 
 
-def check_relative_name(name, *, what: str, source) -> str:
+def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
     """``name`` if it is a non-empty relative path without ``..`` components or NUL;
-    else PathEscapeError naming ``what`` and the file ``source`` it was read from."""
+    else PathEscapeError naming ``what`` and where it was read (file ``source``, byte
+    ``offset``, ``sample``)."""
     if not isinstance(name, str) or not name or "\0" in name:
-        raise PathEscapeError(f"{what} {name!r} is not a file name", path=source)
+        raise PathEscapeError(f"{what} {name!r} is not a file name", path=source, offset=offset, sample=sample)
     parts = name.replace("\\", "/").split("/")
     if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
-        raise PathEscapeError(f"{what} {name!r} leaves its directory", path=source)
+        raise PathEscapeError(f"{what} {name!r} leaves its directory", path=source, offset=offset, sample=sample)
     return name
 
 

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 
 import numpy as np
 
+from .._paths import resolve_inside
 from ..errors import (
     CapabilityError,
     CorruptShardError,
+    ExternalStorageError,
     MissingDependencyError,
     SchemaError,
     ShardNotFoundError,
@@ -191,7 +194,7 @@ def merge_index(directory, parts, **options) -> None:
     directory = os.fspath(directory)
     fields = None
     for part in parts:
-        path = os.path.join(directory, part["file"])
+        path = resolve_inside(directory, part["file"], what="HDF5 shard name", source=directory)
         if not os.path.isfile(path):
             raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
         if not part["samples"]:
@@ -228,7 +231,7 @@ class _File:
         self.offsets = {}
         for field, spec in self.fields.items():
             if spec["storage"] == "fixed":
-                ds = self.file.get(field)
+                ds = self._dataset(field)
                 expected = (self.n, *spec["shape"])
                 if ds is None or not hasattr(ds, "dtype"):
                     raise SchemaError(f"field {field!r}: expected a dataset of shape {expected}, "
@@ -239,7 +242,7 @@ class _File:
                                       path=self.path)
                 self.data[field] = ds
             else:
-                off, data = self.file.get(f"{field}/offsets"), self.file.get(f"{field}/data")
+                off, data = self._dataset(f"{field}/offsets"), self._dataset(f"{field}/data")
                 if off is None or data is None or not hasattr(off, "shape") or not hasattr(data, "shape"):
                     raise SchemaError(f"field {field!r}: expected datasets {field}/offsets and "
                                       f"{field}/data", path=self.path)
@@ -247,6 +250,33 @@ class _File:
                 _layout.check_offsets(table, self.n, data.shape[0], field=field, path=self.path)
                 self.offsets[field] = table
                 self.data[field] = data
+
+    def _dataset(self, name: str):
+        """The object at ``name``, None when absent; ExternalStorageError when reaching
+        it or its values would open another file: an external link on the way, external
+        storage (HDF5 resolves those names from the working directory) or a virtual
+        dataset.  hpcio never writes any of them."""
+        h5py = sys.modules["h5py"]
+        parts = name.split("/")
+        for k in range(1, len(parts) + 1):
+            link = self.file.get("/".join(parts[:k]), getlink=True)
+            if link is None:
+                return None
+            if isinstance(link, h5py.ExternalLink):
+                raise ExternalStorageError(
+                    f"dataset {name!r}: {'/'.join(parts[:k])!r} is an external link to "
+                    f"{link.filename}:{link.path}", path=self.path)
+        obj = self.file.get(name)
+        if isinstance(obj, h5py.Dataset):
+            if obj.is_virtual:
+                sources = sorted({m.file_name for m in obj.virtual_sources()})
+                raise ExternalStorageError(f"dataset {name!r} is a virtual dataset over {sources}",
+                                           path=self.path)
+            if obj.external:
+                files = sorted({str(e[0]) for e in obj.external})
+                raise ExternalStorageError(f"dataset {name!r} keeps its values in external files {files}",
+                                           path=self.path)
+        return obj
 
     def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
         out = [dict() for _ in range(len(rows))]

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._paths import resolve_inside
 from ..errors import (
     CorruptShardError,
     MissingDependencyError,
@@ -119,7 +120,7 @@ def merge_index(directory, parts, **options) -> dict:
     for part in parts:
         if not part["num_samples"]:
             continue
-        where = os.path.join(directory, part["name"])
+        where = resolve_inside(directory, part["name"], what="Zarr part name", source=directory)
         if _read_attrs(where) is None:
             raise ShardNotFoundError("Zarr part named by an index part is missing", path=where)
         if fields is not None and part["fields"] != fields:
@@ -309,7 +310,8 @@ class _Part:
     """The arrays of one part, with ragged offsets held in memory."""
 
     def __init__(self, store: str, name: str, fields: dict, n: int, zarr):
-        self.path = os.path.join(store, name)
+        root_meta = os.path.join(store, "zarr.json")
+        self.path = resolve_inside(store, name, what="Zarr part name", source=root_meta)
         self.n = n
         self.fields = fields
         self.arrays = {}
@@ -335,8 +337,10 @@ class _Part:
                 self.arrays[field] = data
 
     def _open(self, zarr, name):
+        where = resolve_inside(self.path, name, what="Zarr array name",
+                               source=os.path.join(os.path.dirname(self.path), "zarr.json"))
         try:
-            return zarr.open_array(os.path.join(self.path, name), mode="r")
+            return zarr.open_array(where, mode="r")
         except FileNotFoundError:
             raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
 
