@@ -146,7 +146,10 @@ class ChecksumMismatchError(CorruptShardError):
 
 
 class SourceChangedError(StagingError):
-    """A source file changed (size or modification time) while it was being copied."""
+    """A source file changed (size or modification time) while it was being copied;
+    ``now`` holds its ``os.stat_result`` when known."""
+
+    now = None
 
 
 class SymlinkError(StagingError):

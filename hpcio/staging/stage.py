@@ -44,6 +44,7 @@ from .manifest import (
     write_manifest,
 )
 from .plan import DEFAULT_CHUNK_BYTES, StagePlan, plan_stage
+from .scan import make_real_dir, place_links
 from .tiers import Tier, is_node_local, resolve_tiers
 
 __all__ = ["stage", "StageResult", "default_threads"]
@@ -197,7 +198,10 @@ def _prepare(engine: CopyEngine, kept: list[str], chunked: dict[str, int]) -> No
     for rel in plan.stale:
         unlink_quiet(os.path.join(plan.dst, rel))
     for d in plan.dirs:
-        os.makedirs(os.path.join(plan.dst, d), exist_ok=True)
+        make_real_dir(plan.dst, d)
+    for rel in plan.replace:
+        unlink_quiet(os.path.join(plan.dst, rel))  # the link itself, never its target
+    place_links(plan.dst, plan.links)
     for rel in chunked:
         fd = os.open(engine.tmp_path(rel), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -250,7 +254,8 @@ def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str,
     # Renames and new directories become durable before the manifest says "complete".
     for d in [os.path.join(plan.dst, d) for d in reversed(plan.dirs)] + [plan.dst]:
         _sync_dir(engine, d)
-    manifest = Manifest(source=plan.src, files=list(records.values()), job_id=os.environ.get("SLURM_JOB_ID"))
+    manifest = Manifest(source=plan.src, files=list(records.values()), job_id=os.environ.get("SLURM_JOB_ID"),
+                        links=list(plan.links))
     path = write_manifest(plan.dst, manifest, tmp_suffix, engine.durable)
     for journal in journal_paths(plan.dst):
         unlink_quiet(journal)
@@ -301,6 +306,7 @@ def stage(
     progress: bool = True,
     tmp_suffix: str | None = None,
     fsync: bool | None = None,
+    symlinks: str = "copy",
 ) -> StageResult:
     """Copy the dataset at ``src`` into directory ``dst``, verified and resumable.
 
@@ -347,6 +353,12 @@ def stage(
         for a shared destination only.  A node-local one (job scratch, NVMe, ``/dev/shm``,
         ``$TMPDIR``) does not outlive the node's jobs, and a resumed run re-verifies every
         file it keeps, so its copies are published without waiting for the disk.
+    symlinks : {"copy", "refuse", "follow", "follow-outside"}
+        Symbolic links in ``src``: ``copy`` (default) recreates each as a link with the
+        same relative target, which must lie inside ``src``; ``refuse`` refuses any;
+        ``follow`` copies what each points to, which must lie inside ``src``;
+        ``follow-outside`` copies it wherever it lies.  Links in ``dst`` are never
+        written through (see :mod:`hpcio.staging.scan`).
 
     Returns
     -------
@@ -358,6 +370,11 @@ def stage(
         The plan needs more bytes or inodes than the destination has free.
     ChecksumMismatchError
         A copied file disagrees with the checksum its source records.
+    SymlinkError
+        A link in ``src`` the ``symlinks`` policy refuses, or one in ``dst`` that a copy
+        would write through.
+    SourceChangedError
+        A source file changed while it was copied, and again when copied once more.
     StagingError
         Any I/O failure (``ENOSPC``/``EDQUOT`` named as such).
     """
@@ -366,7 +383,7 @@ def stage(
     threads = default_threads() if threads is None else int(threads)
     if threads < 1:
         raise HpcioError(f"threads must be at least 1, got {threads}")
-    plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat)
+    plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat, symlinks=symlinks)
     run_kw = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
                   show_progress=progress, tmp_suffix=tmp_suffix, fsync=fsync)
     if comm is None:
