@@ -16,6 +16,7 @@ asked for and h5py was built with MPI (``h5py.get_config().mpi``), which PyPI wh
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -31,8 +32,10 @@ from ..errors import (
     MissingDependencyError,
     SchemaError,
     ShardNotFoundError,
+    WriterSpaceError,
 )
 from ..registry import Capabilities
+from ..units import format_bytes
 from . import _layout
 from .base import (PendingFiles, files_bytes, first_file_head, inspect_report,
                    sample_starts, shard_files, verify_samples)
@@ -45,6 +48,8 @@ NAME = "hdf5"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
 
 SHARD_PATTERN = "shard-%06d.h5"
+# Room for the superblock, object headers and B-trees of a file written by the mpio driver.
+_METADATA_BYTES = 1 << 20
 _MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
@@ -148,36 +153,57 @@ class Writer(_Writer):
             self._write_file()
 
     def _write_file(self):
+        """Write the buffered samples as the next file.
+
+        The file is assembled in memory (HDF5's core driver) and written with plain I/O
+        after a free-space check: the HDF5 bundled with h5py crashes the process when a
+        write fails on a full disk, so HDF5 never writes to the disk itself (except
+        through the ``mpio`` driver, checked against an uncompressed estimate)."""
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
         self.file_names.append(os.path.basename(final))
         n = self.buffer.count
         fields = self.buffer.fields or {}
+        estimate = self.buffer.nbytes + 8 * (n + 1) * len(fields) + _METADATA_BYTES
         columns = self.buffer.take() if self.buffer.fields is not None else {}
-        with self.h5py.File(self.pending.add(final), "w", **self.file_kwargs) as f:
-            for name, spec in fields.items():
-                if spec["storage"] == "fixed":
-                    values = columns[name]
-                    f.create_dataset(name, data=values,
-                                     chunks=(max(1, min(self.chunk_samples, n)), *spec["shape"]) if n else None,
-                                     **(self.filters if n else {}))
-                    continue
-                lengths, flat = columns[name]
-                offsets = np.zeros(n + 1, dtype=np.uint64)
-                np.cumsum(lengths, out=offsets[1:])
-                group = f.create_group(name)
-                group.create_dataset("offsets", data=offsets,
-                                     chunks=(min(self.chunk_samples, n + 1),), **self.filters)
-                group.create_dataset("data", data=flat,
-                                     chunks=(max(1, min(self.chunk_bytes, len(flat))),) if len(flat) else None,
-                                     **(self.filters if len(flat) else {}))
-            f.attrs["hpcio"] = json.dumps({"version": _layout.LAYOUT_VERSION, "num_samples": n,
-                                           "fields": fields})
+        tmp = self.pending.add(final)
+        if self.file_kwargs:
+            _check_space(tmp, estimate)
+            with self.h5py.File(tmp, "w", **self.file_kwargs) as f:
+                self._fill(f, fields, columns, n)
+            return
+        with self.h5py.File(f"{tmp}.image", "w", driver="core", backing_store=False) as f:
+            self._fill(f, fields, columns, n)
+            del columns
+            f.flush()
+            image = f.id.get_file_image()
+        _write_image(tmp, image)
+
+    def _fill(self, f, fields: dict, columns: dict, n: int) -> None:
+        for name, spec in fields.items():
+            if spec["storage"] == "fixed":
+                values = columns[name]
+                f.create_dataset(name, data=values,
+                                 chunks=(max(1, min(self.chunk_samples, n)), *spec["shape"]) if n else None,
+                                 **(self.filters if n else {}))
+                continue
+            lengths, flat = columns[name]
+            offsets = np.zeros(n + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=offsets[1:])
+            group = f.create_group(name)
+            group.create_dataset("offsets", data=offsets,
+                                 chunks=(min(self.chunk_samples, n + 1),), **self.filters)
+            group.create_dataset("data", data=flat,
+                                 chunks=(max(1, min(self.chunk_bytes, len(flat))),) if len(flat) else None,
+                                 **(self.filters if len(flat) else {}))
+        f.attrs["hpcio"] = json.dumps({"version": _layout.LAYOUT_VERSION, "num_samples": n,
+                                       "fields": fields})
 
     def close(self) -> None:
-        if self.buffer.count or not self.pending:
-            self._write_file()
-        self.pending.publish()
+        with self.aborting():
+            if self.buffer.count or not self.pending:
+                self._write_file()
+            self.pending.publish()
 
     def abort(self) -> None:
         self.pending.discard()
@@ -185,6 +211,29 @@ class Writer(_Writer):
     def index_part(self) -> dict:
         """The file written under the sharded-writing hook: name, sample count, fields."""
         return {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
+
+
+def _check_space(path: str, need: int) -> None:
+    """WriterSpaceError when the filesystem holding ``path`` has fewer than ``need``
+    bytes free for this user."""
+    st = os.statvfs(os.path.dirname(path) or ".")
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise WriterSpaceError(f"HDF5 file needs {format_bytes(need)} ({need} bytes), the filesystem "
+                               f"has {format_bytes(free)} ({free} bytes) free", path=path)
+
+
+def _write_image(path: str, image: bytes) -> None:
+    """Write a file image, a full disk raised as WriterSpaceError (the caller's abort
+    removes the partial file)."""
+    _check_space(path, len(image))
+    try:
+        with open(path, "wb") as f:
+            f.write(image)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise WriterSpaceError(f"no space left writing the HDF5 file ({exc.strerror})", path=path) from exc
+        raise
 
 
 def merge_index(directory, parts, **options) -> None:

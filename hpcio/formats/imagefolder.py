@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from .base import Reader as _Reader
-from .base import Verification, files_bytes, inspect_report
+from .base import Verification, files_bytes, inspect_report, remove_files
 from .base import Writer as _Writer
 from .webdataset import member_field, decode_member, member_suffix, split_name
 
@@ -216,14 +216,18 @@ class Writer(_Writer):
         order = sorted(range(len(self.samples)), key=lambda k: (self.samples[k][0], self.samples[k][1]))
         meta = {"format": "imagefolder", "classes": classes,
                 "samples": [list(self.samples[k]) for k in order]}
-        tmp = os.path.join(self.path, INDEX + f".tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(meta, f, ensure_ascii=False)
-        os.replace(tmp, os.path.join(self.path, INDEX))
+        with self.aborting():
+            with open(self._index_tmp(), "w") as f:
+                json.dump(meta, f, ensure_ascii=False)
+            os.replace(self._index_tmp(), os.path.join(self.path, INDEX))
+
+    def _index_tmp(self) -> str:
+        return os.path.join(self.path, INDEX + f".tmp.{os.getpid()}")
 
     def abort(self) -> None:
         for folder in self.created:
             shutil.rmtree(folder, ignore_errors=True)
+        remove_files([self._index_tmp()])
         if self.created_dir:
             shutil.rmtree(self.path, ignore_errors=True)
 

@@ -528,9 +528,10 @@ class Writer(FileWriter):
         self.count += 1
 
     def close(self) -> None:
-        if self.file is not None:
-            self._finish_shard()
-        self.pending.publish()
+        with self.aborting():
+            if self.file is not None:
+                self._finish_shard()
+            self.pending.publish()
 
     def index_part(self) -> dict | None:
         """The shard written under the sharded-writing hook (file name and sample count);

@@ -36,7 +36,7 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..registry import Capabilities
-from . import _layout
+from . import _layout, base
 from .base import files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
@@ -192,6 +192,7 @@ class Writer(_Writer):
         self.single = part is None
         self.part_name = PART_PATTERN % (part or 0)
         self.created_dir = not os.path.exists(self.path)
+        self.created_root = False
         self.part_path = os.path.join(self.path, self.part_name)
         if os.path.exists(self.part_path):
             raise FileExistsError(f"{self.part_path} already exists")
@@ -221,6 +222,7 @@ class Writer(_Writer):
             zarr.open_group(self.path, mode="w")
         elif not os.path.exists(os.path.join(self.path, "zarr.json")):
             os.makedirs(self.path, exist_ok=True)
+            self.created_root = True
             zarr.open_group(self.path, mode="a")
         self.group = zarr.open_group(self.part_path, mode="w-")
         cfg = {"write_empty_chunks": True}
@@ -286,15 +288,16 @@ class Writer(_Writer):
         self.rows = hi
 
     def close(self) -> None:
-        if self.buffer.fields is None:  # no sample at all: an empty store
-            self.buffer.fields = {}
-        self._flush(final=True)
-        if self.group is None:
-            self._create()
-        self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
-                                     "num_samples": self.rows, "fields": self.buffer.fields}
-        if self.single:
-            finalize(self.path)
+        with self.aborting():
+            if self.buffer.fields is None:  # no sample at all: an empty store
+                self.buffer.fields = {}
+            self._flush(final=True)
+            if self.group is None:
+                self._create()
+            self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
+                                         "num_samples": self.rows, "fields": self.buffer.fields}
+            if self.single:
+                finalize(self.path)
 
     def index_part(self) -> dict:
         """The part written under the sharded-writing hook: name, sample count, fields."""
@@ -304,6 +307,8 @@ class Writer(_Writer):
         shutil.rmtree(self.part_path, ignore_errors=True)
         if self.created_dir:
             shutil.rmtree(self.path, ignore_errors=True)
+        elif self.created_root:
+            base.remove_files([os.path.join(self.path, "zarr.json")])
 
 
 class _Part:
