@@ -124,3 +124,18 @@ def test_hdf5_files_written_from_memory_read_back(tmp_path):
     got = list(hpcio.open(tmp_path / "ds"))
     assert [s["id"] for s in got] == list(range(7))
     assert [s["text"] for s in got] == [s["text"] for s in samples(7, 50)]
+
+
+def test_hpcio_convert_to_hdf5_on_a_full_disk_fails_cleanly(tmpfs, tmp_path):
+    pytest.importorskip("h5py")
+    mnt, fill = tmpfs
+    src = tmp_path / "src.jsonl"
+    src.write_text("".join(f'{{"id": {s["id"]}, "text": "{s["text"]}"}}\n' for s in samples(3000, 200)))
+    fill(128 << 10)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(hpcio.__file__)),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "hpcio.cli", "convert", str(src), str(mnt / "out"), "--to", "hdf5"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "hpcio: error: HDF5 file needs" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (mnt / "out").exists()  # only the resumable partial state stays
