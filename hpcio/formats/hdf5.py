@@ -142,8 +142,8 @@ class Writer(_Writer):
         self.filters = compression_filter(compression, clevel)
         self.pattern = pattern
         self.shard_number = start_shard
-        self.pending = PendingFiles(self.path)
         self.buffer = _layout.ColumnBuffer(self.path, schema)
+        self.pending = PendingFiles(self.path)
         self.max_size = max_size
 
     def write(self, sample: Mapping) -> None:

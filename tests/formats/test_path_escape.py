@@ -183,3 +183,15 @@ def test_image_folder_index_cannot_name_files_outside(tmp_path, entry):
     (folder / "index.json").write_text(json.dumps(meta))
     with pytest.raises(PathEscapeError, match=re.escape(str(folder / "index.json"))):
         hpcio.open(folder)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+@pytest.mark.parametrize("how", ["sample", "schema"])
+def test_layout_writers_refuse_field_names_naming_directories(tmp_path, fmt, how):
+    pytest.importorskip({"zarr": "zarr", "hdf5": "h5py"}[fmt])
+    from hpcio.errors import UnsupportedValueError
+
+    options = {"schema": {"..": "int"}} if how == "schema" else {}
+    with pytest.raises(UnsupportedValueError, match=re.escape("field name '..' would name a directory")):
+        write(tmp_path / "out", fmt, [{"..": 1}], **options)
+    assert not (tmp_path / "out").exists()
