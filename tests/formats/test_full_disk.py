@@ -34,14 +34,9 @@ CASES = [
 
 
 @pytest.fixture
-def tmpfs(tmp_path):
+def tmpfs(mount_tmpfs):
     """A 512 KiB tmpfs; ``fill(leave)`` fills it until ``leave`` bytes stay free."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    mnt = mount_tmpfs("tmpfs", "size=512k")
 
     def fill(leave: int) -> None:
         with open(mnt / FILLER, "wb", buffering=0) as f:
@@ -53,12 +48,7 @@ def tmpfs(tmp_path):
         if leave:
             os.truncate(mnt / FILLER, os.path.getsize(mnt / FILLER) - leave)
 
-    try:
-        yield mnt, fill
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], check=True)
-            pytest.fail("the tmpfs was still busy: a writer left a file open")
+    return mnt, fill
 
 
 def samples(n: int, size: int):
@@ -76,9 +66,10 @@ def write_all(path, fmt, options, n, size):
 def write_in_child(path, fmt, options, n, size) -> subprocess.CompletedProcess:
     """The same write in a child process, so a crash inside a library fails this test
     instead of killing the test run."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+        sys.path[:0] = [{tests!r}, {os.path.dirname(tests)!r}]
         from formats.test_full_disk import write_all
         try:
             write_all({str(path)!r}, {fmt!r}, {options!r}, {n}, {size})
@@ -126,16 +117,13 @@ def test_hdf5_files_written_from_memory_read_back(tmp_path):
     assert [s["text"] for s in got] == [s["text"] for s in samples(7, 50)]
 
 
-def test_hpcio_convert_to_hdf5_on_a_full_disk_fails_cleanly(tmpfs, tmp_path):
+def test_hpcio_convert_to_hdf5_on_a_full_disk_fails_cleanly(tmpfs, tmp_path, run_hpcio):
     pytest.importorskip("h5py")
     mnt, fill = tmpfs
     src = tmp_path / "src.jsonl"
     src.write_text("".join(f'{{"id": {s["id"]}, "text": "{s["text"]}"}}\n' for s in samples(3000, 200)))
     fill(128 << 10)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(hpcio.__file__)),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "hpcio.cli", "convert", str(src), str(mnt / "out"), "--to", "hdf5"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = run_hpcio("convert", str(src), str(mnt / "out"), "--to", "hdf5")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "hpcio: error: HDF5 file needs" in proc.stderr and "Traceback" not in proc.stderr
     assert not (mnt / "out").exists()  # only the resumable partial state stays

@@ -90,23 +90,24 @@ def h5_shard(tmp_path):
     return h5py, out / "shard-000000.h5", secret, other
 
 
-def test_hdf5_external_storage_is_refused(h5_shard):
-    h5py, shard, secret, _other = h5_shard
-    with h5py.File(shard, "a") as f:
-        del f["v"]
-        f.create_dataset("v", shape=(4,), dtype="<i8", external=[(str(secret), 0, 32)])
-    with pytest.raises(ExternalStorageError, match=re.escape(
-            f"dataset 'v' keeps its values in external files ['{secret}'] ({shard})")):
-        hpcio.open(shard.parent)
+def external_storage(h5py, f, secret, other):
+    del f["v"]
+    f.create_dataset("v", shape=(4,), dtype="<i8", external=[(str(secret), 0, 32)])
+    return f"dataset 'v' keeps its values in external files ['{secret}']"
 
 
-def test_hdf5_external_link_is_refused(h5_shard):
-    h5py, shard, _secret, other = h5_shard
+def external_link(h5py, f, secret, other):
+    del f["t/offsets"]
+    f["t/offsets"] = h5py.ExternalLink(str(other), "/v")
+    return f"dataset 't/offsets': 't/offsets' is an external link to {other}:/v"
+
+
+@pytest.mark.parametrize("damage", [external_storage, external_link])
+def test_hdf5_values_in_other_files_are_refused(h5_shard, damage):
+    h5py, shard, secret, other = h5_shard
     with h5py.File(shard, "a") as f:
-        del f["t/offsets"]
-        f["t/offsets"] = h5py.ExternalLink(str(other), "/v")
-    with pytest.raises(ExternalStorageError, match=re.escape(
-            f"dataset 't/offsets': 't/offsets' is an external link to {other}:/v ({shard})")):
+        message = damage(h5py, f, secret, other)
+    with pytest.raises(ExternalStorageError, match=re.escape(f"{message} ({shard})")):
         hpcio.open(shard.parent)
 
 
