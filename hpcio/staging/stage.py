@@ -210,7 +210,7 @@ def _prepare(engine: CopyEngine, kept: list[str], chunked: dict[str, int]) -> No
             os.close(fd)
     # Re-staging must not hand a purge policy the times of the first copy.
     for rel in kept:
-        os.utime(engine.dst_path(rel))
+        os.utime(engine.dst_path(rel), follow_symlinks=False)
     _sync_dir(engine, plan.dst)
 
 
