@@ -26,6 +26,11 @@ __all__ = [
     "StagingError",
     "InsufficientSpaceError",
     "ChecksumMismatchError",
+    "PathEscapeError",
+    "ExternalStorageError",
+    "SymlinkError",
+    "SourceChangedError",
+    "WriterSpaceError",
     "PlanError",
     "ResumeError",
     "BadSampleError",
@@ -138,6 +143,39 @@ class InsufficientSpaceError(StagingError):
 
 class ChecksumMismatchError(CorruptShardError):
     """A file's checksum differs from the one recorded in its index or manifest."""
+
+
+class SourceChangedError(StagingError):
+    """A source file changed (size or modification time) while it was being copied;
+    ``now`` holds its ``os.stat_result`` when known."""
+
+    now = None
+
+
+class SymlinkError(StagingError):
+    """A symbolic link staging will not copy as asked: one in the source leading outside
+    it, or one in the destination that a copy would write through."""
+
+
+# --- names read from files --------------------------------------------------------------
+
+
+class PathEscapeError(HpcioError, ValueError):
+    """A name read from a file (a manifest entry, a part or field name, an index entry)
+    leads outside the directory it belongs to."""
+
+
+class ExternalStorageError(PathEscapeError):
+    """An HDF5 dataset keeps its values in another file (external storage, an external
+    link or a virtual dataset), which a reader would open wherever it points."""
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+class WriterSpaceError(HpcioError, OSError):
+    """A writer found too little free space to finish a file, and stopped before the
+    library writing it would fail (HDF5 crashes on a full disk)."""
 
 
 # --- conversion ------------------------------------------------------------------------

@@ -18,6 +18,10 @@
 ``row_group_reads``
     The list of row-group numbers pyarrow's ``ParquetFile.read_row_group`` is called
     with during the test, in call order.
+``mount_tmpfs``
+    ``mount_tmpfs(name, options)``: a real tmpfs (``mount -o options``) at
+    ``tmp_path/name``; the test skips where mounting is not allowed (it needs root), and
+    fails if a file is still open there at its end.
 """
 
 from __future__ import annotations
@@ -93,6 +97,30 @@ def demo_samples():
         return list(_demo(profile, n, seed))
 
     return make
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path):
+    mounted = []
+
+    def mount(name: str, options: str):
+        path = tmp_path / name
+        path.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    busy = []
+    for path in mounted:
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+            busy.append(str(path))
+    if busy:
+        pytest.fail(f"a file was still open on {', '.join(busy)} at the end of the test")
 
 
 @pytest.fixture

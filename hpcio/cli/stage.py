@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import HpcioError
+from ..errors import HpcioError, SymlinkError
 from ..staging.plan import DEFAULT_CHUNK_BYTES
 from ..staging.stage import stage
 from ..units import parse_bytes
@@ -38,15 +38,35 @@ def add_arguments(parser) -> None:
     durability.add_argument("--no-fsync", dest="fsync", action="store_false",
                             help="never fsync (default for a node-local destination, which does not "
                                  "outlive the job; a resumed run re-verifies what it keeps)")
+    links = parser.add_mutually_exclusive_group()
+    links.add_argument("--follow-symlinks", action="store_true",
+                       help="copy what links in SRC point to (each must lie inside SRC) instead of "
+                            "recreating them as links")
+    links.add_argument("--refuse-symlinks", action="store_true", help="fail on any link in SRC")
+    parser.add_argument("--allow-outside-links", action="store_true",
+                        help="with --follow-symlinks, also copy targets that lie outside SRC")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def symlink_policy(args) -> str:
+    """The ``symlinks=`` value of :func:`hpcio.staging.stage` the link options ask for."""
+    if args.allow_outside_links and not args.follow_symlinks:
+        raise SymlinkError("--allow-outside-links needs --follow-symlinks")
+    if args.refuse_symlinks:
+        return "refuse"
+    if args.follow_symlinks:
+        return "follow-outside" if args.allow_outside_links else "follow"
+    return "copy"
 
 
 def run(args) -> int:
     try:
+        symlinks = symlink_policy(args)
         result = stage(
             args.src, args.dst, threads=args.threads, dry_run=args.dry_run,
             chunk_bytes=parse_bytes(args.chunk_size, what="--chunk-size"), node_local=args.node_local,
             use_mpi=not args.no_mpi, method=args.method, progress=not args.quiet, fsync=args.fsync,
+            symlinks=symlinks,
         )
     except HpcioError as exc:
         print(f"hpcio stage: error: {exc}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import HpcioError
-from ..staging.stage import unstage
+from ..staging.unstage import unstage
 
 HELP = "remove a staged copy made by hpcio stage (refuses directories without its manifest)"
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import CorruptShardError, SchemaError
+from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
 from . import _values
 from .base import BatchReader, by_shard
 
@@ -58,6 +58,17 @@ def spec_from_option(option) -> dict:
     return {"kind": option, "storage": "ragged"}
 
 
+def check_field_name(name, sample, path) -> str:
+    """A field name that can name an array or dataset: besides
+    :func:`~hpcio.formats._values.check_field_name`'s rules, not ``.`` or ``..``, which
+    would name the part itself or its parent."""
+    _values.check_field_name(name, sample=sample, path=path)
+    if name in (".", ".."):
+        raise UnsupportedValueError(f"field name {name!r} would name a directory, not an array",
+                                    path=path, sample=sample)
+    return name
+
+
 class ColumnBuffer:
     """Samples collected column by column, checked against a schema fixed by the first
     sample (or given up front)."""
@@ -65,7 +76,8 @@ class ColumnBuffer:
     def __init__(self, path: str, schema: Mapping | None = None):
         self.path = path
         self.fields: dict[str, dict] | None = (
-            {k: spec_from_option(v) for k, v in schema.items()} if schema else None)
+            {check_field_name(k, None, path): spec_from_option(v) for k, v in schema.items()}
+            if schema else None)
         self.fixed_given = bool(schema)
         self.clear()
 
@@ -77,7 +89,7 @@ class ColumnBuffer:
     def _infer(self, sample: Mapping, index: int):
         fields = {}
         for name in sample:
-            _values.check_field_name(name, sample=index, path=self.path)
+            check_field_name(name, index, self.path)
             value = sample[name]
             fields[name] = field_spec(
                 _values.kind_of(value, field=name, sample=index, path=self.path), value)

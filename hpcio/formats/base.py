@@ -15,6 +15,7 @@ default) is the cheap average that sizes the read batches of views and pipelines
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -250,8 +251,10 @@ class SequentialReader(Reader):
 class Writer(abc.ABC):
     """Writes samples; nothing is visible to readers until ``close`` publishes the index.
 
-    Used as a context manager: on normal exit the dataset is finalised; on an exception
-    ``abort`` removes what was written, so no half-written dataset is ever visible.
+    Used as a context manager: on normal exit the dataset is finalised; on an exception,
+    in the block or in ``close`` itself (a full disk at the final flush), ``abort``
+    removes what was written, so no half-written dataset is ever visible.  A format's
+    ``close`` runs its work under :meth:`aborting` so a direct call cleans up the same.
     """
 
     def __init__(self, path: str | os.PathLike, **options):
@@ -270,14 +273,26 @@ class Writer(abc.ABC):
         """Flush shards and publish the index (atomically)."""
 
     def abort(self) -> None:
-        """Discard the output written so far (temporary files included)."""
+        """Discard the output written so far (temporary files included); safe to call
+        again, and after a ``close`` that failed."""
+
+    @contextlib.contextmanager
+    def aborting(self):
+        """Run a ``close`` body: on any failure the output is discarded, then the error
+        raised."""
+        try:
+            yield
+        except BaseException:
+            self.abort()
+            raise
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.close()
+            with self.aborting():
+                self.close()
         else:
             self.abort()
         return False
@@ -292,13 +307,17 @@ class FileWriter(Writer):
     pending: PendingFiles
 
     def close_file(self) -> None:
-        """Close the file being written, if one is open."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        """Close the file being written, if one is open (it counts as closed even when
+        its last flush fails)."""
+        file, self.file = self.file, None
+        if file is not None:
+            file.close()
 
     def abort(self) -> None:
-        self.close_file()
+        try:
+            self.close_file()
+        except Exception:  # noqa: BLE001 - the file is discarded: its flush error is moot
+            pass
         self.pending.discard()
 
 
@@ -331,8 +350,17 @@ class PendingFiles:
         return bool(self.finals)
 
     def publish(self) -> None:
-        for final in self.finals:
-            os.replace(self.temp_name(final), final)
+        """Rename every file to its final name; if one rename fails, the files already
+        renamed are taken back (removed) with the temporaries."""
+        done = []
+        try:
+            for final in self.finals:
+                os.replace(self.temp_name(final), final)
+                done.append(final)
+        except BaseException:
+            remove_files(done)
+            self.discard()
+            raise
         self.finals = []
 
     def discard(self) -> None:

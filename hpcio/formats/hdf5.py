@@ -16,20 +16,26 @@ asked for and h5py was built with MPI (``h5py.get_config().mpi``), which PyPI wh
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 from collections.abc import Mapping
 
 import numpy as np
 
+from .._paths import resolve_inside
 from ..errors import (
     CapabilityError,
     CorruptShardError,
+    ExternalStorageError,
     MissingDependencyError,
     SchemaError,
     ShardNotFoundError,
+    WriterSpaceError,
 )
 from ..registry import Capabilities
+from ..units import format_bytes
 from . import _layout
 from .base import (PendingFiles, files_bytes, first_file_head, inspect_report,
                    sample_starts, shard_files, verify_samples)
@@ -42,6 +48,8 @@ NAME = "hdf5"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
 
 SHARD_PATTERN = "shard-%06d.h5"
+# Room for the superblock, object headers and B-trees of a file written by the mpio driver.
+_METADATA_BYTES = 1 << 20
 _MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
@@ -134,8 +142,8 @@ class Writer(_Writer):
         self.filters = compression_filter(compression, clevel)
         self.pattern = pattern
         self.shard_number = start_shard
-        self.pending = PendingFiles(self.path)
         self.buffer = _layout.ColumnBuffer(self.path, schema)
+        self.pending = PendingFiles(self.path)
         self.max_size = max_size
 
     def write(self, sample: Mapping) -> None:
@@ -145,36 +153,57 @@ class Writer(_Writer):
             self._write_file()
 
     def _write_file(self):
+        """Write the buffered samples as the next file.
+
+        The file is assembled in memory (HDF5's core driver) and written with plain I/O
+        after a free-space check: the HDF5 bundled with h5py crashes the process when a
+        write fails on a full disk, so HDF5 never writes to the disk itself (except
+        through the ``mpio`` driver, checked against an uncompressed estimate)."""
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
         self.file_names.append(os.path.basename(final))
         n = self.buffer.count
         fields = self.buffer.fields or {}
+        estimate = self.buffer.nbytes + 8 * (n + 1) * len(fields) + _METADATA_BYTES
         columns = self.buffer.take() if self.buffer.fields is not None else {}
-        with self.h5py.File(self.pending.add(final), "w", **self.file_kwargs) as f:
-            for name, spec in fields.items():
-                if spec["storage"] == "fixed":
-                    values = columns[name]
-                    f.create_dataset(name, data=values,
-                                     chunks=(max(1, min(self.chunk_samples, n)), *spec["shape"]) if n else None,
-                                     **(self.filters if n else {}))
-                    continue
-                lengths, flat = columns[name]
-                offsets = np.zeros(n + 1, dtype=np.uint64)
-                np.cumsum(lengths, out=offsets[1:])
-                group = f.create_group(name)
-                group.create_dataset("offsets", data=offsets,
-                                     chunks=(min(self.chunk_samples, n + 1),), **self.filters)
-                group.create_dataset("data", data=flat,
-                                     chunks=(max(1, min(self.chunk_bytes, len(flat))),) if len(flat) else None,
-                                     **(self.filters if len(flat) else {}))
-            f.attrs["hpcio"] = json.dumps({"version": _layout.LAYOUT_VERSION, "num_samples": n,
-                                           "fields": fields})
+        tmp = self.pending.add(final)
+        if self.file_kwargs:
+            _check_space(tmp, estimate)
+            with self.h5py.File(tmp, "w", **self.file_kwargs) as f:
+                self._fill(f, fields, columns, n)
+            return
+        with self.h5py.File(f"{tmp}.image", "w", driver="core", backing_store=False) as f:
+            self._fill(f, fields, columns, n)
+            del columns
+            f.flush()
+            image = f.id.get_file_image()
+        _write_image(tmp, image)
+
+    def _fill(self, f, fields: dict, columns: dict, n: int) -> None:
+        for name, spec in fields.items():
+            if spec["storage"] == "fixed":
+                values = columns[name]
+                f.create_dataset(name, data=values,
+                                 chunks=(max(1, min(self.chunk_samples, n)), *spec["shape"]) if n else None,
+                                 **(self.filters if n else {}))
+                continue
+            lengths, flat = columns[name]
+            offsets = np.zeros(n + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=offsets[1:])
+            group = f.create_group(name)
+            group.create_dataset("offsets", data=offsets,
+                                 chunks=(min(self.chunk_samples, n + 1),), **self.filters)
+            group.create_dataset("data", data=flat,
+                                 chunks=(max(1, min(self.chunk_bytes, len(flat))),) if len(flat) else None,
+                                 **(self.filters if len(flat) else {}))
+        f.attrs["hpcio"] = json.dumps({"version": _layout.LAYOUT_VERSION, "num_samples": n,
+                                       "fields": fields})
 
     def close(self) -> None:
-        if self.buffer.count or not self.pending:
-            self._write_file()
-        self.pending.publish()
+        with self.aborting():
+            if self.buffer.count or not self.pending:
+                self._write_file()
+            self.pending.publish()
 
     def abort(self) -> None:
         self.pending.discard()
@@ -184,6 +213,29 @@ class Writer(_Writer):
         return {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
 
 
+def _check_space(path: str, need: int) -> None:
+    """WriterSpaceError when the filesystem holding ``path`` has fewer than ``need``
+    bytes free for this user."""
+    st = os.statvfs(os.path.dirname(path) or ".")
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise WriterSpaceError(f"HDF5 file needs {format_bytes(need)} ({need} bytes), the filesystem "
+                               f"has {format_bytes(free)} ({free} bytes) free", path=path)
+
+
+def _write_image(path: str, image: bytes) -> None:
+    """Write a file image, a full disk raised as WriterSpaceError (the caller's abort
+    removes the partial file)."""
+    _check_space(path, len(image))
+    try:
+        with open(path, "wb") as f:
+            f.write(image)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise WriterSpaceError(f"no space left writing the HDF5 file ({exc.strerror})", path=path) from exc
+        raise
+
+
 def merge_index(directory, parts, **options) -> None:
     """The sharded-writing hook's last step.  Every HDF5 file carries its own layout, so
     there is no dataset index to write; this checks that every file a part names exists
@@ -191,7 +243,7 @@ def merge_index(directory, parts, **options) -> None:
     directory = os.fspath(directory)
     fields = None
     for part in parts:
-        path = os.path.join(directory, part["file"])
+        path = resolve_inside(directory, part["file"], what="HDF5 shard name", source=directory)
         if not os.path.isfile(path):
             raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
         if not part["samples"]:
@@ -228,7 +280,7 @@ class _File:
         self.offsets = {}
         for field, spec in self.fields.items():
             if spec["storage"] == "fixed":
-                ds = self.file.get(field)
+                ds = self._dataset(field)
                 expected = (self.n, *spec["shape"])
                 if ds is None or not hasattr(ds, "dtype"):
                     raise SchemaError(f"field {field!r}: expected a dataset of shape {expected}, "
@@ -239,7 +291,7 @@ class _File:
                                       path=self.path)
                 self.data[field] = ds
             else:
-                off, data = self.file.get(f"{field}/offsets"), self.file.get(f"{field}/data")
+                off, data = self._dataset(f"{field}/offsets"), self._dataset(f"{field}/data")
                 if off is None or data is None or not hasattr(off, "shape") or not hasattr(data, "shape"):
                     raise SchemaError(f"field {field!r}: expected datasets {field}/offsets and "
                                       f"{field}/data", path=self.path)
@@ -247,6 +299,33 @@ class _File:
                 _layout.check_offsets(table, self.n, data.shape[0], field=field, path=self.path)
                 self.offsets[field] = table
                 self.data[field] = data
+
+    def _dataset(self, name: str):
+        """The object at ``name``, None when absent; ExternalStorageError when reaching
+        it or its values would open another file: an external link on the way, external
+        storage (HDF5 resolves those names from the working directory) or a virtual
+        dataset.  hpcio never writes any of them."""
+        h5py = sys.modules["h5py"]
+        parts = name.split("/")
+        for k in range(1, len(parts) + 1):
+            link = self.file.get("/".join(parts[:k]), getlink=True)
+            if link is None:
+                return None
+            if isinstance(link, h5py.ExternalLink):
+                raise ExternalStorageError(
+                    f"dataset {name!r}: {'/'.join(parts[:k])!r} is an external link to "
+                    f"{link.filename}:{link.path}", path=self.path)
+        obj = self.file.get(name)
+        if isinstance(obj, h5py.Dataset):
+            if obj.is_virtual:
+                sources = sorted({m.file_name for m in obj.virtual_sources()})
+                raise ExternalStorageError(f"dataset {name!r} is a virtual dataset over {sources}",
+                                           path=self.path)
+            if obj.external:
+                files = sorted({str(e[0]) for e in obj.external})
+                raise ExternalStorageError(f"dataset {name!r} keeps its values in external files {files}",
+                                           path=self.path)
+        return obj
 
     def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
         out = [dict() for _ in range(len(rows))]

@@ -19,7 +19,9 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 
+from .._paths import check_relative_name, resolve_inside
 from ..errors import (
+    PathEscapeError,
     SchemaError,
     ShardNotFoundError,
     TruncatedShardError,
@@ -27,7 +29,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from .base import Reader as _Reader
-from .base import Verification, files_bytes, inspect_report
+from .base import Verification, files_bytes, inspect_report, remove_files
 from .base import Writer as _Writer
 from .webdataset import member_field, decode_member, member_suffix, split_name
 
@@ -104,6 +106,7 @@ class Reader(_Reader):
             self.samples = [tuple(s[:2]) + ([tuple(x) for x in s[2]],) for s in meta["samples"]]
             self.classes = meta["classes"]
             self.verify_sizes = True
+            _check_index_names(self.path, index, self.samples)
         else:
             self.samples = _walk(self.path)
             self.classes = sorted({s[0] for s in self.samples})
@@ -145,6 +148,19 @@ class Reader(_Reader):
         if fields is not None:
             return {f: out[f] for f in fields}
         return out
+
+
+def _check_index_names(root: str, index: str, samples: list) -> None:
+    """Refuse class folders and file names of ``index.json`` that lead outside ``root``
+    (each class folder resolved once, file names checked as names)."""
+    for cls in {s[0] for s in samples}:
+        resolve_inside(root, cls, what="image folder class", source=index)
+    for i, (cls, _key, files) in enumerate(samples):
+        for name, _size in files:
+            if not isinstance(name, str) or "/" in name:
+                raise PathEscapeError(f"image folder file {name!r} is not a plain file name",
+                                      path=index, sample=i)
+            check_relative_name(f"{cls}/{name}", what="image folder file", source=index, sample=i)
 
 
 class Writer(_Writer):
@@ -200,14 +216,18 @@ class Writer(_Writer):
         order = sorted(range(len(self.samples)), key=lambda k: (self.samples[k][0], self.samples[k][1]))
         meta = {"format": "imagefolder", "classes": classes,
                 "samples": [list(self.samples[k]) for k in order]}
-        tmp = os.path.join(self.path, INDEX + f".tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(meta, f, ensure_ascii=False)
-        os.replace(tmp, os.path.join(self.path, INDEX))
+        with self.aborting():
+            with open(self._index_tmp(), "w") as f:
+                json.dump(meta, f, ensure_ascii=False)
+            os.replace(self._index_tmp(), os.path.join(self.path, INDEX))
+
+    def _index_tmp(self) -> str:
+        return os.path.join(self.path, INDEX + f".tmp.{os.getpid()}")
 
     def abort(self) -> None:
         for folder in self.created:
             shutil.rmtree(folder, ignore_errors=True)
+        remove_files([self._index_tmp()])
         if self.created_dir:
             shutil.rmtree(self.path, ignore_errors=True)
 

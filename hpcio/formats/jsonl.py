@@ -193,12 +193,26 @@ class _AtomicFile:
         return self.f
 
     def __exit__(self, exc_type, exc, tb):
-        self.f.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            os.remove(self.tmp)
+        if exc_type is not None:
+            self.discard()
+            return False
+        try:
+            self.f.close()
+        except BaseException:
+            self.discard()
+            raise
+        os.replace(self.tmp, self.path)
         return False
+
+    def discard(self) -> None:
+        """Close (a failing flush is moot) and remove the temporary file."""
+        f = getattr(self, "f", None)
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
+        base.remove_files([self.tmp])
 
 
 def _atomic_write(path: str, data) -> None:
@@ -240,28 +254,26 @@ class Writer(base.Writer):
     def close(self) -> None:
         if self._f is None:
             return
-        f, self._f = self._f, None
-        if self.codec is None:
-            self._out.__exit__(None, None, None)
-            return
-        f.flush()
-        with open(self._plain.tmp, "rb") as src:
-            data = src.read()
-        self._plain.__exit__(ValueError, None, None)  # removes the plain temporary
-        codec = _codecs_table.get_codec(self.codec)
-        out = self._out.__enter__()
-        try:
-            out.write(codec.compress(data, self.level))
-        except BaseException as exc:
-            self._out.__exit__(type(exc), exc, None)
-            raise
-        self._out.__exit__(None, None, None)
+        with self.aborting():
+            if self.codec is None:
+                self._out.__exit__(None, None, None)
+            else:
+                self._f.flush()
+                with open(self._plain.tmp, "rb") as src:
+                    data = src.read()
+                self._plain.discard()
+                codec = _codecs_table.get_codec(self.codec)
+                self._out.__enter__().write(codec.compress(data, self.level))
+                self._out.__exit__(None, None, None)
+            self._f = None
 
     def abort(self) -> None:
         if self._f is None:
             return
         self._f = None
-        (self._plain or self._out).__exit__(RuntimeError, None, None)
+        for atomic in (self._plain, self._out):
+            if atomic is not None:
+                atomic.discard()
 
 
 # --- inspect and verify -----------------------------------------------------------------

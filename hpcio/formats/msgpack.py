@@ -162,10 +162,11 @@ class Writer(FileWriter):
         self.count += 1
 
     def close(self) -> None:
-        if self.file is None and not self.pending:
-            self._open()
-        self.close_file()
-        self.pending.publish()
+        with self.aborting():
+            if self.file is None and not self.pending:
+                self._open()
+            self.close_file()
+            self.pending.publish()
 
 
 class Reader(BatchReader):

@@ -160,6 +160,7 @@ class Writer(FileWriter):
         self.kinds: dict[str, str] | None = dict(schema) if schema else None
         self.rows: list[Mapping] = []
         self.file = None  # the ParquetWriter of the file being written
+        self.sink = None  # the file it writes into
         self.file_rows = 0
         self.file_number = 0
 
@@ -214,8 +215,13 @@ class Writer(FileWriter):
             self.kinds = {}
         if self.file is None:
             final = self._target()
-            self.file = self.pq.ParquetWriter(self.pending.add(final), self._schema(),
-                                                compression=self.compression)
+            sink = self.pa.OSFile(self.pending.add(final), "wb")
+            try:
+                self.file = self.pq.ParquetWriter(sink, self._schema(), compression=self.compression)
+            except BaseException:
+                sink.close()  # the file is not left open for the abort to find
+                raise
+            self.sink = sink
             self.file_rows = 0
         if self.rows:
             table = self.pa.Table.from_pylist(self.rows, schema=self._schema())
@@ -226,11 +232,23 @@ class Writer(FileWriter):
             self.close_file()
             self.file_number += 1
 
+    def close_file(self) -> None:
+        """Close the file being written and its sink, which pyarrow leaves open when
+        the footer cannot be written (a full disk)."""
+        file, sink, self.file, self.sink = self.file, self.sink, None, None
+        try:
+            if file is not None:
+                file.close()
+        finally:
+            if sink is not None:
+                sink.close()
+
     def close(self) -> None:
-        if self.rows or (self.file is None and not self.pending):
-            self._flush()
-        self.close_file()
-        self.pending.publish()
+        with self.aborting():
+            if self.rows or (self.file is None and not self.pending):
+                self._flush()
+            self.close_file()
+            self.pending.publish()
 
 
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .._paths import check_relative_name, resolve_inside
 from ..errors import (
     CorruptShardError,
     SchemaError,
@@ -157,10 +158,16 @@ def _is_meta(name: str) -> bool:
     return _SKIP_META.match(name) is not None
 
 
-def _member_key(raw_name: bytes, key_dots: int) -> tuple[str | None, str | None]:
+def _member_key(raw_name: bytes, key_dots: int, *, path=None, offset=None) -> tuple[str | None, str | None]:
     """``(key, suffix)`` of the tar member named ``raw_name``; ``(None, None)`` for a
-    member that belongs to no sample (a metadata member, or a name without a suffix)."""
+    member that belongs to no sample (a metadata member, or a name without a suffix).
+
+    A name that would leave the archive's directory when extracted (absolute, or with
+    a ``..`` component) is refused: its key would carry the escape into every tool
+    that writes files by key."""
     name = raw_name.decode("utf-8", "surrogateescape")
+    if raw_name.startswith(b"/") or b".." in raw_name:
+        check_relative_name(name, what="tar member name", source=path, offset=offset)
     if _is_meta(name):
         return None, None
     key, suffix = split_name(name, key_dots)
@@ -225,7 +232,7 @@ class _Shard:
         last = None
         seen: set = set()
         for m, raw in enumerate(names):
-            key, suffix = _member_key(raw, key_dots)
+            key, suffix = _member_key(raw, key_dots, path=path, offset=int(header_offsets[m]))
             if key is None:
                 continue
             if key != last:
@@ -433,7 +440,7 @@ def iter_tar(fileobj, key_dots: int = 0, decode: bool = True, path=None,
             continue
         name = pax_path or long_name or name
         long_name = pax_path = None
-        k, suffix = _member_key(name, key_dots)
+        k, suffix = _member_key(name, key_dots, path=path, offset=here)
         if k is None:
             continue
         if k != key:
@@ -528,7 +535,7 @@ class Writer(FileWriter):
         key = sample.get("__key__")
         if key is None:
             key = f"{index:09d}" if self.shard_id is None else f"{self.shard_id:06d}-{index:09d}"
-        key = str(key)
+        key = check_relative_name(str(key), what="sample key", source=self.path, sample=index)
         base = key.rsplit("/", 1)[-1]
         if not base or "." in base:
             raise UnsupportedValueError(
@@ -559,9 +566,10 @@ class Writer(FileWriter):
         self.count += 1
 
     def close(self) -> None:
-        if self.file is not None:
-            self._finish_shard()
-        self.pending.publish()
+        with self.aborting():
+            if self.file is not None:
+                self._finish_shard()
+            self.pending.publish()
 
     def index_part(self) -> dict | None:
         """The shard written under the sharded-writing hook (file name and sample count);
@@ -579,7 +587,7 @@ def merge_index(directory, parts, **options) -> None:
     for part in parts:
         if part is None:
             continue
-        path = os.path.join(directory, part["file"])
+        path = resolve_inside(directory, part["file"], what="WebDataset shard name", source=directory)
         if not os.path.isfile(path):
             raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._paths import resolve_inside
 from ..errors import (
     CorruptShardError,
     MissingDependencyError,
@@ -35,7 +36,7 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..registry import Capabilities
-from . import _layout
+from . import _layout, base
 from .base import files_bytes, inspect_report, sample_starts, verify_samples
 from .base import Writer as _Writer
 
@@ -119,7 +120,7 @@ def merge_index(directory, parts, **options) -> dict:
     for part in parts:
         if not part["num_samples"]:
             continue
-        where = os.path.join(directory, part["name"])
+        where = resolve_inside(directory, part["name"], what="Zarr part name", source=directory)
         if _read_attrs(where) is None:
             raise ShardNotFoundError("Zarr part named by an index part is missing", path=where)
         if fields is not None and part["fields"] != fields:
@@ -191,6 +192,7 @@ class Writer(_Writer):
         self.single = part is None
         self.part_name = PART_PATTERN % (part or 0)
         self.created_dir = not os.path.exists(self.path)
+        self.created_root = False
         self.part_path = os.path.join(self.path, self.part_name)
         if os.path.exists(self.part_path):
             raise FileExistsError(f"{self.part_path} already exists")
@@ -220,6 +222,7 @@ class Writer(_Writer):
             zarr.open_group(self.path, mode="w")
         elif not os.path.exists(os.path.join(self.path, "zarr.json")):
             os.makedirs(self.path, exist_ok=True)
+            self.created_root = True
             zarr.open_group(self.path, mode="a")
         self.group = zarr.open_group(self.part_path, mode="w-")
         cfg = {"write_empty_chunks": True}
@@ -285,15 +288,16 @@ class Writer(_Writer):
         self.rows = hi
 
     def close(self) -> None:
-        if self.buffer.fields is None:  # no sample at all: an empty store
-            self.buffer.fields = {}
-        self._flush(final=True)
-        if self.group is None:
-            self._create()
-        self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
-                                     "num_samples": self.rows, "fields": self.buffer.fields}
-        if self.single:
-            finalize(self.path)
+        with self.aborting():
+            if self.buffer.fields is None:  # no sample at all: an empty store
+                self.buffer.fields = {}
+            self._flush(final=True)
+            if self.group is None:
+                self._create()
+            self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
+                                         "num_samples": self.rows, "fields": self.buffer.fields}
+            if self.single:
+                finalize(self.path)
 
     def index_part(self) -> dict:
         """The part written under the sharded-writing hook: name, sample count, fields."""
@@ -303,13 +307,16 @@ class Writer(_Writer):
         shutil.rmtree(self.part_path, ignore_errors=True)
         if self.created_dir:
             shutil.rmtree(self.path, ignore_errors=True)
+        elif self.created_root:
+            base.remove_files([os.path.join(self.path, "zarr.json")])
 
 
 class _Part:
     """The arrays of one part, with ragged offsets held in memory."""
 
     def __init__(self, store: str, name: str, fields: dict, n: int, zarr):
-        self.path = os.path.join(store, name)
+        root_meta = os.path.join(store, "zarr.json")
+        self.path = resolve_inside(store, name, what="Zarr part name", source=root_meta)
         self.n = n
         self.fields = fields
         self.arrays = {}
@@ -335,8 +342,10 @@ class _Part:
                 self.arrays[field] = data
 
     def _open(self, zarr, name):
+        where = resolve_inside(self.path, name, what="Zarr array name",
+                               source=os.path.join(os.path.dirname(self.path), "zarr.json"))
         try:
-            return zarr.open_array(os.path.join(self.path, name), mode="r")
+            return zarr.open_array(where, mode="r")
         except FileNotFoundError:
             raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
 

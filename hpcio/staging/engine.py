@@ -19,7 +19,7 @@ from typing import Iterable
 import xxhash
 
 from .._core._io import start_writeback
-from ..errors import ChecksumMismatchError, StagingError
+from ..errors import ChecksumMismatchError, SourceChangedError, StagingError
 from ..progress import ProgressDisplay
 from .manifest import TMP_MARK, TREE_ALGO, Digest, FileRecord, Journal, new_hasher
 from .plan import SourceFile, StagePlan, digest_scheme
@@ -88,7 +88,12 @@ class CopyEngine:
         return buf
 
     def src_path(self, rel: str) -> str:
-        return os.path.join(self.src_root, rel)
+        return self.files[rel].origin or os.path.join(self.src_root, rel)
+
+    def _open_source(self, rel: str) -> int:
+        """The source file, never through a link that appeared since the plan (a
+        followed link was resolved then, into ``origin``)."""
+        return os.open(self.src_path(rel), os.O_RDONLY | os.O_NOFOLLOW)
 
     def dst_path(self, rel: str) -> str:
         return os.path.join(self.plan.dst, rel)
@@ -219,16 +224,31 @@ class CopyEngine:
         return True
 
     def copy_whole(self, item: Item) -> FileRecord:
+        """Copy a whole file, re-copied once if it changes (same size, new mtime) while
+        being copied; a source that changes again, or changes size, is refused, so a
+        torn copy is never published with a digest that matches it."""
         rel, sf = item.rel, self.files[item.rel]
+        for attempt in (1, 2):
+            try:
+                return self._copy_whole_once(rel, sf)
+            except SourceChangedError as exc:
+                if attempt == 2 or exc.now is None or exc.now.st_size != sf.size:
+                    raise
+                sf = dataclasses.replace(sf, mtime_ns=exc.now.st_mtime_ns)
+        raise AssertionError("unreachable")
+
+    def _copy_whole_once(self, rel: str, sf: SourceFile) -> FileRecord:
         algo, _ = digest_scheme(sf.size, self.plan.reference.get(rel), 1 << 62)
         h = new_hasher(algo)
         tmp = self.tmp_path(rel)
         with io_errors(self.src_path(rel), tmp):
-            src_fd = os.open(self.src_path(rel), os.O_RDONLY)
+            src_fd = self._open_source(rel)
             try:
-                dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                check_unchanged(src_fd, sf, self.src_path(rel), "since it was planned")
+                dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
                 try:
                     self._copy_range(src_fd, dst_fd, 0, sf.size, h)
+                    check_unchanged(src_fd, sf, self.src_path(rel), "while it was copied")
                     os.fchmod(dst_fd, sf.mode)
                     if self.durable:
                         os.fsync(dst_fd)
@@ -245,12 +265,15 @@ class CopyEngine:
     def copy_chunk(self, item: Item) -> tuple[str, int, bytes]:
         tmp = self.tmp_path(item.rel)
         h = xxhash.xxh3_64()
+        sf = self.files[item.rel]
         with io_errors(self.src_path(item.rel), tmp):
-            src_fd = os.open(self.src_path(item.rel), os.O_RDONLY)
+            src_fd = self._open_source(item.rel)
             try:
-                dst_fd = os.open(tmp, os.O_WRONLY)
+                dst_fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW)
                 try:
+                    check_unchanged(src_fd, sf, self.src_path(item.rel), "since it was planned")
                     self._copy_range(src_fd, dst_fd, item.offset, item.length, h)
+                    check_unchanged(src_fd, sf, self.src_path(item.rel), "while it was copied")
                     if self.durable:
                         os.fsync(dst_fd)
                 finally:
@@ -263,6 +286,12 @@ class CopyEngine:
         sf = self.files[rel]
         tmp = self.tmp_path(rel)
         with io_errors(self.src_path(rel), tmp):
+            # a chunk copied early may predate a change that a later chunk saw after
+            try:
+                check_unchanged(None, sf, self.src_path(rel), "while it was copied")
+            except SourceChangedError:
+                unlink_quiet(tmp)
+                raise
             os.chmod(tmp, sf.mode)
         return self._publish(rel, sf, Digest.from_tree(chunk_digests, chunk_bytes))
 
@@ -283,6 +312,19 @@ class CopyEngine:
             with self._journal_lock:
                 self.journal.append(record)
         return record
+
+
+def check_unchanged(fd: int | None, sf: SourceFile, path: str, when: str) -> None:
+    """SourceChangedError when the source (open as ``fd``, else at ``path``) no longer
+    has the size and modification time (ns) the plan recorded; ``now`` holds its stat."""
+    st = os.fstat(fd) if fd is not None else os.stat(path, follow_symlinks=False)
+    if (st.st_size, st.st_mtime_ns) != (sf.size, sf.mtime_ns):
+        error = SourceChangedError(
+            f"source file changed {when}: {sf.size} bytes, mtime {sf.mtime_ns} ns planned, "
+            f"{st.st_size} bytes, mtime {st.st_mtime_ns} ns now; stage again once it is stable",
+            path=path)
+        error.now = st
+        raise error
 
 
 def _hash_range(fd: int, offset: int, length: int, h, view: memoryview, shrank: str, stop) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "JOURNAL_GLOB",
     "Digest",
     "FileRecord",
+    "LinkRecord",
     "Manifest",
     "read_manifest",
     "write_manifest",
@@ -117,6 +118,23 @@ class FileRecord:
         return cls(data["path"], int(data["size"]), Digest.from_json(data), int(data["source_mtime_ns"]))
 
 
+@dataclasses.dataclass(frozen=True)
+class LinkRecord:
+    """A symbolic link staged as a link: relative path and the target it holds."""
+
+    path: str
+    target: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "target": self.target}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LinkRecord":
+        if not isinstance(data.get("path"), str) or not isinstance(data.get("target"), str):
+            raise TypeError(f"link record {data!r} needs a str path and target")
+        return cls(data["path"], data["target"])
+
+
 @dataclasses.dataclass
 class Manifest:
     """Everything ``.hpcio-manifest.json`` holds."""
@@ -127,6 +145,7 @@ class Manifest:
     host: str = ""
     job_id: str | None = None
     tool: str = f"hpcio {__version__}"
+    links: list[LinkRecord] = dataclasses.field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -143,6 +162,7 @@ class Manifest:
             "total_files": len(self.files),
             "total_bytes": self.total_bytes,
             "files": [f.to_json() for f in sorted(self.files, key=lambda r: r.path)],
+            "links": [link.to_json() for link in sorted(self.links, key=lambda r: r.path)],
         }
 
 
@@ -189,9 +209,11 @@ def read_manifest(directory: str | os.PathLike) -> Manifest | None:
                 f"manifest version {data.get('version')!r} is not {MANIFEST_VERSION}", path=path
             )
         files = [FileRecord.from_json(f) for f in data["files"]]
+        links = [LinkRecord.from_json(link) for link in data.get("links", [])]
         return Manifest(
             source=data["source"], files=files, created=data.get("created", ""),
             host=data.get("host", ""), job_id=data.get("job_id"), tool=data.get("tool", ""),
+            links=links,
         )
     except (ValueError, KeyError, TypeError) as exc:
         if isinstance(exc, CorruptShardError):

@@ -12,29 +12,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import stat
 from typing import Callable
 
 from ..errors import HpcioError, ShardNotFoundError, StagingError
 from ..units import format_bytes
-from .manifest import MANIFEST_NAME, TMP_MARK, TREE_ALGO, Digest, FileRecord, is_journal, read_journals, read_manifest
+from .manifest import TREE_ALGO, Digest, FileRecord, LinkRecord, read_journals, read_manifest
+from .scan import SourceFile, scan_destination, scan_source
 from .tiers import Tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
 
 __all__ = ["plan_stage", "StagePlan", "SourceFile", "digest_scheme", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 _CHUNK_ALIGN = 2**20
-_OWN_FILES = (MANIFEST_NAME,)
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceFile:
-    """A file of the source dataset, by path relative to the dataset root."""
-
-    rel: str
-    size: int
-    mtime_ns: int
-    mode: int
 
 
 @dataclasses.dataclass
@@ -43,13 +32,16 @@ class StagePlan:
 
     ``reference`` maps a relative path to the checksum the source vouches for (its index
     or manifest); ``prior`` to the checksum an earlier run recorded for the destination
-    copy of an unchanged source file.
+    copy of an unchanged source file.  ``links`` are the source's links copied as links;
+    ``replace`` the destination links standing where files are planned.
     """
 
     src: str
     dst: str
     files: list[SourceFile]
     dirs: list[str]
+    links: list[LinkRecord]
+    replace: list[str]
     reference: dict[str, Digest]
     reference_origin: dict[str, str]
     prior: dict[str, FileRecord]
@@ -106,41 +98,6 @@ class StagePlan:
 # ---------------------------------------------------------------------------- planning
 
 
-def _scan_source(src: str) -> tuple[list[SourceFile], list[str]]:
-    if os.path.isfile(src):
-        # A single-file dataset (a JINX file) travels with its binary sidecar.
-        st = os.stat(src)
-        names = [os.path.basename(src)]
-        sidecar = os.path.splitext(src)[0] + ".binx"
-        if sidecar != src and os.path.isfile(sidecar):
-            names.append(os.path.basename(sidecar))
-        base = os.path.dirname(src)
-        files = []
-        for name in names:
-            st = os.stat(os.path.join(base, name))
-            files.append(SourceFile(name, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)))
-        return files, []
-    files, dirs = [], []
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        with os.scandir(os.path.join(src, rel_dir)) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if entry.is_dir():
-                dirs.append(rel)
-                stack.append(rel)
-            elif entry.is_file():
-                if not rel_dir and (entry.name in _OWN_FILES or is_journal(entry.name)):
-                    continue
-                st = entry.stat()
-                files.append(SourceFile(rel, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)))
-    files.sort(key=lambda f: f.rel)
-    dirs.sort()
-    return files, dirs
-
-
 def _index_digests(src_root: str, files: list[SourceFile]) -> dict[str, Digest]:
     """Checksums an MDS ``index.json`` records (``raw_data``/``zip_data`` ``hashes``)."""
     present = {f.rel for f in files}
@@ -174,29 +131,6 @@ def _index_digests(src_root: str, files: list[SourceFile]) -> dict[str, Digest]:
     return out
 
 
-def _scan_destination(dst: str, planned: set[str]) -> tuple[dict[str, int], list[str]]:
-    """Sizes of planned files already in ``dst`` and our stale temporary files there."""
-    existing: dict[str, int] = {}
-    stale: list[str] = []
-    if not os.path.isdir(dst):
-        return existing, stale
-    for root, _dirs, names in os.walk(dst):
-        rel_root = os.path.relpath(root, dst)
-        for name in names:
-            rel = name if rel_root == "." else f"{rel_root}/{name}".replace(os.sep, "/")
-            if rel in planned:
-                try:
-                    existing[rel] = os.stat(os.path.join(root, name)).st_size
-                except FileNotFoundError:
-                    pass
-                continue
-            head, mark, _job = rel.rpartition(TMP_MARK)
-            if mark and (head in planned or head == MANIFEST_NAME):
-                stale.append(rel)
-    stale.sort()
-    return existing, stale
-
-
 def digest_scheme(size: int, reference: Digest | None, chunk_bytes: int) -> tuple[str, int | None]:
     """The checksum a copy of a ``size``-byte file gets, with its chunk size: the one the
     source records, else a tree of ``chunk_bytes`` chunks (copied in parallel) for a
@@ -221,6 +155,7 @@ def plan_stage(
     node_local: bool | None = None,
     tiers: dict[str, Tier] | None = None,
     fs_stat: Callable = os.statvfs,
+    symlinks: str = "copy",
 ) -> StagePlan:
     """Plan a staging run without writing anything.
 
@@ -239,10 +174,10 @@ def plan_stage(
     if node_local is None:
         node_local = is_node_local(dst, tiers)
 
-    files, dirs = _scan_source(src)
+    files, dirs, links = scan_source(src, symlinks)
     reference, origin = _references(src, src_root, files)
     by_rel = {f.rel: f for f in files}
-    existing, stale = _scan_destination(dst, set(by_rel))
+    existing, stale, replace = scan_destination(dst, set(by_rel), dirs)
     dst_manifest = read_manifest(dst) if os.path.isdir(dst) else None
     prior = _prior_records(dst, dst_manifest, by_rel)
     to_check, to_copy = [], []
@@ -257,10 +192,11 @@ def plan_stage(
     need_bytes = sum(_round_up(by_rel[rel].size, usage.block_size) for rel in to_copy)
     new_dirs = [d for d in dirs if not os.path.isdir(os.path.join(dst, d))]
     need_inodes = (
-        sum(1 for rel in to_copy if rel not in existing) + len(new_dirs) + (0 if os.path.isdir(dst) else 1) + 2
+        sum(1 for rel in to_copy if rel not in existing) + len(new_dirs) + len(links)
+        + (0 if os.path.isdir(dst) else 1) + 2
     )
     return StagePlan(
-        src=src, dst=dst, files=files, dirs=dirs, reference=reference, reference_origin=origin,
+        src=src, dst=dst, files=files, dirs=dirs, links=links, replace=replace, reference=reference, reference_origin=origin,
         prior=prior, to_check=to_check, to_copy=to_copy, stale=stale, need_bytes=need_bytes,
         need_inodes=need_inodes, free_bytes=free_bytes, free_inodes=free_inodes, limited_by=limited_by,
         tier=tier.name if tier else None, node_local=bool(node_local), old_manifest=dst_manifest is not None,

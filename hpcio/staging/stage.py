@@ -37,19 +37,17 @@ from . import _mpi
 from .engine import CopyEngine, Item, assign_items, io_errors, split_items, unlink_quiet
 from .manifest import (
     MANIFEST_NAME,
-    TMP_MARK,
     FileRecord,
     Journal,
     Manifest,
-    is_journal,
     journal_paths,
-    read_manifest,
     write_manifest,
 )
 from .plan import DEFAULT_CHUNK_BYTES, StagePlan, plan_stage
+from .scan import make_real_dir, place_links
 from .tiers import Tier, is_node_local, resolve_tiers
 
-__all__ = ["stage", "unstage", "StageResult", "default_threads"]
+__all__ = ["stage", "StageResult", "default_threads"]
 
 # Seconds between two progress lines when stderr is not a terminal.
 _PROGRESS_INTERVAL = 10.0
@@ -200,7 +198,10 @@ def _prepare(engine: CopyEngine, kept: list[str], chunked: dict[str, int]) -> No
     for rel in plan.stale:
         unlink_quiet(os.path.join(plan.dst, rel))
     for d in plan.dirs:
-        os.makedirs(os.path.join(plan.dst, d), exist_ok=True)
+        make_real_dir(plan.dst, d)
+    for rel in plan.replace:
+        unlink_quiet(os.path.join(plan.dst, rel))  # the link itself, never its target
+    place_links(plan.dst, plan.links)
     for rel in chunked:
         fd = os.open(engine.tmp_path(rel), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -209,7 +210,7 @@ def _prepare(engine: CopyEngine, kept: list[str], chunked: dict[str, int]) -> No
             os.close(fd)
     # Re-staging must not hand a purge policy the times of the first copy.
     for rel in kept:
-        os.utime(engine.dst_path(rel))
+        os.utime(engine.dst_path(rel), follow_symlinks=False)
     _sync_dir(engine, plan.dst)
 
 
@@ -253,7 +254,8 @@ def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str,
     # Renames and new directories become durable before the manifest says "complete".
     for d in [os.path.join(plan.dst, d) for d in reversed(plan.dirs)] + [plan.dst]:
         _sync_dir(engine, d)
-    manifest = Manifest(source=plan.src, files=list(records.values()), job_id=os.environ.get("SLURM_JOB_ID"))
+    manifest = Manifest(source=plan.src, files=list(records.values()), job_id=os.environ.get("SLURM_JOB_ID"),
+                        links=list(plan.links))
     path = write_manifest(plan.dst, manifest, tmp_suffix, engine.durable)
     for journal in journal_paths(plan.dst):
         unlink_quiet(journal)
@@ -304,6 +306,7 @@ def stage(
     progress: bool = True,
     tmp_suffix: str | None = None,
     fsync: bool | None = None,
+    symlinks: str = "copy",
 ) -> StageResult:
     """Copy the dataset at ``src`` into directory ``dst``, verified and resumable.
 
@@ -350,6 +353,12 @@ def stage(
         for a shared destination only.  A node-local one (job scratch, NVMe, ``/dev/shm``,
         ``$TMPDIR``) does not outlive the node's jobs, and a resumed run re-verifies every
         file it keeps, so its copies are published without waiting for the disk.
+    symlinks : {"copy", "refuse", "follow", "follow-outside"}
+        Symbolic links in ``src``: ``copy`` (default) recreates each as a link with the
+        same relative target, which must lie inside ``src``; ``refuse`` refuses any;
+        ``follow`` copies what each points to, which must lie inside ``src``;
+        ``follow-outside`` copies it wherever it lies.  Links in ``dst`` are never
+        written through (see :mod:`hpcio.staging.scan`).
 
     Returns
     -------
@@ -361,6 +370,11 @@ def stage(
         The plan needs more bytes or inodes than the destination has free.
     ChecksumMismatchError
         A copied file disagrees with the checksum its source records.
+    SymlinkError
+        A link in ``src`` the ``symlinks`` policy refuses, or one in ``dst`` that a copy
+        would write through.
+    SourceChangedError
+        A source file changed while it was copied, and again when copied once more.
     StagingError
         Any I/O failure (``ENOSPC``/``EDQUOT`` named as such).
     """
@@ -369,7 +383,7 @@ def stage(
     threads = default_threads() if threads is None else int(threads)
     if threads < 1:
         raise HpcioError(f"threads must be at least 1, got {threads}")
-    plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat)
+    plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat, symlinks=symlinks)
     run_kw = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
                   show_progress=progress, tmp_suffix=tmp_suffix, fsync=fsync)
     if comm is None:
@@ -414,51 +428,3 @@ def _stage_per_node(comm, src, dst, plan_kw: dict, run_kw: dict) -> StageResult:
         return leader_result
     finally:
         node.Free()
-
-
-def unstage(path, *, dry_run: bool = False) -> list[str]:
-    """Remove a staged copy made by :func:`stage`: the files its manifest lists, then
-    the manifest, leftover journals and temporary files, and directories left empty.
-
-    Files the manifest does not list are kept (with their directories).
-
-    Returns
-    -------
-    list of str
-        Paths removed (or that would be, with ``dry_run``).
-
-    Raises
-    ------
-    StagingError
-        ``path`` holds no staging manifest: it was not made by ``hpcio stage``.
-    """
-    path = os.path.abspath(os.fspath(path))
-    manifest = read_manifest(path) if os.path.isdir(path) else None
-    if manifest is None:
-        raise StagingError(f"refusing to remove a directory without a staging manifest ({MANIFEST_NAME})",
-                           path=path)
-    listed = {rec.path for rec in manifest.files}
-    targets = [os.path.join(path, rel) for rel in sorted(listed)]
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
-            head, mark, _ = rel.rpartition(TMP_MARK)
-            if (mark and (head in listed or head == MANIFEST_NAME)) or (root == path and is_journal(name)):
-                targets.append(os.path.join(root, name))
-    targets.append(os.path.join(path, MANIFEST_NAME))
-    if dry_run:
-        return targets
-    removed = []
-    for target in targets:
-        try:
-            os.unlink(target)
-            removed.append(target)
-        except FileNotFoundError:
-            pass
-    for root, _dirs, _names in sorted(os.walk(path, topdown=False), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(root)
-        except OSError:
-            pass  # not empty: holds files the manifest does not list
-    return removed
-

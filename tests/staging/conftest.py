@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import types
 
 import pytest
@@ -73,15 +72,6 @@ def xxh3(data: bytes) -> str:
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path):
+def small_tmpfs(mount_tmpfs):
     """A real 1 MiB tmpfs with 16 inodes (needs mount rights: root in a container)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=16", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+    return mount_tmpfs("tmpfs", "size=1m,nr_inodes=16")

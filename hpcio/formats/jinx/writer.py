@@ -106,10 +106,11 @@ class ShardWriter:
     def discard(self) -> None:
         for handle in (self.file, self.bin):
             if handle is not None:
-                handle.close()
-        for p in (self.tmp_path, self.tmp_binx):
-            if os.path.exists(p):
-                os.remove(p)
+                try:
+                    handle.close()
+                except OSError:
+                    pass  # the file is removed: its flush error is moot
+        base.remove_files([self.tmp_path, self.tmp_binx])
 
 
 def _tmp_name(path: str) -> str:

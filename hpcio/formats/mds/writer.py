@@ -310,18 +310,19 @@ class Writer(base.Writer):
     def close(self) -> None:
         if self._closed:
             return
-        if self._records:
-            self._flush()
-        if self.shard_id is not None:
+        with self.aborting():
+            if self._records:
+                self._flush()
+            if self.shard_id is not None:
+                self._closed = True
+                return
+            index = os.path.join(self.path, INDEX_NAME)
+            tmp = index + ".tmp"
+            self._written.append(tmp)
+            with open(tmp, "w") as f:
+                json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
+            os.replace(tmp, index)
             self._closed = True
-            return
-        index = os.path.join(self.path, INDEX_NAME)
-        tmp = index + ".tmp"
-        self._written.append(tmp)
-        with open(tmp, "w") as f:
-            json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
-        os.replace(tmp, index)
-        self._closed = True
 
     def index_part(self) -> dict | None:
         """This shard's ``index.json`` entry (sharded-writing hook); None when no sample

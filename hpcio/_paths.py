@@ -1,0 +1,55 @@
+"""Names read from files, resolved inside the directory they belong to.
+
+A manifest entry, a part name in a root ``zarr.json`` or a file named by an index is
+data, not a path the user chose: whoever wrote the file may have written
+``../../victim/x`` or ``/etc/passwd``.  Every such name goes through
+:func:`resolve_inside`, which refuses absolute names, ``..`` components and names
+whose resolved path (symbolic links followed) leaves the directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import PathEscapeError
+
+__all__ = ["check_relative_name", "resolve_inside", "is_inside"]
+
+
+def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
+    """``name`` if it is a non-empty relative path without ``..`` components or NUL;
+    else PathEscapeError naming ``what`` and where it was read (file ``source``, byte
+    ``offset``, ``sample``)."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise PathEscapeError(f"{what} {name!r} is not a file name", path=source, offset=offset, sample=sample)
+    parts = name.replace("\\", "/").split("/")
+    if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
+        raise PathEscapeError(f"{what} {name!r} leaves its directory", path=source, offset=offset, sample=sample)
+    return name
+
+
+def is_inside(path: str, root: str) -> bool:
+    """Whether the absolute ``path`` is ``root`` or lies below it (both already resolved)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve_inside(root, name, *, what: str, source, follow_last: bool = True) -> str:
+    """The path of ``name`` under the directory ``root``, refused with PathEscapeError
+    (naming ``what``, the name and the file ``source`` it came from) when it leaves
+    ``root``, lexically or through a symbolic link.
+
+    With ``follow_last=False`` a link in the last component is the entry itself (what
+    an unlink removes), so only its parent directories are resolved.
+    """
+    root = os.fspath(root)
+    check_relative_name(name, what=what, source=source)
+    path = os.path.join(root, name)
+    real_root = os.path.realpath(root)
+    if follow_last:
+        real = os.path.realpath(path)
+    else:
+        head, tail = os.path.split(os.path.normpath(path))
+        real = os.path.join(os.path.realpath(head), tail)
+    if not is_inside(real, real_root):
+        raise PathEscapeError(f"{what} {name!r} resolves to {real}, outside {real_root}", path=source)
+    return path
