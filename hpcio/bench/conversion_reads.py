@@ -5,7 +5,11 @@ under ``mpiexec -n R`` in a child process (optionally inside a memory cgroup sma
 the sources, so the page cache cannot serve a second pass); the bytes read from storage
 are the block input of every process of the job (``RUSAGE_CHILDREN.ru_inblock``, which
 the kernel counts at the block layer and hands up as each process is reaped), so the
-figure is the job's own whatever else runs on the machine.  Writes are not counted.
+figure is the job's own whatever else runs on the machine.  That count includes the
+job's own code: under a tight memory limit the interpreter's and libraries' pages are
+evicted and read again.  With ``tier`` (an :class:`~hpcio.bench.tier.EmulatedTier`
+holding the sources) only the sources' bytes the tier served are counted.  Writes are
+not counted.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def _block_input_bytes() -> int:
 
 def conversion_reads(sources: list[str], to: str, *, ranks=(1, 2, 4), round_size: str | None = None,
                      memory_limit: int | None = None, options: tuple = (), workdir: str | None = None,
-                     log=print) -> list[dict]:
+                     tier=None, log=print) -> list[dict]:
     """Convert ``sources`` into format ``to`` once per rank count, cold; one record per run:
     ranks, source bytes, bytes read from storage, their ratio, seconds, exit code."""
     files = [f for s in sources for f in dataset_files(s)]
@@ -58,17 +62,19 @@ def conversion_reads(sources: list[str], to: str, *, ranks=(1, 2, 4), round_size
             try:
                 evict(files)
                 left = resident(files).fraction
-                before = _block_input_bytes()
+                count = _block_input_bytes if tier is None else (lambda: tier.stats()["bytes"])
+                before = count()
                 t = time.perf_counter()
                 proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=_join(procs))
                 seconds = time.perf_counter() - t
-                read = _block_input_bytes() - before
+                read = count() - before
             finally:
                 shutil.rmtree(out, ignore_errors=True)
             rec = {"ranks": r, "to": to, "source_bytes": source_bytes, "storage_read_bytes": read,
                    "ratio": read / source_bytes if source_bytes else 0.0, "seconds": seconds,
                    "resident_before": left, "returncode": proc.returncode,
-                   "memory_limit": memory_limit, "round_size": round_size}
+                   "memory_limit": memory_limit, "round_size": round_size,
+                   "counted": "block input" if tier is None else "tier bytes"}
             if proc.returncode != 0:
                 rec["error"] = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
             log(f"  convert --to {to} ranks={r}: read {read / 1e6:,.1f} MB of {source_bytes / 1e6:,.1f} MB "
