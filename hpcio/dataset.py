@@ -133,9 +133,27 @@ class Dataset(Sequence):
         idx = positions if self.indices is None else self.indices[positions]
         return Dataset(self.reader, np.ascontiguousarray(idx, dtype=np.int64), self.fields)
 
-    def shuffle(self, seed: int) -> "Dataset":
-        """A global permutation view: ``numpy.random.default_rng(seed).permutation(n)``."""
-        return self._view(np.random.default_rng(seed).permutation(len(self)))
+    def shuffle(self, seed: int, *, mode: str = "global", window: int = 1) -> "Dataset":
+        """A shuffled view.
+
+        ``mode="global"``: ``numpy.random.default_rng(seed).permutation(n)``, any sample
+        after any other.  ``mode="block"``: shards in a random order, samples shuffled
+        within each ``window`` consecutive shards, so a reader has about ``window`` shards
+        open and reads each to its end (see :func:`hpcio.distributed.block_order`; for
+        high-latency storage).  :mod:`hpcio.bench.shuffle_quality` measures how well
+        each mixes.
+        """
+        if mode == "global":
+            return self._view(np.random.default_rng(seed).permutation(len(self)))
+        if mode != "block":
+            raise ValueError(f"shuffle mode must be 'global' or 'block', got {mode!r}")
+        from .distributed.split import block_order, dataset_shard_sizes
+
+        sizes = dataset_shard_sizes(self)
+        if sizes is None:
+            raise ValueError("shuffle(mode='block') needs a dataset with shards, not a "
+                             "reordered view or a single-file format")
+        return self._view(block_order(sizes, seed, 0, window))
 
     def sort(
         self,

@@ -194,8 +194,12 @@ class Reader(abc.ABC):
 
     def shard_sizes(self) -> list[int] | None:
         """Samples per shard in index order (for shard-aware shuffling), or None when
-        the format has no shards; sharded formats override this."""
-        return None
+        the format has no shards.  Readers that keep their shards' first samples in
+        ``cum`` (n + 1 cumulative counts) report them from it."""
+        cum = getattr(self, "cum", None)
+        if cum is None or len(cum) < 2:
+            return None
+        return np.diff(np.asarray(cum, dtype=np.int64)).tolist()
 
     def check_index(self, i: int) -> int:
         """``i`` as a non-negative index, or IndexOutOfRangeError."""

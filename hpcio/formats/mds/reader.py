@@ -131,6 +131,9 @@ class Reader(_BatchReads, base.Reader):
                 )
         return _Layout(*first, path=os.path.join(self.directory, INDEX_NAME))
 
+    def shard_sizes(self) -> list[int]:
+        return [s.samples for s in self.shards]
+
     def __len__(self) -> int:
         return self._total
 

@@ -1,0 +1,90 @@
+"""How well a shuffle mixes, next to what it asks of storage, for choosing one with numbers.
+
+Three shuffles read a sharded dataset differently: the exact global permutation
+(``shuffle=True``) touches any shard at any time; the block shuffle
+(``shuffle="block"``, ``window=W``) reads about ``W`` shards at a time, each to the end;
+the buffer shuffle (``Pipeline.shuffle(buffer_size)``, webdataset's) reads shards in a
+shuffled order, sequentially, through a buffer.  For an order of sample ids,
+:func:`quality` gives figures that are 1.0 for a true random permutation:
+
+``jump``
+    mean distance in the source between consecutive samples, over its value for a random
+    permutation, ``(n + 1) / 3``;
+``displacement``
+    mean distance between a sample's place in the epoch and in the source, over ``n / 3``;
+``same_shard``
+    the share of consecutive pairs that come from one shard, over its value for a random
+    permutation (``sum(p_k**2)``, ``p_k`` a shard's share of the samples): 1.0 is random,
+    larger means runs of one shard, which a training step sees as correlated samples;
+
+and, for the storage, ``shards_per_1k``: distinct shards among each 1024 consecutive
+samples (how many files a reader has open at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..distributed.split import block_order, epoch_order
+
+__all__ = ["buffer_order", "quality", "compare"]
+
+_CHUNK = 1024
+
+
+def buffer_order(stream: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
+    """``stream`` passed through a shuffle buffer of ``buffer_size`` samples, as
+    webdataset's ``shuffle(bufsize)`` does: fill the buffer, then emit a random member and
+    put the next sample in its place; drain the buffer in random order at the end."""
+    stream = np.asarray(stream, dtype=np.int64)
+    if buffer_size < 1:
+        raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+    rng = np.random.default_rng(seed)
+    k = min(buffer_size, len(stream))
+    buf = stream[:k].copy()
+    out = np.empty(len(stream), np.int64)
+    picks = rng.integers(0, k, size=max(len(stream) - k, 0)) if k else np.zeros(0, np.int64)
+    for j, (nxt, pick) in enumerate(zip(stream[k:].tolist(), picks.tolist())):
+        out[j] = buf[pick]
+        buf[pick] = nxt
+    out[len(stream) - k:] = buf[rng.permutation(k)]
+    return out
+
+
+def quality(order: np.ndarray, shard_sizes: Sequence[int] | None = None) -> dict:
+    """The mixing figures of ``order`` (a permutation of ``0..n-1``), see the module."""
+    order = np.asarray(order, dtype=np.int64)
+    n = len(order)
+    if n < 2:
+        return {"jump": 1.0, "displacement": 1.0, "same_shard": 1.0, "shards_per_1k": 1.0}
+    out = {"jump": float(np.abs(np.diff(order)).mean() / ((n + 1) / 3)),
+           "displacement": float(np.abs(order - np.arange(n)).mean() / (n / 3))}
+    if shard_sizes is None:
+        return out
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    shard_of = np.repeat(np.arange(len(sizes)), sizes)[order]
+    random_same = float(((sizes / n) ** 2).sum())
+    out["same_shard"] = float((shard_of[1:] == shard_of[:-1]).mean() / random_same)
+    chunks = [len(np.unique(shard_of[a:a + _CHUNK])) for a in range(0, n, _CHUNK)]
+    out["shards_per_1k"] = float(np.mean(chunks))
+    return out
+
+
+def compare(shard_sizes: Sequence[int], seed: int = 0, windows=(1, 4, 16),
+            buffers=(1_000, 10_000)) -> list[dict]:
+    """:func:`quality` of each shuffle over one dataset's shards: exact, block with each
+    window, and a buffer of each size over the shards read in a shuffled order."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    n = int(sizes.sum())
+    rows = [{"shuffle": "exact", **quality(epoch_order(n, seed, 0, "global"), sizes)}]
+    for w in windows:
+        rows.append({"shuffle": f"block, window {w} shards", **quality(block_order(sizes, seed, 0, w), sizes)})
+    # a buffer shuffle's stream: shards in a random order, each read from start to end
+    shards = np.random.default_rng(seed).permutation(len(sizes))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    stream = np.concatenate([np.arange(starts[k], starts[k] + sizes[k]) for k in shards]) if n else sizes
+    for b in buffers:
+        rows.append({"shuffle": f"buffer of {b:,} samples", **quality(buffer_order(stream, b, seed), sizes)})
+    return rows
