@@ -172,3 +172,19 @@ def test_parquet_pages_carry_a_crc_the_reader_checks(tmp_path):
     assert info.value.path == path
     report = hpcio.registry.get_format("parquet").verify(str(tmp_path / "q"))
     assert not report["ok"] and report["errors"][0]["type"] == "CorruptShardError"
+
+
+@pytest.mark.parametrize("placed", ["0", str(1 << 40)])
+def test_converted_mds_records_the_hash_of_every_shard(tmp_path, monkeypatch, placed):
+    """Records placed by ranks straight into their shard (run bytes >= the threshold) or
+    written by one shard writer: either way every shard's hash is in index.json."""
+    from hpcio.convert.driver import PLACED_RUN_BYTES_ENV
+
+    monkeypatch.setenv(PLACED_RUN_BYTES_ENV, placed)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": f"text {i}"}) + "\n" for i in range(40)))
+    hpcio.convert(str(src), str(tmp_path / "out"), to="mds", num_shards=4)
+    index = json.load(open(tmp_path / "out" / "index.json"))
+    assert [sorted(s["raw_data"]["hashes"]) for s in index["shards"]] == [["xxh3_64"]] * 4
+    report = mds.verify(str(tmp_path / "out"))
+    assert report["ok"] and report["hashes_checked"] == 4
