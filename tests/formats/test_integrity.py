@@ -188,3 +188,13 @@ def test_converted_mds_records_the_hash_of_every_shard(tmp_path, monkeypatch, pl
     assert [sorted(s["raw_data"]["hashes"]) for s in index["shards"]] == [["xxh3_64"]] * 4
     report = mds.verify(str(tmp_path / "out"))
     assert report["ok"] and report["hashes_checked"] == 4
+
+
+def test_an_unknown_compression_in_a_shard_header_is_a_corrupt_shard(tmp_path):
+    path = write_mds(tmp_path / "d", compression="sample::zstd")
+    shard = f"{path}/shard.00000.mds"
+    data = open(shard, "rb").read()
+    at = data.index(b"sample::zstd") + len("sample::z")
+    flip(shard, at, ord("s") ^ ord("t"))  # sample::zstd -> sample::ztd... still JSON
+    with pytest.raises(CorruptShardError, match="the shard's embedded config: unknown MDS compression 'sample::zttd'"):
+        hpcio.open(path)[0]

@@ -176,7 +176,10 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
                 f"index.json has {info.entry.get(key)!r}",
                 path=path, offset=offset,
             )
-    embedded = parse_compression(config.get("compression")) if isinstance(config.get("compression"), str) else None
+    try:
+        embedded = parse_compression(config.get("compression")) if isinstance(config.get("compression"), str) else None
+    except ValueError as exc:
+        raise CorruptShardError(f"the shard's embedded config: {exc}", path=path, offset=offset) from None
     per_sample = info.compression is not None and info.compression.per_sample
     if per_sample != (embedded is not None and embedded.per_sample):
         raise CorruptShardError(
