@@ -40,7 +40,7 @@ def test_small_mutation_run(tmp_path):
 
 @pytest.mark.slow
 def test_large_mutation_run(tmp_path):
-    check(run_suite(tmp_path, "--truncations", "40", "--flips", "60", "--rewrites", "40", "--seed", "7"))
+    check(run_suite(tmp_path, "--truncations", "20", "--flips", "30", "--rewrites", "20", "--seed", "7"))
 
 
 def test_cases_are_seeded_and_cover_every_kind(tmp_path):
