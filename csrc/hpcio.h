@@ -240,10 +240,11 @@ hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
                                            hpcio_error *err);
 
 /* Compress src into dst (capacity from hpcio_zstd_bound).  content_size = 0 omits the
- * size from the frame header, as streaming compressors do. */
+ * size from the frame header, as streaming compressors do; checksum = 1 appends the
+ * frame checksum that decoders verify. */
 uint64_t hpcio_zstd_bound(uint64_t len);
 hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
-                                 int content_size, uint8_t *dst, uint64_t cap,
+                                 int content_size, int checksum, uint8_t *dst, uint64_t cap,
                                  uint64_t *written, hpcio_error *err);
 unsigned hpcio_zstd_version(void);
 const char *hpcio_zstd_version_string(void);

@@ -239,7 +239,7 @@ uint64_t hpcio_zstd_bound(uint64_t len)
 }
 
 hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
-                                 int content_size, uint8_t *dst, uint64_t cap,
+                                 int content_size, int checksum, uint8_t *dst, uint64_t cap,
                                  uint64_t *written, hpcio_error *err)
 {
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
@@ -251,6 +251,9 @@ hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
     if (!ZSTD_isError(r))
         r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, content_size ? 1 : 0);
     /* With the flag off the size stays out of the header, as streaming writers do. */
+    if (!ZSTD_isError(r))
+        r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
+    /* A frame checksum (xxh64 of the content) is verified by every decoder. */
     if (!ZSTD_isError(r))
         r = ZSTD_compress2(cctx, dst, (size_t)cap, src, (size_t)len);
     ZSTD_freeCCtx(cctx);

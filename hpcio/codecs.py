@@ -31,7 +31,8 @@ class Codec:
 
     def compress(self, data, level: int | None = None, **options) -> bytes:
         """``options`` are codec-specific: zstd takes ``content_size=False`` to leave the
-        size out of the frame header, as streaming compressors (and JINX files) do."""
+        size out of the frame header, as streaming compressors (and JINX files) do, and
+        ``checksum=True`` to end the frame with a checksum its decoders verify."""
         return self._compress(data, self.default_level if level is None else level, **options)
 
     def decompress(self, data, limit: int = DEFAULT_LIMIT, *, path=None, offset=None, sample=None) -> bytes:
@@ -65,10 +66,10 @@ def _optional(module: str, package: str):
 
 
 # --- zstd and blosc2: compiled kernels ------------------------------------------------
-def _zstd_compress(data, level, content_size=True):
+def _zstd_compress(data, level, content_size=True, checksum=False):
     from ._core import _codecs
 
-    return _codecs.zstd_compress(data, level, content_size)
+    return _codecs.zstd_compress(data, level, content_size, checksum)
 
 
 def _zstd_decompress(data, limit):

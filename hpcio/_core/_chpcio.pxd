@@ -112,7 +112,7 @@ cdef extern from "hpcio.h" nogil:
                                                hpcio_error *err)
     uint64_t hpcio_zstd_bound(uint64_t len)
     hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,
-                                     int content_size, uint8_t *dst, uint64_t cap,
+                                     int content_size, int checksum, uint8_t *dst, uint64_t cap,
                                      uint64_t *written, hpcio_error *err)
     unsigned hpcio_zstd_version()
     const char *hpcio_zstd_version_string()

@@ -5,7 +5,7 @@ from numpy.typing import NDArray
 DEFAULT_LIMIT: int  # 1 GiB: largest decompressed value accepted unless the caller says otherwise
 # ``limit=None`` accepts any size (trusted data only).
 
-def zstd_compress(data, level: int = 3, content_size: bool = True) -> bytes: ...
+def zstd_compress(data, level: int = 3, content_size: bool = True, checksum: bool = False) -> bytes: ...
 def zstd_decompress(data, limit: int | None = ..., *, path: str | None = None, offset: int = -1,
                     sample: int = -1) -> bytes:
     """One frame, with or without the content size in its header (JINX frames lack it)."""

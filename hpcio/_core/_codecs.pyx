@@ -200,7 +200,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
 ctypedef struct _Settings:
     # One codec's compression settings, for _compress
     int level, typesize, shuffle
-    bint content_size
+    bint content_size, checksum
     const char *codec
 
 ctypedef hpcio_status (*_compress_fn)(const uint8_t *src, uint64_t n, const _Settings *s,
@@ -211,7 +211,7 @@ ctypedef uint64_t (*_bound_fn)(uint64_t n) noexcept nogil
 
 cdef hpcio_status _zstd_frame(const uint8_t *src, uint64_t n, const _Settings *s, uint8_t *dst,
                               uint64_t cap, uint64_t *written, hpcio_error *err) noexcept nogil:
-    return hpcio_zstd_compress(src, n, s.level, s.content_size, dst, cap, written, err)
+    return hpcio_zstd_compress(src, n, s.level, s.content_size, s.checksum, dst, cap, written, err)
 
 
 cdef hpcio_status _blosc2_chunk(const uint8_t *src, uint64_t n, const _Settings *s,
@@ -240,9 +240,10 @@ cdef bytes _compress(data, _bound_fn bound, _compress_fn compress, const _Settin
         free(dst)
 
 
-def zstd_compress(data, int level=3, bint content_size=True):
-    """One zstd frame; ``content_size=False`` leaves the size out of the header."""
-    cdef _Settings s = _Settings(level, 0, 0, content_size, NULL)
+def zstd_compress(data, int level=3, bint content_size=True, bint checksum=False):
+    """One zstd frame; ``content_size=False`` leaves the size out of the header,
+    ``checksum=True`` ends the frame with the checksum of its content."""
+    cdef _Settings s = _Settings(level, 0, 0, content_size, checksum, NULL)
     return _compress(data, hpcio_zstd_bound, _zstd_frame, &s)
 
 
@@ -270,7 +271,7 @@ def zstd_decode_many(src, starts, ends, limit=DEFAULT_LIMIT, int nthreads=1, *, 
 def blosc2_compress(data, codec="zstd", int clevel=5, int typesize=1, int shuffle=1):
     """One blosc2 chunk (shuffle: 0 none, 1 byte, 2 bit)."""
     cdef bytes codec_b = codec.encode("ascii")
-    cdef _Settings s = _Settings(clevel, typesize, shuffle, False, codec_b)
+    cdef _Settings s = _Settings(clevel, typesize, shuffle, False, False, codec_b)
     return _compress(data, hpcio_blosc2_bound, _blosc2_chunk, &s)
 
 

@@ -313,6 +313,9 @@ class ShardWriter:
         """Make the files :meth:`write_shard` left durable, move them into the staging
         directory and record the shard's part (what ``--resume`` trusts)."""
         part["files"] = publish_files(_shard_tmpdir(self.staging, shard), self.staging)
+        digests = getattr(self.fmt, "record_digests", None)
+        if digests is not None and part["index"] is not None:
+            part["index"] = digests(part["index"], part["files"])
         write_json_atomic(part_path(self.staging, shard), part)
 
 

@@ -149,7 +149,11 @@ class PlacedRecords(Protocol):
         order, have ``lengths`` (at least one), when ``Writer(shard_id=...)`` would write
         it as one file holding ``head`` then the records back to back, ``index part``
         being its ``index_part()``; None when these options make the file something else
-        (MDS: a whole-shard compression, or file hashes)."""
+        (MDS: a whole-shard compression, or file hashes other than ``xxh3_64``)."""
+
+    def record_digests(self, index: dict, files: dict) -> dict:
+        """Optional: ``index`` completed with checksums of the shard's published
+        ``files`` (``{name: {"bytes", "xxh3"}}``), which no single rank wrote whole."""
 
 
 # --- checking -----------------------------------------------------------------------------
@@ -162,6 +166,7 @@ _MODULE_HOOKS = {  # module-level hook -> the protocol defining it
     "record_options": EncodedRecords,
     "record_encoder": EncodedRecords,
     "record_layout": PlacedRecords,
+    "record_digests": PlacedRecords,
 }
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

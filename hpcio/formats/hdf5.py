@@ -109,6 +109,10 @@ class Writer(_Writer):
         Chunk size of fixed datasets (samples) and of ragged data (bytes).
     compression
         ``"blosc"`` (default), ``"gzip"`` or None; see :func:`compression_filter`.
+    checksum
+        Add HDF5's Fletcher-32 filter to every chunked dataset (default): HDF5 checks
+        it on every read, so a damaged chunk raises instead of returning wrong values.
+        Datasets without chunks (empty ones) and the file's metadata carry none.
     pattern, start_shard
         File name pattern and first number, so parallel writers never collide.
     schema
@@ -123,7 +127,7 @@ class Writer(_Writer):
 
     def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, chunk_samples: int = 1024,
                  chunk_bytes: int = 1 << 20, compression: str | None = "blosc", clevel: int = 5,
-                 pattern: str = SHARD_PATTERN, start_shard: int = 0,
+                 checksum: bool = True, pattern: str = SHARD_PATTERN, start_shard: int = 0,
                  schema: Mapping | None = None, driver: str | None = None, comm=None,
                  shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
@@ -139,7 +143,7 @@ class Writer(_Writer):
         self.file_kwargs = {"driver": driver, "comm": comm} if driver == "mpio" else {}
         self.max_count = max_count
         self.chunk_samples, self.chunk_bytes = chunk_samples, chunk_bytes
-        self.filters = compression_filter(compression, clevel)
+        self.filters = {**compression_filter(compression, clevel), **({"fletcher32": True} if checksum else {})}
         self.pattern = pattern
         self.shard_number = start_shard
         self.buffer = _layout.ColumnBuffer(self.path, schema)

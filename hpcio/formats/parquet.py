@@ -142,12 +142,15 @@ class Writer(FileWriter):
         Rows per file before a new file starts (directory output only).
     compression
         Parquet codec name (``"zstd"`` default, ``"snappy"``, ``"none"``...).
+    checksum
+        Write the CRC-32 of every data page (default), which the reader checks: a
+        damaged page raises instead of returning wrong values.  The footer carries none.
     schema
         ``{field: kind}`` overriding what the first sample implies.
     """
 
     def __init__(self, path, row_group_size: int = 1024, max_count: int = 1_000_000,
-                 compression: str = "zstd", schema: Mapping | None = None, **options):
+                 compression: str = "zstd", checksum: bool = True, schema: Mapping | None = None, **options):
         super().__init__(path)
         if options:
             raise TypeError(f"unknown Parquet writer options: {', '.join(options)}")
@@ -157,6 +160,7 @@ class Writer(FileWriter):
         self.row_group_size = row_group_size
         self.max_count = max_count
         self.compression = compression
+        self.checksum = checksum
         self.kinds: dict[str, str] | None = dict(schema) if schema else None
         self.rows: list[Mapping] = []
         self.file = None  # the ParquetWriter of the file being written
@@ -217,7 +221,8 @@ class Writer(FileWriter):
             final = self._target()
             sink = self.pa.OSFile(self.pending.add(final), "wb")
             try:
-                self.file = self.pq.ParquetWriter(sink, self._schema(), compression=self.compression)
+                self.file = self.pq.ParquetWriter(sink, self._schema(), compression=self.compression,
+                                                  write_page_checksum=self.checksum)
             except BaseException:
                 sink.close()  # the file is not left open for the abort to find
                 raise
@@ -288,7 +293,7 @@ class Reader(BatchReader):
         for p in self.paths:
             try:
                 with _jemalloc_allocations():
-                    f = pq.ParquetFile(p)
+                    f = pq.ParquetFile(p, page_checksum_verification=True)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
             arrow_schema = f.schema_arrow

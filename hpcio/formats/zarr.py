@@ -165,6 +165,10 @@ class Writer(_Writer):
         ``"zstd"`` (default), ``"lz4"`` or None: blosc with byte shuffle.
     clevel
         blosc compression level.
+    checksum
+        End every chunk with Zarr v3's ``crc32c`` codec (default), which zarr checks on
+        every read, so a damaged chunk raises instead of returning wrong values.  The
+        ``zarr.json`` metadata carries none.
     schema
         ``{field: kind or spec}`` overriding what the first sample implies, e.g.
         ``{"emb": "npy"}`` for arrays of varying shape.
@@ -177,7 +181,7 @@ class Writer(_Writer):
     def __init__(self, path, part: int | None = None, chunk_samples: int = 1024,
                  shard_samples: int = 65536, chunk_bytes: int = 1 << 20,
                  shard_bytes: int = 64 << 20, compression: str | None = "zstd",
-                 clevel: int = 5, schema: Mapping | None = None,
+                 clevel: int = 5, checksum: bool = True, schema: Mapping | None = None,
                  shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
@@ -199,13 +203,17 @@ class Writer(_Writer):
         self.chunk_samples, self.shard_samples = chunk_samples, shard_samples
         self.chunk_bytes, self.shard_bytes = chunk_bytes, shard_bytes
         if compression is None:
-            self.compressors = None
+            self.compressors = []
         elif compression in ("zstd", "lz4"):
             from zarr.codecs import BloscCodec
 
-            self.compressors = BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")
+            self.compressors = [BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")]
         else:
             raise ValueError(f"unknown Zarr compression {compression!r}: use zstd, lz4 or None")
+        if checksum:
+            from zarr.codecs import Crc32cCodec
+
+            self.compressors.append(Crc32cCodec())
         self.buffer = _layout.ColumnBuffer(self.path, schema)
         self.group = None
         self.arrays: dict = {}

@@ -38,6 +38,7 @@ from hpcio.errors import (
 )
 from hpcio.formats import mds
 from hpcio.formats.mds import shards as mds_shards
+from hpcio.formats.mds.compression import DEFAULT_HASHES
 from hpcio.formats.mds import writer as mds_writer
 from hpcio.testing import FormatTests
 
@@ -84,8 +85,10 @@ def read_file(path) -> bytes:
 
 # --- byte identity with streaming's MDSWriter ------------------------------------------
 def write_streaming(path, samples, columns, **options):
+    """streaming's writer, recording the hashes hpcio's writer records by default."""
     from streaming import MDSWriter
 
+    options.setdefault("hashes", list(DEFAULT_HASHES))
     with MDSWriter(out=str(path), columns=columns, **options) as w:
         for s in samples:
             w.write(s)
@@ -151,12 +154,13 @@ def test_shard_written_from_pieces_survives_short_writes(tmp_path, monkeypatch):
 
 
 def test_sample_zstd_records_equal_streaming_compress(tmp_path):
-    """Records are compressed exactly as mldataforge does it: streaming's ``compress``."""
+    """Without frame checksums, records are compressed exactly as mldataforge does it:
+    streaming's ``compress``."""
     from streaming.base.compression import compress, decompress
 
     samples = [gen.mldataforge_sample(i) for i in range(12)]
     plain = write(tmp_path / "plain", samples)
-    packed = write(tmp_path / "packed", samples, compression="sample::zstd")
+    packed = write(tmp_path / "packed", samples, compression="sample::zstd", frame_checksums=False)
     raw = read_file(f"{plain}/shard.00000.mds")
     zipped = read_file(f"{packed}/shard.00000.mds")
     n = struct.unpack_from("<I", raw)[0]
@@ -1212,7 +1216,9 @@ def test_records_made_elsewhere_are_written_as_the_samples_would_be(tmp_path, co
 @pytest.mark.parametrize("compression", [None, "sample::zstd"])
 def test_record_layout_places_records_as_the_shard_writer_writes_them(tmp_path, compression):
     """A shard's head followed by its records is the file ``Writer(shard_id=...)`` writes,
-    and the layout's index part is the writer's."""
+    and the layout's index part, given the published file's digest, is the writer's."""
+    from hpcio.convert.resume import file_digest
+
     samples = [{"id": i, "text": "t" * (i * 37 % 300), "blob": bytes([i % 256]) * (i % 50)} for i in range(120)]
     options = {"compression": compression, "size_limit": 4000}
     if compression:
@@ -1225,7 +1231,8 @@ def test_record_layout_places_records_as_the_shard_writer_writes_them(tmp_path, 
     name, head, part = mds.record_layout(7, np.array([len(r) for r in records]), **options, **fixed)
     assert name == "shard.00007.mds" and os.listdir(tmp_path / "w") == [name]
     assert head + b"".join(records) == (tmp_path / "w" / name).read_bytes()
-    assert part == w.index_part()
+    published = {name: {"bytes": len(head) + sum(map(len, records)), "xxh3": file_digest(tmp_path / "w" / name)}}
+    assert mds.record_digests(part, published) == w.index_part()
 
 
 @pytest.mark.parametrize("options", [{"compression": "zstd"}, {"hashes": ["xxh64"]}])
@@ -1236,7 +1243,7 @@ def test_record_layout_declines_shards_not_stored_as_their_records(options):
 
 def test_record_layout_refuses_a_shard_past_u32_offsets():
     with pytest.raises(SchemaError) as info:
-        mds.record_layout(3, np.array([2**31, 2**31]), columns={"blob": "bytes"})
+        mds.record_layout(3, np.array([2**31, 2**31]), columns={"blob": "bytes"}, hashes=[])
     assert str(info.value) == ("shard 3 would be 4294967479 bytes; MDS offsets are u32 (lower size_limit) "
                                "(shard.00003.mds)")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ... import codecs as _codec_table
 
-__all__ = ["Compression", "parse_compression"]
+__all__ = ["Compression", "parse_compression", "DEFAULT_HASHES"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,11 @@ class Compression:
     level: int | None
     per_sample: bool
 
-    def compress(self, data) -> bytes:
-        return _codec_table.get_codec(self.codec).compress(data, self.level)
+    def compress(self, data, *, checksum: bool = False) -> bytes:
+        """``checksum``: end a zstd frame with the checksum of its content, which every
+        zstd decoder verifies (other codecs have no such field and ignore it)."""
+        options = {"checksum": True} if checksum and self.codec == "zstd" else {}
+        return _codec_table.get_codec(self.codec).compress(data, self.level, **options)
 
     def decompress(self, data, limit: int, *, path=None, offset=None, sample=None) -> bytes:
         return _codec_table.get_codec(self.codec).decompress(
@@ -100,6 +103,11 @@ def _hash_functions() -> dict:
         funcs[algo] = getattr(xxhash, algo)
     return funcs
 
+
+# What writers record for every file unless told otherwise: streaming's reader knows it
+# (``validate_hash="xxh3_64"``), it hashes faster than the disk writes, and it is the
+# digest parallel conversion already takes of every file it publishes.
+DEFAULT_HASHES = ("xxh3_64",)
 
 # Preferred order when the reader picks one hash to validate with: fastest first.
 _FAST_HASHES = ("xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32", "md5", "sha1")

@@ -122,6 +122,13 @@ def _check_entry(k: int, entry, index_path: str) -> _ShardInfo:
         raise bad(f"'samples' is {samples!r}, expected a non-negative integer")
     raw, zip_ = entry.get("raw_data"), entry.get("zip_data")
     _check_files(raw, zip_, bad)
+    # A shard holds its count and n + 1 u32 offsets, the last of which is its size: a
+    # count its size cannot hold is refused here, before any sum of counts is trusted.
+    if 8 + 4 * samples > raw["bytes"]:
+        raise bad(f"'samples' is {samples}, but a shard of {raw['bytes']} bytes holds at most "
+                  f"{max(raw['bytes'] - 8, 0) // 4}")
+    if raw["bytes"] >= 1 << 32:
+        raise bad(f"'raw_data' bytes is {raw['bytes']}; MDS offsets are u32, so a shard is under 4 GiB")
     compression = _entry_compression(entry, zip_, bad)
     columns = _entry_columns(entry, index_path, bad)
     return _ShardInfo(

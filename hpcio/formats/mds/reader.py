@@ -31,7 +31,7 @@ from .batches import _BatchReads
 from .compression import _FAST_HASHES, _digest
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
-from .shards import _LARGE_RECORD, _check_header, _OpenShard
+from .shards import _LARGE_RECORD, _check_count, _check_header, _OpenShard
 
 __all__ = ["Reader"]
 
@@ -117,6 +117,7 @@ class Reader(_BatchReads, base.Reader):
             )
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
+        self._counted = 0  # shards before this one have had their counts checked
 
     def _common_layout(self) -> _Layout | None:
         if not self.shards:
@@ -158,7 +159,17 @@ class Reader(_BatchReads, base.Reader):
             raise ShardNotFoundError(
                 f"shard file {info.file_basename} named by index.json is missing", path=path
             )
+        if info.position > self._counted:
+            self._check_counts_before(info.position)
         return path
+
+    def _check_counts_before(self, k: int) -> None:
+        """Check the counts (and sizes) index.json gives the shards before shard ``k``
+        against their files, once: a wrong count there would shift the index of every
+        sample of shard ``k`` and after it onto another sample."""
+        for info in self.shards[self._counted : k]:
+            _check_count(info, os.path.join(self.directory, info.file_basename))
+            self._counted = info.position + 1
 
     def _check_hash(self, info: _ShardInfo, path: str, data=None) -> None:
         hashes = info.zip_hashes if info.whole_shard else info.raw_hashes

@@ -13,7 +13,7 @@ import json
 import os
 import struct
 
-from ...errors import CorruptShardError, TruncatedShardError
+from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
 from .compression import parse_compression
 from .index import _CONFIG_KEYS, _loads, _ShardInfo
 
@@ -91,6 +91,31 @@ def _maps_cheaply(mapped) -> bool:
     return 2 * cheap > probed
 
 
+def _check_count(info: _ShardInfo, path: str) -> None:
+    """A shard file's size and record count agree with its index.json entry, read
+    without mapping it: the first 4 bytes and ``fstat``.  A whole-shard compressed file
+    only has its size checked (its count is inside the compressed bytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ShardNotFoundError(f"shard file {info.file_basename} named by index.json is missing",
+                                 path=path) from None
+    try:
+        size = os.fstat(fd).st_size
+        expected = info.zip_bytes if info.whole_shard else info.raw_bytes
+        if size != expected:
+            cls = TruncatedShardError if size < expected else CorruptShardError
+            raise cls(f"shard is {size} bytes, index.json says {expected}", path=path, offset=min(size, expected))
+        if not info.whole_shard:
+            n = _U32.unpack(os.pread(fd, 4, 0))[0]
+            if n != info.samples:
+                raise CorruptShardError(
+                    f"shard header says {n} samples, index.json says {info.samples}", path=path, offset=0
+                )
+    finally:
+        os.close(fd)
+
+
 def _check_header(info: _ShardInfo, path: str, size: int, read, base: int) -> int:
     """Check a shard's header and offset table against index.json; return its count.
 
@@ -151,7 +176,10 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
                 f"index.json has {info.entry.get(key)!r}",
                 path=path, offset=offset,
             )
-    embedded = parse_compression(config.get("compression")) if isinstance(config.get("compression"), str) else None
+    try:
+        embedded = parse_compression(config.get("compression")) if isinstance(config.get("compression"), str) else None
+    except ValueError as exc:
+        raise CorruptShardError(f"the shard's embedded config: {exc}", path=path, offset=offset) from None
     per_sample = info.compression is not None and info.compression.per_sample
     if per_sample != (embedded is not None and embedded.per_sample):
         raise CorruptShardError(

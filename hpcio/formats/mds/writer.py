@@ -23,12 +23,12 @@ from ..._fileio import write_pieces
 from ...errors import SchemaError, UnsupportedValueError
 from ...units import parse_bytes
 from .. import base
-from .compression import Compression, _hash_functions, parse_compression
+from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
 from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
 from .index import INDEX_NAME, NAME
 from .layout import _FIXED_KINDS, _Layout
 
-__all__ = ["Writer", "RecordEncoder", "merge_index", "record_options", "record_encoder", "record_layout",
+__all__ = ["Writer", "RecordEncoder", "merge_index", "record_options", "record_encoder", "record_layout", "record_digests",
            "infer_columns"]
 
 DEFAULT_SIZE_LIMIT = 1 << 26
@@ -78,17 +78,19 @@ class RecordEncoder:
     columns and compression stores for each sample, raising the same errors.
 
     Validates the columns (names are str, encodings known, ``pkl`` only with
-    ``allow_pickle``); ``path`` is named in the errors.
+    ``allow_pickle``); ``path`` is named in the errors.  ``frame_checksums``: see
+    :class:`Writer`.
     """
 
     def __init__(self, columns: Mapping[str, str], *, compression=None, allow_pickle: bool = False,
-                 path=None):
+                 path=None, frame_checksums: bool = True):
         _check_columns(columns, allow_pickle)
         names = sorted(columns)
         encodings = [columns[n] for n in names]
         self.layout = _Layout(names, encodings, [column_codec(e).size for e in encodings])
         self.path = path
         self.compression = compression if isinstance(compression, Compression) else parse_compression(compression)
+        self.frame_checksums = frame_checksums
         self._names = set(names)
         self._plan = list(zip(names, self.layout.codecs, [s is None for s in self.layout.sizes]))
         # Samples of plain values are packed in one compiled call; the per-column path
@@ -127,8 +129,13 @@ class RecordEncoder:
         """The record of ``sample`` as stored: after sample-level compression, if any."""
         record = self.encode(sample, number)
         if self.compression is not None and self.compression.per_sample:
-            record = self.compression.compress(record)
+            record = self.compression.compress(record, checksum=self.frame_checksums)
         return record
+
+
+def _hash_names(hashes: Sequence[str] | None) -> list[str]:
+    """The hash names a writer records: ``hashes``, or the default ones when None."""
+    return list(DEFAULT_HASHES if hashes is None else hashes)
 
 
 def _shard_config(layout: _Layout, compression: Compression | None, hashes: list, size_limit) -> dict:
@@ -177,7 +184,14 @@ class Writer(base.Writer):
         Start a new shard before one would exceed this many (uncompressed) bytes;
         an int below 2**32 or a string like ``"64mb"``; ``None`` for one shard.
     hashes
-        Sorted hash names recorded for each file (``"sha1"``, ``"xxh64"``, ...).
+        Sorted hash names recorded for each file (``"sha1"``, ``"xxh64"``, ...), as
+        streaming records them; by default ``["xxh3_64"]``, so that ``hpcio verify`` and
+        ``validate_hashes=True`` catch a damaged shard.  ``[]`` records none.
+    frame_checksums
+        End each ``sample::zstd`` record's frame with its content checksum (default), so
+        that every read of a damaged record fails instead of returning wrong values; 4
+        bytes a record.  ``False`` writes mldataforge's exact records.  Blosc2 chunks
+        have no checksum field: ``sample::blosc2`` records rely on the shard hashes.
     allow_pickle
         Allow ``pkl`` columns (explicit or inferred); reading them runs code.
     overwrite
@@ -192,13 +206,13 @@ class Writer(base.Writer):
     def __init__(self, path, columns: Mapping[str, str] | None = None, compression: str | None = None,
                  size_limit: int | str | None = DEFAULT_SIZE_LIMIT, hashes: Sequence[str] | None = None,
                  allow_pickle: bool = False, overwrite: bool = False,
-                 shard_id: int | None = None, num_shards: int | None = None):
+                 shard_id: int | None = None, num_shards: int | None = None, frame_checksums: bool = True):
         super().__init__(path)
         self.shard_id = shard_id
         if shard_id is not None:
             size_limit = None
         self.compression = parse_compression(compression)
-        self.hashes = list(hashes or [])
+        self.hashes = _hash_names(hashes)
         if self.hashes != sorted(set(self.hashes)):
             raise ValueError(f"hashes must be unique and sorted, got {self.hashes}")
         for algo in self.hashes:
@@ -209,6 +223,7 @@ class Writer(base.Writer):
         if self.size_limit is not None and not 0 <= self.size_limit < 1 << 32:
             raise ValueError(f"size_limit must be in [0, 2**32), got {self.size_limit}: offsets are u32")
         self.allow_pickle = allow_pickle
+        self.frame_checksums = frame_checksums
         if os.path.isdir(self.path) and os.listdir(self.path):
             if not overwrite:
                 raise FileExistsError(f"{self.path} exists and is not empty (pass overwrite=True to replace it)")
@@ -229,7 +244,7 @@ class Writer(base.Writer):
 
     def _set_columns(self, columns: dict) -> None:
         self._encoder = RecordEncoder(columns, compression=self.compression, allow_pickle=self.allow_pickle,
-                                      path=self.path)
+                                      path=self.path, frame_checksums=self.frame_checksums)
         self._columns = columns
         self._config = _shard_config(self._encoder.layout, self.compression, self.hashes, self.size_limit)
         self._config_data = json.dumps(self._config, sort_keys=True).encode("utf-8")
@@ -363,10 +378,11 @@ def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,
 
 
 def record_encoder(path, *, columns: Mapping[str, str], compression: str | None = None,
-                   allow_pickle: bool = False, **_options) -> RecordEncoder:
+                   allow_pickle: bool = False, frame_checksums: bool = True, **_options) -> RecordEncoder:
     """Encoded-record hook: the encoder of the records a ``Writer(path, **options)``
     would store (``columns`` given or fixed by :func:`record_options`)."""
-    return RecordEncoder(columns, compression=compression, allow_pickle=allow_pickle, path=os.fspath(path))
+    return RecordEncoder(columns, compression=compression, allow_pickle=allow_pickle, path=os.fspath(path),
+                         frame_checksums=frame_checksums)
 
 
 def record_layout(shard_id: int, lengths: np.ndarray, *, columns: Mapping[str, str], compression: str | None = None,
@@ -376,15 +392,31 @@ def record_layout(shard_id: int, lengths: np.ndarray, *, columns: Mapping[str, s
     of the shard ``shard_id`` whose records have ``lengths``, as ``Writer(shard_id=...)``
     writes it: its file is ``head`` followed by the records back to back.  None when the
     file is not that: a whole-shard compression, or hashes of the file (computed over
-    bytes that ranks place separately)."""
+    bytes that ranks place separately, other than the ``xxh3_64`` that
+    :func:`record_digests` fills in once the file is published)."""
     codec = parse_compression(compression)
-    if hashes or (codec is not None and not codec.per_sample):
+    hashes = _hash_names(hashes)
+    if not set(hashes) <= {_PUBLISHED_HASH} or (codec is not None and not codec.per_sample):
         return None
     encoder = RecordEncoder(columns, compression=codec, allow_pickle=allow_pickle)
-    config = _shard_config(encoder.layout, codec, [], None)
+    config = _shard_config(encoder.layout, codec, hashes, None)
     basename = f"shard.{shard_id:05}.mds"
     head = _shard_head(np.asarray(lengths, np.int64), json.dumps(config, sort_keys=True).encode("utf-8"),
                        shard_id, basename)
     raw = {"basename": basename, "bytes": len(head) + int(np.sum(lengths)), "hashes": {}}
     return basename, head, {"samples": len(lengths), "raw_data": raw, "zip_data": None, **config}
+
+
+# The digest parallel conversion takes of every file it publishes (``publish_files``).
+_PUBLISHED_HASH = "xxh3_64"
+
+
+def record_digests(index: dict, files: Mapping[str, Mapping]) -> dict:
+    """Placed-record hook: the index part :func:`record_layout` made, with the hashes its
+    configuration names taken from the digests of the published ``files``
+    (``{name: {"bytes", "xxh3"}}``), which were written by several ranks at once."""
+    raw = index["raw_data"]
+    if _PUBLISHED_HASH in index["hashes"] and _PUBLISHED_HASH not in raw["hashes"]:
+        raw = {**raw, "hashes": {**raw["hashes"], _PUBLISHED_HASH: files[raw["basename"]]["xxh3"]}}
+    return {**index, "raw_data": raw}
 
