@@ -14,6 +14,7 @@ import numpy as np
 from .tuning import apply_freed_heap, gc_paused
 from .errors import IndexOutOfRangeError
 from .formats.base import DEFAULT_BATCH, Reader
+from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
 
 __all__ = ["Dataset", "open", "open_writer"]
@@ -235,9 +236,12 @@ def open(path: str | os.PathLike, format: str | None = None, **options) -> Datas
     """
     apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
+    check_reader_options(module, options)
     return Dataset(module.Reader(path, **options))
 
 
 def open_writer(path: str | os.PathLike, format: str, **options):
     """A writer for ``format`` at ``path``; use it as a context manager."""
-    return get_format(format).Writer(path, **options)
+    module = get_format(format)
+    check_writer_options(module, options)
+    return module.Writer(path, **options)

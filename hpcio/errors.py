@@ -36,6 +36,13 @@ __all__ = [
     "UnstableIdentityError",
     "CacheTimeoutError",
     "TuningError",
+    "OptionError",
+    "ByteSizeError",
+    "ConversionInterrupted",
+    "InvalidArgumentError",
+    "KeyNotFoundError",
+    "WrongTypeError",
+    "UsageError",
     "where",
 ]
 
@@ -204,3 +211,43 @@ class CacheTimeoutError(HpcioError, TimeoutError):
 
 class TuningError(HpcioError, ValueError):
     """An unknown name in ``HPCIO_TUNE`` (see :func:`hpcio.tune`)."""
+
+
+# --- arguments and options ------------------------------------------------------------
+
+
+class OptionError(HpcioError, TypeError, ValueError):
+    """An unknown reader or writer option; the message lists the valid ones.
+
+    Both built-in bases: Python reports an unknown keyword as TypeError, a bad
+    command-line value as ValueError, and callers may catch either."""
+
+
+class InvalidArgumentError(HpcioError, ValueError):
+    """An argument or option value outside what the function accepts."""
+
+
+class WrongTypeError(HpcioError, TypeError):
+    """An argument of a type the function does not take."""
+
+
+class KeyNotFoundError(HpcioError, KeyError):
+    """A name (field, column, stage, ...) that the object does not hold."""
+
+    def __str__(self):  # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+class UsageError(HpcioError, RuntimeError):
+    """An operation called out of order (on a closed writer, before setup, ...)."""
+
+
+class ByteSizeError(HpcioError, ValueError):
+    """A byte size that cannot be read (names the option or variable it came from)."""
+
+
+class ConversionInterrupted(HpcioError, RuntimeError):
+    """A conversion stopped on a signal at a round boundary; its partial output resumes."""
+
+    #: ``EX_TEMPFAIL``: a temporary failure, the same command will succeed when run again.
+    exit_code = 75

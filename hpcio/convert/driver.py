@@ -39,7 +39,9 @@ import numpy as np
 
 from .._durable import fsync_dir
 from ..errors import CapabilityError, PlanError, ResumeError
+from ..options import check_writer_options
 from ..registry import get_format
+from ..sources.inputs import check_reader_options
 from ..sources import ReaderCache, Source, block_starts, expand_sources, load_libraries, measure_source
 from ..units import ByteSizeError, parse_bytes
 from . import jobstate
@@ -121,6 +123,10 @@ def _env_bytes(name: str, default: int, minimum: int) -> int:
         raise PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
                         f"got {value}")
     return value
+
+
+# Writer parameters the converter sets for every shard, which an option may not set.
+_SET_BY_CONVERT = ("path", "shard_id", "num_shards")
 
 
 def _writer_options(writer_options: Mapping | None, compression: str | None) -> dict:
@@ -278,6 +284,8 @@ def convert(
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
+    check_writer_options(fmt, _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
+    check_reader_options(reader_options, from_format)
     dst = os.path.abspath(os.fspath(dst))
     job = _Job(
         comm=comm, fmt=fmt, src=src, dst=dst, staging=staging_path(dst), from_format=from_format,
