@@ -8,6 +8,8 @@ found, and where: file, byte offset and sample index when they are known.
 
 from __future__ import annotations
 
+import json
+
 __all__ = [
     "HpcioError",
     "CorruptShardError",
@@ -16,6 +18,7 @@ __all__ = [
     "ShardReadError",
     "IndexOutOfRangeError",
     "DecodeError",
+    "InvalidJSONError",
     "DecompressionLimitError",
     "UnknownFormatError",
     "FormatSniffError",
@@ -43,6 +46,8 @@ __all__ = [
     "KeyNotFoundError",
     "WrongTypeError",
     "UsageError",
+    "WriterClosedError",
+    "BenchmarkError",
     "where",
 ]
 
@@ -98,6 +103,20 @@ class IndexOutOfRangeError(HpcioError, IndexError):
 
 class DecodeError(HpcioError, ValueError):
     """A value could not be decoded (codec error, bad base85, bad JSON, ...)."""
+
+
+class InvalidJSONError(json.JSONDecodeError, DecodeError):
+    """A stored JSON value that does not parse; still a :class:`json.JSONDecodeError`
+    (``msg``, ``doc``, ``pos``), so code written against the json module keeps working."""
+
+    def __init__(self, message: str, doc: str = "", pos: int = 0, *, path=None, offset=None, sample=None):
+        self.msg, self.doc, self.pos = message, doc, pos
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+        HpcioError.__init__(self, message, path=path, offset=offset, sample=sample)
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.doc, self.pos)
 
 
 class DecompressionLimitError(DecodeError):
@@ -198,6 +217,10 @@ class TierEmulatorError(HpcioError, OSError):
     """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""
 
 
+class BenchmarkError(HpcioError, RuntimeError):
+    """A benchmarked system failed its run; the message holds the tail of its output."""
+
+
 # --- pipelines and process tuning --------------------------------------------------------
 
 
@@ -239,7 +262,13 @@ class KeyNotFoundError(HpcioError, KeyError):
 
 
 class UsageError(HpcioError, RuntimeError):
-    """An operation called out of order (on a closed writer, before setup, ...)."""
+    """An operation that cannot run in the current state (a missing set-up step, a
+    component used where it does not belong, an environment that gives another result
+    than the one expected)."""
+
+
+class WriterClosedError(HpcioError, ValueError):
+    """A write to a writer already closed (ValueError, as Python's closed files raise)."""
 
 
 class ByteSizeError(HpcioError, ValueError):

@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..errors import CorruptShardError, MissingDependencyError, SchemaError
+from ..errors import (
+    CorruptShardError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    MissingDependencyError,
+    OptionError,
+    SchemaError,
+)
 from ..registry import Capabilities
 from .. import tuning
 from . import _values
@@ -150,7 +157,7 @@ class Writer(FileWriter):
                  compression: str = "zstd", schema: Mapping | None = None, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown Parquet writer options: {', '.join(options)}")
+            raise OptionError(f"unknown Parquet writer options: {', '.join(options)}")
         self.pa, self.pq = _pa()
         self.single = self.path.endswith(".parquet")
         self.pending = PendingFiles(None if self.single else self.path)
@@ -291,7 +298,7 @@ class Reader(BatchReader):
         self.cum = sample_starts(counts)
         cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
         if cache_bytes < 0:
-            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+            raise InvalidArgumentError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self.cache: OrderedDict = OrderedDict()
         self.cache_bytes = cache_bytes
 
@@ -329,7 +336,7 @@ class Reader(BatchReader):
         fields = tuple(self.fields if fields is None else fields)
         for f in fields:
             if f not in self.kinds:
-                raise KeyError(f"{self.path} has no field {f!r}")
+                raise KeyNotFoundError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
         for g, where, rows in by_shard(self.cum, indices):
             table = self._group(g, fields)
