@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .tuning import apply_freed_heap, gc_paused
-from .errors import IndexOutOfRangeError
+from .columns import VarColumn
+from .errors import DecodeError, HpcioError, IndexOutOfRangeError, WrongTypeError
 from .formats.base import DEFAULT_BATCH, Reader
 from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
@@ -57,9 +58,16 @@ class Dataset(Sequence):
         key = np.asarray(key)
         if key.dtype == bool:
             if key.shape != (n,):
-                raise IndexError(f"boolean mask of shape {key.shape} for {n} samples")
+                raise IndexOutOfRangeError(f"boolean mask of shape {key.shape} for {n} samples")
             key = np.flatnonzero(key)
-        key = key.astype(np.int64, copy=False)
+        try:
+            if key.dtype.kind in "USV":
+                raise TypeError
+            key = key.astype(np.int64, copy=False)
+        except (TypeError, ValueError):
+            raise WrongTypeError(
+                "samples are selected by an int, a slice, an int array or a boolean mask, not "
+                f"{_described(key)}; to keep fields, use select()", path=self.reader.path) from None
         if key.size:
             lo, hi = int(key.min()), int(key.max())
             if lo < -n or hi >= n:
@@ -115,7 +123,11 @@ class Dataset(Sequence):
         """
         positions = self._positions(indices)
         with gc_paused():
-            return self.reader.read_columns(positions, self.fields)
+            columns = self.reader.read_columns(positions, self.fields)
+        for name, column in columns.items():
+            if isinstance(column, VarColumn):
+                column.locate = _sample_error(self.reader, positions, name)
+        return columns
 
     def __iter__(self) -> Iterator[Mapping]:
         if self.indices is None:
@@ -173,7 +185,7 @@ class Dataset(Sequence):
             elif key is not None:
                 keys.extend(map(key, self.reader.read_many(chunk, self.fields)))
             else:
-                raise TypeError("sort() needs a field name or a key function")
+                raise WrongTypeError("sort() needs a field name or a key function")
         return self._view(_stable_argsort(keys, descending=reverse))
 
     def select(self, fields: Sequence[str]) -> "Dataset":
@@ -207,6 +219,29 @@ class Dataset(Sequence):
     def __repr__(self):
         view = "" if self.indices is None else " (view)"
         return f"<hpcio.Dataset {self.reader.path!r} n={len(self)}{view}>"
+
+
+def _described(key: np.ndarray) -> str:
+    """A key in an error message: itself when it is one value, else its dtype."""
+    return repr(key.item()) if key.ndim == 0 else f"an array of {key.dtype}"
+
+
+def _sample_error(reader: Reader, positions: np.ndarray, field: str) -> Callable:
+    """A column's ``locate``: for a value that does not decode, the located error reading
+    its sample raises (what ``ds[i]`` reports), else a DecodeError naming the sample."""
+
+    def locate(j: int, exc: BaseException) -> HpcioError:
+        sample = int(positions[j])
+        try:
+            reader.read(sample, [field])[field]
+        except HpcioError as error:
+            return error
+        except Exception:
+            pass
+        return DecodeError(f"field {field!r}: cannot decode the value: {type(exc).__name__}: {exc}",
+                           path=reader.path, sample=sample)
+
+    return locate
 
 
 def _stable_argsort(keys: Sequence, descending: bool = False) -> np.ndarray:
