@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 
+from ..errors import InvalidArgumentError
 from ..formats.jinx import sidecar_path
 from .limits import settle_page_cache
 
@@ -35,7 +36,7 @@ def tier_roots(env=None) -> dict[str, str]:
         for item in filter(None, (s.strip() for s in spec.split(","))):
             name, sep, path = item.partition("=")
             if not sep or not name or not path:
-                raise ValueError(f"HPCIO_TIERS entry {item!r} is not name=path")
+                raise InvalidArgumentError(f"HPCIO_TIERS entry {item!r} is not name=path")
             out[name] = path
         return out
     out = {"tmp": tempfile.gettempdir()}

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from .convert import add_output_arguments, output_options, run_guarded
 
 HELP = "split datasets into parts (e.g. train/val/test) by a seeded random assignment"
@@ -43,11 +44,11 @@ def split_selections(n: int, *, parts: int | None = None, fractions=None, seed: 
     """
     if parts is not None:
         if parts < 1:
-            raise ValueError(f"--parts must be at least 1, got {parts}")
+            raise InvalidArgumentError(f"--parts must be at least 1, got {parts}")
         counts = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
     else:
         if any(f < 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
-            raise ValueError(f"fractions must be non-negative and sum to at most 1, got {fractions}")
+            raise InvalidArgumentError(f"fractions must be non-negative and sum to at most 1, got {fractions}")
         counts = [int(np.floor(f * n + 1e-9)) for f in fractions]
     perm = np.random.default_rng(seed).permutation(n)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -73,7 +74,7 @@ def run(args) -> int:
         selections = split_selections(n, parts=args.parts, fractions=fractions, seed=args.split_seed)
         names = (args.names.split(",") if args.names else [f"part-{i:04d}" for i in range(len(selections))])
         if len(names) != len(selections):
-            raise ValueError(f"{len(names)} names for {len(selections)} parts")
+            raise InvalidArgumentError(f"{len(names)} names for {len(selections)} parts")
         to = args.to or listed[0].format
         os.makedirs(outdir, exist_ok=True)
         return [convert(sources, os.path.join(outdir, name), to=to, selection=sel, **output_options(args))

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .._durable import fsync_dir
-from ..errors import CapabilityError, PlanError, ResumeError
+from ..errors import CapabilityError, InvalidArgumentError, PlanError, ResumeError, WrongTypeError
 from ..options import check_writer_options
 from ..registry import get_format
 from ..sources.inputs import check_reader_options
@@ -78,12 +78,12 @@ def resolve_callable(spec: str | Callable | None) -> Callable | None:
         return spec
     module, sep, name = str(spec).partition(":")
     if not sep or not module or not name:
-        raise ValueError(f"expected module:function, got {spec!r}")
+        raise InvalidArgumentError(f"expected module:function, got {spec!r}")
     obj = importlib.import_module(module)
     for attr in name.split("."):
         obj = getattr(obj, attr)
     if not callable(obj):
-        raise TypeError(f"{spec} is not callable")
+        raise WrongTypeError(f"{spec} is not callable")
     return obj
 
 
