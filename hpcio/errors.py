@@ -240,7 +240,8 @@ class TuningError(HpcioError, ValueError):
 
 
 class OptionError(HpcioError, TypeError, ValueError):
-    """An unknown reader or writer option; the message lists the valid ones.
+    """An unknown option (the message lists the valid ones), or an option value a command
+    cannot use: a usage error, which the command line reports with exit code 2.
 
     Both built-in bases: Python reports an unknown keyword as TypeError, a bad
     command-line value as ValueError, and callers may catch either."""

@@ -62,7 +62,7 @@ from .resume import (
 )
 from .writer import SLOW_SHARD_ENV, ShardWriter
 
-__all__ = ["convert", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
+__all__ = ["convert", "check_options", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
 
 # Bytes of samples a rank holds in one round when ``round_bytes`` is not given.
 ROUND_BYTES_ENV = "HPCIO_CONVERT_ROUND_BYTES"
@@ -127,6 +127,15 @@ def _env_bytes(name: str, default: int, minimum: int) -> int:
 
 # Writer parameters the converter sets for every shard, which an option may not set.
 _SET_BY_CONVERT = ("path", "shard_id", "num_shards")
+
+
+def check_options(to: str, writer_options: Mapping | None, reader_options: Mapping | None, *,
+                  compression: str | None = None, from_format: str | None = None) -> None:
+    """OptionError for a writer option format ``to`` does not take, or a reader option no
+    source format (or ``from_format``) takes: what :func:`convert` checks before it reads
+    any input, for callers that read inputs before converting."""
+    check_writer_options(get_format(to), _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
+    check_reader_options(reader_options, from_format)
 
 
 def _writer_options(writer_options: Mapping | None, compression: str | None) -> dict:
@@ -284,8 +293,7 @@ def convert(
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
-    check_writer_options(fmt, _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
-    check_reader_options(reader_options, from_format)
+    check_options(fmt.NAME, writer_options, reader_options, compression=compression, from_format=from_format)
     dst = os.path.abspath(os.fspath(dst))
     job = _Job(
         comm=comm, fmt=fmt, src=src, dst=dst, staging=staging_path(dst), from_format=from_format,
