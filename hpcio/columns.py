@@ -27,7 +27,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import DecodeError, HpcioError, InvalidJSONError, IndexOutOfRangeError, InvalidArgumentError, WrongTypeError
+from .errors import (
+    DecodeError,
+    HpcioError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    InvalidJSONError,
+    KeyNotFoundError,
+    WrongTypeError,
+)
 
 __all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 
@@ -359,7 +367,11 @@ def columns_from_values(samples: Sequence, fields: Sequence[str]) -> dict:
     """
     out = {}
     for f in fields:
-        values = [s[f] for s in samples]
+        try:
+            values = [s[f] for s in samples]
+        except KeyError:
+            j = next(j for j, s in enumerate(samples) if f not in s)
+            raise KeyNotFoundError(f"sample {j} of the batch has no field {f!r}") from None
         out[f] = _column_of(values)
     return out
 

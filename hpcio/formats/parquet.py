@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import (
     CorruptShardError,
+    DecodeError,
     InvalidArgumentError,
     KeyNotFoundError,
     MissingDependencyError,
@@ -243,7 +244,12 @@ class Writer(FileWriter):
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
     """The column's values as Python objects; ``samples[k]`` is row k's sample index in
     ``path`` (for error messages)."""
-    values = column.to_pylist()
+    try:
+        values = column.to_pylist()
+    except ValueError as exc:  # a string value that is not UTF-8: name its sample
+        bad = next((k for k in range(len(column)) if not _converts(column, k)), 0)
+        raise DecodeError(f"field {name!r} cannot be decoded: {exc}", path=path,
+                          sample=int(samples[bad]) if len(samples) else None) from None
     if kind == "json":
         return [v if v is None else _values.decode_json(v.encode(), field=name, path=path, sample=int(i))
                 for i, v in zip(samples, values)]
@@ -251,6 +257,14 @@ def _decode_column(column, kind: str | None, name: str, path: str, samples) -> l
         return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=int(i))
                 for i, v in zip(samples, values)]
     return values
+
+
+def _converts(column, k: int) -> bool:
+    try:
+        column[k].as_py()
+        return True
+    except ValueError:
+        return False
 
 
 class Reader(BatchReader):
@@ -278,9 +292,9 @@ class Reader(BatchReader):
             try:
                 with _jemalloc_allocations():
                     f = pq.ParquetFile(p)
-            except (pa.ArrowInvalid, OSError) as exc:
+                arrow_schema = f.schema_arrow
+            except (pa.ArrowException, ValueError, OSError) as exc:  # ValueError: names not UTF-8
                 raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
-            arrow_schema = f.schema_arrow
             if schema is None:
                 schema = arrow_schema
             elif not arrow_schema.equals(schema):
