@@ -46,7 +46,7 @@ __all__ = [
     "KeyNotFoundError",
     "WrongTypeError",
     "UsageError",
-    "WriterClosedError",
+    "ClosedError",
     "BenchmarkError",
     "where",
 ]
@@ -268,8 +268,9 @@ class UsageError(HpcioError, RuntimeError):
     than the one expected)."""
 
 
-class WriterClosedError(HpcioError, ValueError):
-    """A write to a writer already closed (ValueError, as Python's closed files raise)."""
+class ClosedError(HpcioError, ValueError):
+    """Use of a reader, writer or shard file already closed (ValueError, as Python's
+    closed files raise)."""
 
 
 class ByteSizeError(HpcioError, ValueError):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..._core import _records
 from ..._fileio import write_pieces
-from ...errors import InvalidArgumentError, SchemaError, UnsupportedValueError, WriterClosedError
+from ...errors import ClosedError, InvalidArgumentError, SchemaError, UnsupportedValueError
 from ...units import parse_bytes
 from .. import base
 from .compression import Compression, _hash_functions, parse_compression
@@ -252,14 +252,14 @@ class Writer(base.Writer):
 
     def write(self, sample: Mapping) -> None:
         if self._closed:
-            raise WriterClosedError("write to a closed MDS writer")
+            raise ClosedError("write to a closed MDS writer")
         self.write_record(self._encoder_for(sample).record(sample, self.count))
 
     def write_record(self, record) -> None:
         """Append a record as :meth:`RecordEncoder.record` made it (bytes-like), for
         samples encoded elsewhere; the writer's columns must be the encoder's."""
         if self._closed:
-            raise WriterClosedError("write to a closed MDS writer")
+            raise ClosedError("write to a closed MDS writer")
         if self._columns is None:
             raise SchemaError("an MDS writer takes records only once its columns are given")
         # streaming's rule, to the byte: flush when the limit would be exceeded, even
