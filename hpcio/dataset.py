@@ -60,14 +60,12 @@ class Dataset(Sequence):
             if key.shape != (n,):
                 raise IndexOutOfRangeError(f"boolean mask of shape {key.shape} for {n} samples")
             key = np.flatnonzero(key)
+        if key.dtype.kind in "USV":  # text: a field name, not a position
+            raise self._not_positions(key)
         try:
-            if key.dtype.kind in "USV":
-                raise TypeError
             key = key.astype(np.int64, copy=False)
         except (TypeError, ValueError):
-            raise WrongTypeError(
-                "samples are selected by an int, a slice, an int array or a boolean mask, not "
-                f"{_described(key)}; to keep fields, use select()", path=self.reader.path) from None
+            raise self._not_positions(key) from None
         if key.size:
             lo, hi = int(key.min()), int(key.max())
             if lo < -n or hi >= n:
@@ -78,6 +76,11 @@ class Dataset(Sequence):
                 )
             key = np.where(key < 0, key + n, key)
         return key if self.indices is None else self.indices[key]
+
+    def _not_positions(self, key: np.ndarray) -> WrongTypeError:
+        what = repr(key.item()) if key.ndim == 0 else f"an array of {key.dtype}"
+        return WrongTypeError(f"samples are selected by an int, a slice, an int array or a boolean "
+                              f"mask, not {what}; to keep fields, use select()", path=self.reader.path)
 
     def __getitem__(self, key):
         """``ds[i]`` a sample; ``ds[a:b]`` a view; ``ds[array]`` a list of samples."""
@@ -219,11 +222,6 @@ class Dataset(Sequence):
     def __repr__(self):
         view = "" if self.indices is None else " (view)"
         return f"<hpcio.Dataset {self.reader.path!r} n={len(self)}{view}>"
-
-
-def _described(key: np.ndarray) -> str:
-    """A key in an error message: itself when it is one value, else its dtype."""
-    return repr(key.item()) if key.ndim == 0 else f"an array of {key.dtype}"
 
 
 def _sample_error(reader: Reader, positions: np.ndarray, field: str) -> Callable:
