@@ -472,7 +472,8 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
                                 max_request, depth, &requests, &nbytes, &err)
     if st != HPCIO_OK:
         item = err.item
-        path = paths[fv[item]] if 0 <= item < <int64_t>m else None
+        # an extent may name a file that does not exist: that is the error being reported
+        path = paths[fv[item]] if 0 <= item < <int64_t>m and fv[item] < <uint32_t>len(paths) else None
         err.item = -1  # the extent's position is not a sample number: the caller knows which
         check(st, &err, path, -1, -1)
     return requests, nbytes
