@@ -23,6 +23,7 @@ from .errors import (
     IndexOutOfRangeError,
     InsufficientSpaceError,
     MissingDependencyError,
+    OptionError,
     SchemaError,
     ShardNotFoundError,
     StagingError,
@@ -59,6 +60,7 @@ __all__ = [
     "IndexOutOfRangeError",
     "InsufficientSpaceError",
     "MissingDependencyError",
+    "OptionError",
     "SchemaError",
     "ShardNotFoundError",
     "StagingError",
@@ -75,7 +77,9 @@ def convert(src, dst, to: str, **options):
     fault tolerance, resume); under MPI every rank calls it with the same arguments.
     """
     from .convert import convert as _convert
+    from .options import check_options, option_names
 
+    check_options(options, option_names(_convert, skip=("src", "dst", "to")), "convert")
     return _convert(src, dst, to=to, **options)
 
 
@@ -85,6 +89,8 @@ def stage(src, dst, **options):
     See :func:`hpcio.staging.stage` for the options (threads, dry run, node-local
     targets); under MPI every rank calls it with the same arguments.
     """
+    from .options import check_options, option_names
     from .staging import stage as _stage
 
+    check_options(options, option_names(_stage, skip=("src", "dst")), "stage")
     return _stage(src, dst, **options)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import DecodeError, DecompressionLimitError, MissingDependencyError
+from .errors import DecodeError, DecompressionLimitError, InvalidArgumentError, MissingDependencyError
 
 __all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT"]
 
@@ -246,5 +246,5 @@ def split_level(spec: str) -> tuple[str, int | None]:
     try:
         return name, int(level)
     except ValueError:
-        raise ValueError(f"bad compression level in {spec!r}: expected an integer after ':'") from None
+        raise InvalidArgumentError(f"bad compression level in {spec!r}: expected an integer after ':'") from None
 

@@ -27,9 +27,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .errors import (
+    DecodeError,
+    HpcioError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    InvalidJSONError,
+    KeyNotFoundError,
+    WrongTypeError,
+)
+
 __all__ = ["ListColumn", "VarColumn", "ViewColumn", "columns_from_values", "loads_json"]
 
 _KINDS = ("str", "bytes", "json")
+# What decoding one stored value raises when its bytes are bad: not UTF-8, not JSON, or
+# JSON nested deeper than the interpreter's recursion limit.
+_VALUE_ERRORS = (ValueError, RecursionError)
 
 
 class _Column(Sequence):
@@ -44,7 +57,7 @@ class _Column(Sequence):
             return [self[i] for i in range(*j.indices(n))]
         j = int(j)
         if not -n <= j < n:
-            raise IndexError(f"index {j} out of range for a column of {n} values")
+            raise IndexOutOfRangeError(f"index {j} out of range for a column of {n} values")
         return self._value(j % n)
 
 
@@ -62,6 +75,10 @@ class VarColumn(_Column):
     offsets
         ``len(col) + 1`` non-decreasing int64 positions in ``data``, starting at 0.
 
+    A value whose bytes do not decode raises DecodeError; a column read from a dataset
+    names its file and sample, as reading that sample does (``locate``, set by
+    :meth:`hpcio.Dataset.get_columns`: position -> the error reading its sample raises).
+
     >>> col = VarColumn.from_values("str", ["a", "bé", ""])
     >>> len(col), col[1], col.to_pylist()
     (3, 'bé', ['a', 'bé', ''])
@@ -69,14 +86,15 @@ class VarColumn(_Column):
     ([1, 3, 0], [1, 2, 0])
     """
 
-    __slots__ = ("kind", "data", "offsets")
+    __slots__ = ("kind", "data", "offsets", "locate")
 
     def __init__(self, kind: str, data: np.ndarray, offsets: np.ndarray):
         if kind not in _KINDS:
-            raise ValueError(f"VarColumn kind must be one of {', '.join(_KINDS)}, got {kind!r}")
+            raise InvalidArgumentError(f"VarColumn kind must be one of {', '.join(_KINDS)}, got {kind!r}")
         self.kind = kind
         self.data = data
         self.offsets = offsets
+        self.locate = None
 
     @classmethod
     def from_values(cls, kind: str, values: Sequence) -> "VarColumn":
@@ -101,7 +119,23 @@ class VarColumn(_Column):
         return memoryview(self.data)[self.offsets[j] : self.offsets[j + 1]]
 
     def _value(self, j: int):
-        return self._decode(self.value_bytes(j))
+        return self._decode_at(j, self.value_bytes(j))
+
+    def _decode_at(self, j: int, raw: memoryview):
+        """Value ``j`` decoded from ``raw``; DecodeError, located when it can be, if not."""
+        try:
+            return self._decode(raw)
+        except HpcioError:
+            raise
+        except _VALUE_ERRORS as exc:
+            located = None if self.locate is None else self.locate(j, exc)
+            if located is not None:
+                raise located from exc
+            if isinstance(exc, json.JSONDecodeError):
+                raise InvalidJSONError(f"value {j} of a json column is not JSON: {exc.msg}", exc.doc,
+                                       exc.pos) from exc
+            raise DecodeError(f"value {j} of a {self.kind} column cannot be decoded: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
     def _decode(self, raw: memoryview):
         if self.kind == "str":
@@ -125,7 +159,8 @@ class VarColumn(_Column):
                 return values
         view = memoryview(self.data)
         bounds = self.offsets.tolist()
-        return [self._decode(view[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        decode = self._decode_at
+        return [decode(j, view[a:b]) for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
     def byte_lengths(self) -> np.ndarray:
         """Stored bytes of every value (int64)."""
@@ -164,7 +199,7 @@ class VarColumn(_Column):
         from ._core import _records
 
         if self.kind != "json":
-            raise TypeError(f"json_columns needs a json column, not a {self.kind} column")
+            raise WrongTypeError(f"json_columns needs a json column, not a {self.kind} column")
         names, parts = _records.json_columns(self.data, np.ascontiguousarray(self.offsets, np.int64))
         return {loads_json(name): _json_part(part) for name, part in zip(names, parts)}
 
@@ -332,7 +367,11 @@ def columns_from_values(samples: Sequence, fields: Sequence[str]) -> dict:
     """
     out = {}
     for f in fields:
-        values = [s[f] for s in samples]
+        try:
+            values = [s[f] for s in samples]
+        except KeyError:
+            j = next(j for j, s in enumerate(samples) if f not in s)
+            raise KeyNotFoundError(f"sample {j} of the batch has no field {f!r}") from None
         out[f] = _column_of(values)
     return out
 

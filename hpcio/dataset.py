@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .tuning import apply_freed_heap, gc_paused
-from .errors import IndexOutOfRangeError
+from .columns import VarColumn
+from .errors import DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgumentError, WrongTypeError
 from .formats.base import DEFAULT_BATCH, Reader
+from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
 
 __all__ = ["Dataset", "open", "open_writer"]
@@ -56,9 +58,14 @@ class Dataset(Sequence):
         key = np.asarray(key)
         if key.dtype == bool:
             if key.shape != (n,):
-                raise IndexError(f"boolean mask of shape {key.shape} for {n} samples")
+                raise IndexOutOfRangeError(f"boolean mask of shape {key.shape} for {n} samples")
             key = np.flatnonzero(key)
-        key = key.astype(np.int64, copy=False)
+        if key.dtype.kind in "USV":  # text: a field name, not a position
+            raise self._not_positions(key)
+        try:
+            key = key.astype(np.int64, copy=False)
+        except (TypeError, ValueError):
+            raise self._not_positions(key) from None
         if key.size:
             lo, hi = int(key.min()), int(key.max())
             if lo < -n or hi >= n:
@@ -69,6 +76,11 @@ class Dataset(Sequence):
                 )
             key = np.where(key < 0, key + n, key)
         return key if self.indices is None else self.indices[key]
+
+    def _not_positions(self, key: np.ndarray) -> WrongTypeError:
+        what = repr(key.item()) if key.ndim == 0 else f"an array of {key.dtype}"
+        return WrongTypeError(f"samples are selected by an int, a slice, an int array or a boolean "
+                              f"mask, not {what}; to keep fields, use select()", path=self.reader.path)
 
     def __getitem__(self, key):
         """``ds[i]`` a sample; ``ds[a:b]`` a view; ``ds[array]`` a list of samples."""
@@ -114,7 +126,11 @@ class Dataset(Sequence):
         """
         positions = self._positions(indices)
         with gc_paused():
-            return self.reader.read_columns(positions, self.fields)
+            columns = self.reader.read_columns(positions, self.fields)
+        for name, column in columns.items():
+            if isinstance(column, VarColumn):
+                column.locate = _sample_error(self.reader, positions, name)
+        return columns
 
     def __iter__(self) -> Iterator[Mapping]:
         if self.indices is None:
@@ -146,13 +162,13 @@ class Dataset(Sequence):
         if mode == "global":
             return self._view(np.random.default_rng(seed).permutation(len(self)))
         if mode != "block":
-            raise ValueError(f"shuffle mode must be 'global' or 'block', got {mode!r}")
+            raise InvalidArgumentError(f"shuffle mode must be 'global' or 'block', got {mode!r}")
         from .distributed.split import block_order, dataset_shard_sizes
 
         sizes = dataset_shard_sizes(self)
         if sizes is None:
-            raise ValueError("shuffle(mode='block') needs a dataset with shards, not a "
-                             "reordered view or a single-file format")
+            raise InvalidArgumentError("shuffle(mode='block') needs a dataset with shards, not a "
+                                       "reordered view or a single-file format")
         return self._view(block_order(sizes, seed, 0, window))
 
     def sort(
@@ -190,7 +206,7 @@ class Dataset(Sequence):
             elif key is not None:
                 keys.extend(map(key, self.reader.read_many(chunk, self.fields)))
             else:
-                raise TypeError("sort() needs a field name or a key function")
+                raise WrongTypeError("sort() needs a field name or a key function")
         return self._view(_stable_argsort(keys, descending=reverse))
 
     def select(self, fields: Sequence[str]) -> "Dataset":
@@ -226,6 +242,24 @@ class Dataset(Sequence):
         return f"<hpcio.Dataset {self.reader.path!r} n={len(self)}{view}>"
 
 
+def _sample_error(reader: Reader, positions: np.ndarray, field: str) -> Callable:
+    """A column's ``locate``: for a value that does not decode, the located error reading
+    its sample raises (what ``ds[i]`` reports), else a DecodeError naming the sample."""
+
+    def locate(j: int, exc: BaseException) -> HpcioError:
+        sample = int(positions[j])
+        try:
+            reader.read(sample, [field])[field]
+        except HpcioError as error:
+            return error
+        except Exception:
+            pass
+        return DecodeError(f"field {field!r}: cannot decode the value: {type(exc).__name__}: {exc}",
+                           path=reader.path, sample=sample)
+
+    return locate
+
+
 def _stable_argsort(keys: Sequence, descending: bool = False) -> np.ndarray:
     """Stable argsort of comparable Python keys; descending keeps ties in order.
 
@@ -253,9 +287,12 @@ def open(path: str | os.PathLike, format: str | None = None, **options) -> Datas
     """
     apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
+    check_reader_options(module, options)
     return Dataset(module.Reader(path, **options))
 
 
 def open_writer(path: str | os.PathLike, format: str, **options):
     """A writer for ``format`` at ``path``; use it as a context manager."""
-    return get_format(format).Writer(path, **options)
+    module = get_format(format)
+    check_writer_options(module, options)
+    return module.Writer(path, **options)

@@ -8,6 +8,8 @@ found, and where: file, byte offset and sample index when they are known.
 
 from __future__ import annotations
 
+import json
+
 __all__ = [
     "HpcioError",
     "CorruptShardError",
@@ -16,6 +18,7 @@ __all__ = [
     "ShardReadError",
     "IndexOutOfRangeError",
     "DecodeError",
+    "InvalidJSONError",
     "DecompressionLimitError",
     "UnknownFormatError",
     "FormatSniffError",
@@ -41,6 +44,15 @@ __all__ = [
     "UnstableIdentityError",
     "CacheTimeoutError",
     "TuningError",
+    "OptionError",
+    "ByteSizeError",
+    "ConversionInterrupted",
+    "InvalidArgumentError",
+    "KeyNotFoundError",
+    "WrongTypeError",
+    "UsageError",
+    "ClosedError",
+    "BenchmarkError",
     "where",
 ]
 
@@ -96,6 +108,20 @@ class IndexOutOfRangeError(HpcioError, IndexError):
 
 class DecodeError(HpcioError, ValueError):
     """A value could not be decoded (codec error, bad base85, bad JSON, ...)."""
+
+
+class InvalidJSONError(json.JSONDecodeError, DecodeError):
+    """A stored JSON value that does not parse; still a :class:`json.JSONDecodeError`
+    (``msg``, ``doc``, ``pos``), so code written against the json module keeps working."""
+
+    def __init__(self, message: str, doc: str = "", pos: int = 0, *, path=None, offset=None, sample=None):
+        self.msg, self.doc, self.pos = message, doc, pos
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+        HpcioError.__init__(self, message, path=path, offset=offset, sample=sample)
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.doc, self.pos)
 
 
 class DecompressionLimitError(DecodeError):
@@ -229,6 +255,10 @@ class TierEmulatorError(HpcioError, OSError):
     """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""
 
 
+class BenchmarkError(HpcioError, RuntimeError):
+    """A benchmarked system failed its run; the message holds the tail of its output."""
+
+
 # --- pipelines and process tuning --------------------------------------------------------
 
 
@@ -242,3 +272,51 @@ class CacheTimeoutError(HpcioError, TimeoutError):
 
 class TuningError(HpcioError, ValueError):
     """An unknown name in ``HPCIO_TUNE`` (see :func:`hpcio.tune`)."""
+
+
+# --- arguments and options ------------------------------------------------------------
+
+
+class OptionError(HpcioError, TypeError, ValueError):
+    """An unknown option (the message lists the valid ones), or an option value a command
+    cannot use: a usage error, which the command line reports with exit code 2.
+
+    Both built-in bases: Python reports an unknown keyword as TypeError, a bad
+    command-line value as ValueError, and callers may catch either."""
+
+
+class InvalidArgumentError(HpcioError, ValueError):
+    """An argument or option value outside what the function accepts."""
+
+
+class WrongTypeError(HpcioError, TypeError):
+    """An argument of a type the function does not take."""
+
+
+class KeyNotFoundError(HpcioError, KeyError):
+    """A name (field, column, stage, ...) that the object does not hold."""
+
+    def __str__(self):  # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+class UsageError(HpcioError, RuntimeError):
+    """An operation that cannot run in the current state (a missing set-up step, a
+    component used where it does not belong, an environment that gives another result
+    than the one expected)."""
+
+
+class ClosedError(HpcioError, ValueError):
+    """Use of a reader, writer or shard file already closed (ValueError, as Python's
+    closed files raise)."""
+
+
+class ByteSizeError(HpcioError, ValueError):
+    """A byte size that cannot be read (names the option or variable it came from)."""
+
+
+class ConversionInterrupted(HpcioError, RuntimeError):
+    """A conversion stopped on a signal at a round boundary; its partial output resumes."""
+
+    #: ``EX_TEMPFAIL``: a temporary failure, the same command will succeed when run again.
+    exit_code = 75

@@ -32,7 +32,7 @@ from .distributed.split import (
     shuffle_mode,
     split_indices,
 )
-from .errors import MissingDependencyError
+from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 try:
     import torch
@@ -68,11 +68,11 @@ class _EpochCursor:
         context: RuntimeContext | Mapping | None = None,
     ):
         if not isinstance(dataset, Dataset):
-            raise TypeError(f"expected an hpcio.Dataset, got {type(dataset).__name__}")
+            raise WrongTypeError(f"expected an hpcio.Dataset, got {type(dataset).__name__}")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if remainder not in REMAINDERS:
-            raise ValueError(f"unknown remainder {remainder!r}; expected one of drop, pad")
+            raise InvalidArgumentError(f"unknown remainder {remainder!r}; expected one of drop, pad")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.mode = shuffle_mode(shuffle)
@@ -83,7 +83,7 @@ class _EpochCursor:
         if self.mode == "block" and self.shard_sizes is None:
             self.shard_sizes = dataset_shard_sizes(dataset)
             if self.shard_sizes is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "shuffle='block' needs shard_sizes (samples per shard, in order): this "
                     "dataset is a view or its format does not report shards"
                 )
@@ -197,13 +197,13 @@ class _EpochCursor:
         }
         for key, value in expected.items():
             if state.get(key) != value:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"state was saved with {key}={state.get(key)!r} but this dataset has "
                     f"{key}={value!r}; resuming would read a different order"
                 )
         position = int(state["position"])
         if not 0 <= position <= len(self.dataset):
-            raise ValueError(f"position {position} is not in [0, {len(self.dataset)}]")
+            raise InvalidArgumentError(f"position {position} is not in [0, {len(self.dataset)}]")
         self._shared[0] = int(state["epoch"])
         self._shared[1] = position
         self._delivered = 0
@@ -313,7 +313,7 @@ class DataLoader(torch_data.DataLoader):
         if isinstance(dataset, IterableDataset):
             kwargs.setdefault("batch_size", None)
             if kwargs["batch_size"] is not None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "the dataset already batches (IterableDataset(batch_size=...)); "
                     "leave the DataLoader's batch_size unset"
                 )
@@ -321,12 +321,12 @@ class DataLoader(torch_data.DataLoader):
         elif isinstance(dataset, MapDataset):
             for key in ("batch_size", "sampler", "batch_sampler", "shuffle", "drop_last"):
                 if key in kwargs:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"{key}= is set by the MapDataset; pass it to MapDataset instead"
                     )
             kwargs["batch_sampler"] = dataset.batch_sampler()
         else:
-            raise TypeError(
+            raise WrongTypeError(
                 "hpcio.torch.DataLoader takes an hpcio.torch.IterableDataset or MapDataset, "
                 f"got {type(dataset).__name__}"
             )
@@ -371,7 +371,7 @@ class PipelineDataset(torch_data.IterableDataset):
         from .pipeline import Pipeline
 
         if not isinstance(pipeline, Pipeline):
-            raise TypeError(f"expected an hpcio.pipeline.Pipeline, got {type(pipeline).__name__}")
+            raise WrongTypeError(f"expected an hpcio.pipeline.Pipeline, got {type(pipeline).__name__}")
         self.pipeline = pipeline
         self._epoch = torch.tensor([pipeline.epoch], dtype=torch.int64).share_memory_()
 

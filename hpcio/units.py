@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import re
 
-from .errors import HpcioError
+from .errors import ByteSizeError
 
 __all__ = ["ByteSizeError", "parse_bytes", "format_bytes"]
 
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kmgtp]?)(i?)b?\s*", re.IGNORECASE)
 _POWERS = "kmgtp"
-
-
-class ByteSizeError(HpcioError, ValueError):
-    """A byte size that cannot be read (names the option or variable it came from)."""
 
 
 def parse_bytes(value, *, what: str = "byte size", decimal_base: int = 1000) -> int:

@@ -21,6 +21,8 @@ from ._chpcio cimport (
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
 
+from ..errors import InvalidArgumentError
+
 DEFAULT_LIMIT = 1 << 30  # limit=None accepts any size (trusted data only)
 
 ctypedef hpcio_status (*content_size_fn)(const uint8_t *, uint64_t, uint64_t *,
@@ -34,7 +36,7 @@ cdef uint64_t _limit(object limit) except? 0:
     if limit is None:
         return UINT64_MAX
     if limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise InvalidArgumentError(f"limit must be >= 0, got {limit}")
     return limit
 
 
@@ -144,9 +146,9 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
     s = np.ascontiguousarray(starts, dtype=np.uint64).ravel()
     e = np.ascontiguousarray(ends, dtype=np.uint64).ravel()
     if s.shape[0] != e.shape[0]:
-        raise ValueError(f"{s.shape[0]} starts but {e.shape[0]} ends")
+        raise InvalidArgumentError(f"{s.shape[0]} starts but {e.shape[0]} ends")
     if nthreads < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+        raise InvalidArgumentError(f"nthreads must be >= 1, got {nthreads}")
     cdef const uint64_t[::1] sv = s, ev = e
     cdef size_t m = sv.shape[0], j
     cdef uint64_t lim = _limit(limit)

@@ -12,6 +12,8 @@ from ._chpcio cimport (
 )
 from ._utils cimport byte_view, check, data_ptr, raise_error, u64_ptr
 
+from ..errors import InvalidArgumentError, WrongTypeError
+
 
 def _as_ids(ids, str what):
     """Non-negative integer ids as a contiguous uint64 array (negative ones rejected)."""
@@ -22,7 +24,7 @@ def _as_ids(ids, str what):
         if arr.size == 0:
             arr = arr.astype(np.uint64)
         else:
-            raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+            raise WrongTypeError(f"{what} must be integers, got dtype {arr.dtype}")
     if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
         flat = arr.ravel()
         bad = int(flat[np.argmax(flat < 0)])
@@ -43,7 +45,7 @@ def bisect_ids(cum, ids, *, path=None):
     cdef const uint64_t[::1] c = np.ascontiguousarray(cum, dtype=np.uint64).ravel()
     cdef size_t nshards, k, bad = 0
     if c.shape[0] == 0:
-        raise ValueError("cumulative counts need at least one entry (cum[0] == 0)")
+        raise InvalidArgumentError("cumulative counts need at least one entry (cum[0] == 0)")
     nshards = c.shape[0] - 1
     if c[0] != 0:
         raise CorruptShardError(f"cumulative sample counts start at {c[0]}, not 0", path=path)
@@ -88,11 +90,11 @@ def offset_ranges(table, int width, nrec, limit, indices=None, *, path=None,
     from hpcio.errors import TruncatedShardError
 
     if nrec < 0:
-        raise ValueError(f"record count must be >= 0, got {nrec}")
+        raise InvalidArgumentError(f"record count must be >= 0, got {nrec}")
     if limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise InvalidArgumentError(f"limit must be >= 0, got {limit}")
     if width not in (4, 8):
-        raise ValueError(f"offset width must be 4 or 8 bytes, got {width}")
+        raise InvalidArgumentError(f"offset width must be 4 or 8 bytes, got {width}")
     cdef const uint8_t[::1] tab = byte_view(table)
     cdef size_t n = nrec
     cdef uint64_t lim = limit

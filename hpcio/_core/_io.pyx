@@ -20,6 +20,8 @@ from ._chpcio cimport (
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
 
+from ..errors import ClosedError, InvalidArgumentError
+
 DEFAULT_BUFFER_SIZE = 8 << 20
 
 
@@ -58,7 +60,7 @@ def _ranges(starts, ends):
     s = np.ascontiguousarray(starts, dtype=np.uint64).ravel()
     e = np.ascontiguousarray(ends, dtype=np.uint64).ravel()
     if s.shape[0] != e.shape[0]:
-        raise ValueError(f"{s.shape[0]} starts but {e.shape[0]} ends")
+        raise InvalidArgumentError(f"{s.shape[0]} starts but {e.shape[0]} ends")
     return s, e
 
 
@@ -133,7 +135,7 @@ def pack_pieces(list pieces, Py_ssize_t index, Py_ssize_t offset, out):
     cdef const char *ptr
     cdef object piece
     if index < 0 or offset < 0 or index > n:
-        raise ValueError(f"no piece {index} at byte {offset} among {n} pieces")
+        raise InvalidArgumentError(f"no piece {index} at byte {offset} among {n} pieces")
     while index < n and written < cap:
         count = held = 0
         at = written
@@ -151,7 +153,7 @@ def pack_pieces(list pieces, Py_ssize_t index, Py_ssize_t offset, out):
                     ptr = <const char *>views[held - 1].buf
                     length = views[held - 1].len
                 if offset > length:
-                    raise ValueError(f"piece {index} has {length} bytes, fewer than the offset {offset}")
+                    raise InvalidArgumentError(f"piece {index} has {length} bytes, fewer than the offset {offset}")
                 take = min(length - offset, cap - written)
                 sources[count] = ptr + offset
                 lengths[count] = take
@@ -238,7 +240,7 @@ cdef class ShardFile:
 
     def __init__(self, path, buffer_size=DEFAULT_BUFFER_SIZE):
         if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+            raise InvalidArgumentError(f"buffer_size must be >= 1, got {buffer_size}")
         self.path = os.fspath(path)
         self._buffer_size = buffer_size
         self.fd = _open_shard(self.path)
@@ -247,7 +249,7 @@ cdef class ShardFile:
 
     cdef int _check_open(self) except -1:
         if self.fd < 0:
-            raise ValueError(f"I/O operation on closed shard file ({self.path})")
+            raise ClosedError(f"I/O operation on closed shard file ({self.path})")
         return 0
 
     def pread(self, offset, length):
@@ -256,7 +258,7 @@ cdef class ShardFile:
 
         self._check_open()
         if offset < 0 or length < 0:
-            raise ValueError(f"offset and length must be >= 0, got {offset} and {length}")
+            raise InvalidArgumentError(f"offset and length must be >= 0, got {offset} and {length}")
         # Checked before allocating, so a hostile length cannot exhaust memory.
         if offset + length > self.size:
             raise TruncatedShardError(
@@ -369,7 +371,7 @@ cdef class MappedShard:
 
     cdef int _check_open(self) except -1:
         if self._view is None:
-            raise ValueError(f"I/O operation on closed mapped shard ({self.path})")
+            raise ClosedError(f"I/O operation on closed mapped shard ({self.path})")
         return 0
 
     def buffer(self):
@@ -459,7 +461,7 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
     cdef hpcio_error err
     cdef hpcio_status st
     if not (ov.shape[0] == lv.shape[0] == dv.shape[0] == m) or len(paths) != fdv.shape[0]:
-        raise ValueError("read_extents: file, offsets, lengths and out must have one entry per "
+        raise InvalidArgumentError("read_extents: file, offsets, lengths and out must have one entry per "
                          "extent, and paths one per file descriptor")
     if m == 0:
         return 0, 0
@@ -470,7 +472,8 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
                                 max_request, depth, &requests, &nbytes, &err)
     if st != HPCIO_OK:
         item = err.item
-        path = paths[fv[item]] if 0 <= item < <int64_t>m else None
+        # an extent may name a file that does not exist: that is the error being reported
+        path = paths[fv[item]] if 0 <= item < <int64_t>m and fv[item] < <uint32_t>len(paths) else None
         err.item = -1  # the extent's position is not a sample number: the caller knows which
         check(st, &err, path, -1, -1)
     return requests, nbytes

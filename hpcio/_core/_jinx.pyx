@@ -27,7 +27,7 @@ import binascii
 
 import orjson
 
-from ..errors import DecodeError
+from ..errors import DecodeError, IndexOutOfRangeError, InvalidArgumentError
 
 
 ENCODINGS = {"a85": 0, "b64": 1, "hex": 2}
@@ -49,7 +49,7 @@ def decode(data, int encoding, *, path=None, long long offset=-1, long long samp
     if encoding == 0:
         return _a85(data, prefix, path, offset, sample)
     if encoding != 1 and encoding != 2:
-        raise ValueError(f"unknown encoding code {encoding}")
+        raise InvalidArgumentError(f"unknown encoding code {encoding}")
     try:
         return binascii.a2b_base64(data, strict_mode=True) if encoding == 1 else binascii.unhexlify(data)
     except ValueError as exc:  # binascii.Error, or a str that is not ASCII
@@ -108,7 +108,7 @@ def a85encode(data):
     with nogil:
         st = hpcio_a85_encode(data_ptr(view), n, &dst[0], cap, &written, &err)
     if st != HPCIO_OK:
-        raise ValueError(_message(&err))
+        raise InvalidArgumentError(_message(&err))
     return out[:written].decode("ascii")
 
 
@@ -314,7 +314,7 @@ def lazy_run(shard, cls, Py_ssize_t a, Py_ssize_t b, fields=None):
     cdef const uint64_t[::1] off = shard.offsets
     cdef Py_ssize_t j
     if a < 0 or b > off.shape[0] - 1 or a > b:
-        raise IndexError(f"samples {a}..{b} out of range for {off.shape[0] - 1} in {shard.path}")
+        raise IndexOutOfRangeError(f"samples {a}..{b} out of range for {off.shape[0] - 1} in {shard.path}")
     cdef list out = [None] * (b - a)
     for j in range(a, b):
         try:
@@ -335,6 +335,6 @@ def lazy_gather(shard, cls, indices, fields=None):
     for i in range(len(indices)):
         j = indices[i]
         if j < 0 or j >= n:
-            raise IndexError(f"sample {j} out of range for {n} in {shard.path}")
+            raise IndexOutOfRangeError(f"sample {j} out of range for {n} in {shard.path}")
         out[i] = _lazy_sample(cls, shard, <const char *>&buf[0], off, j, fields)
     return out

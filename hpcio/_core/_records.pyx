@@ -42,6 +42,8 @@ from ._chpcio cimport (
 )
 from ._utils cimport byte_view, check, data_ptr
 
+from ..errors import DecodeError, InvalidArgumentError
+
 cdef enum:
     _MAXCOL = HPCIO_MDS_MAX_COLUMNS
 
@@ -98,7 +100,7 @@ cdef int _unpack_layout(str who, Py_ssize_t m, Py_ssize_t m_ends, tuple sizes, t
     cdef Py_ssize_t c
     L.ncols, L.nsel, L.nvar = len(sizes), len(cols), 0
     if L.ncols > _MAXCOL or L.nsel > _MAXCOL or m_ends != m:
-        raise ValueError(f"{who}: {L.ncols} columns (at most {_MAXCOL}), {L.nsel} selected, "
+        raise InvalidArgumentError(f"{who}: {L.ncols} columns (at most {_MAXCOL}), {L.nsel} selected, "
                          f"{m} starts and {m_ends} ends")
     for c in range(L.ncols):
         L.fixed[c] = sizes[c]
@@ -108,7 +110,7 @@ cdef int _unpack_layout(str who, Py_ssize_t m, Py_ssize_t m_ends, tuple sizes, t
     for c in range(L.nsel):
         L.sel[c] = cols[c]
         if not 0 <= L.sel[c] < L.ncols:
-            raise ValueError(f"{who}: column {L.sel[c]} of {L.ncols}")
+            raise InvalidArgumentError(f"{who}: column {L.sel[c]} of {L.ncols}")
     return 0
 
 
@@ -281,12 +283,12 @@ def loads_json_values(buf, const int64_t[::1] offsets, json_loads):
     cdef const char *base = <const char *>data_ptr(view)
     cdef Py_ssize_t m = offsets.shape[0] - 1, j
     if m < 0:
-        raise ValueError("loads_json_values: no offsets")
+        raise InvalidArgumentError("loads_json_values: no offsets")
     for j in range(m + 1):
         if not 0 <= offsets[j] <= view.shape[0]:
-            raise ValueError(f"loads_json_values: offset {offsets[j]} outside the {view.shape[0]} bytes")
+            raise InvalidArgumentError(f"loads_json_values: offset {offsets[j]} outside the {view.shape[0]} bytes")
         if j and offsets[j] < offsets[j - 1]:
-            raise ValueError(f"loads_json_values: offset {offsets[j]} below the one before it")
+            raise InvalidArgumentError(f"loads_json_values: offset {offsets[j]} below the one before it")
     values = PyList_New(m)
     try:
         for j in range(m):
@@ -340,14 +342,14 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
         return PyBytes_FromStringAndSize(p, n)
     if k == _INT:
         if n != 8:
-            raise ValueError("an int column value is not 8 bytes")
+            raise DecodeError("an int column value is not 8 bytes")
         memcpy(&v, p, 8)
         return PyLong_FromLongLong(v)
     if k == _JSON:
         if hpcio_json_wide_int(<const uint8_t *>p, n):
-            raise ValueError("an integer orjson would read as a float")
+            raise DecodeError("an integer orjson would read as a float")
         return json_loads(PyBytes_FromStringAndSize(p, n))
-    raise ValueError(f"no direct construction for value kind {k}")
+    raise InvalidArgumentError(f"no direct construction for value kind {k}")
 
 
 # Readers of shards by file descriptor, and column builders: textual includes, one
@@ -377,14 +379,14 @@ cdef class RecordPacker:
 
     def __init__(self, tuple names, tuple kinds, tuple sizes, json_dumps):
         if not (len(names) == len(kinds) == len(sizes)) or len(names) > _MAXCOL:
-            raise ValueError(f"{len(names)} names, {len(kinds)} kinds and {len(sizes)} sizes "
+            raise InvalidArgumentError(f"{len(names)} names, {len(kinds)} kinds and {len(sizes)} sizes "
                              f"for at most {_MAXCOL} columns")
         self.names = names
         self.ncols = len(names)
         self.nvar = 0
         for c in range(self.ncols):
             if kinds[c] not in (_STR, _BYTES, _INT, _JSON):
-                raise ValueError(f"kind {kinds[c]!r} cannot be packed")
+                raise InvalidArgumentError(f"kind {kinds[c]!r} cannot be packed")
             self.kinds[c] = kinds[c]
             self.sizes[c] = -1 if sizes[c] is None else sizes[c]
             if sizes[c] is None:

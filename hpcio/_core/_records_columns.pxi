@@ -128,7 +128,7 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     cdef Py_ssize_t m = starts.shape[0], j, s, bad
     cdef Py_ssize_t ncols = len(sizes), nsel = len(cols)
     if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
-        raise ValueError(f"mds_columns: {ncols} columns (at most {_MAXCOL}), {m} starts, "
+        raise InvalidArgumentError(f"mds_columns: {ncols} columns (at most {_MAXCOL}), {m} starts, "
                          f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
     cdef int64_t fixed[_MAXCOL]
     cdef int32_t sel[_MAXCOL]
@@ -191,7 +191,7 @@ def mds_lengths(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     cdef Py_ssize_t ncols = len(sizes)
     if (ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m
             or (first is not None and first.shape[0] != m)):
-        raise ValueError(f"mds_lengths: {ncols} columns (at most {_MAXCOL}), {m} starts, "
+        raise InvalidArgumentError(f"mds_lengths: {ncols} columns (at most {_MAXCOL}), {m} starts, "
                          f"{ends.shape[0]} ends, {buf_of.shape[0]} buffer numbers and "
                          f"{m if first is None else first.shape[0]} first positions")
     cdef int64_t fixed[_MAXCOL]
@@ -230,7 +230,7 @@ def utf8_lengths(data, const uint64_t[::1] offsets):
     cdef const uint8_t[::1] view = byte_view(data)
     cdef Py_ssize_t m = offsets.shape[0] - 1
     if m < 0:
-        raise ValueError("utf8_lengths: offsets must hold at least one position")
+        raise InvalidArgumentError("utf8_lengths: offsets must hold at least one position")
     out = np.empty(m, np.int64)
     cdef int64_t[::1] counts = out
     cdef hpcio_error err
@@ -271,7 +271,7 @@ def json_columns(data, const int64_t[::1] offsets):
     cdef Py_ssize_t n = offsets.shape[0] - 1
     cdef size_t k
     if n < 0:
-        raise ValueError("json_columns: offsets must hold at least one position")
+        raise InvalidArgumentError("json_columns: offsets must hold at least one position")
     cdef const uint8_t *base = data_ptr(view)
     cdef size_t nkeys = 0
     cdef uint64_t key_spans[2 * HPCIO_JSON_MAX_KEYS]

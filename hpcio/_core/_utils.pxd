@@ -62,7 +62,7 @@ cdef inline int raise_error(hpcio_status status, const hpcio_error *err, object 
     if status == HPCIO_E_BUFFER:
         raise BufferError(msg)
     if status == HPCIO_E_ARG:
-        raise ValueError(msg)
+        raise errors.InvalidArgumentError(msg)
     raise SystemError(f"hpcio kernel returned unknown status {<int>status}: {msg}")
 
 

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 import time
 
+from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..formats.jinx import sidecar_path
 from .limits import dataset_files, settle_page_cache
 from .pagecache import evict, resident
@@ -36,7 +38,7 @@ def tier_roots(env=None) -> dict[str, str]:
         for item in filter(None, (s.strip() for s in spec.split(","))):
             name, sep, path = item.partition("=")
             if not sep or not name or not path:
-                raise ValueError(f"HPCIO_TIERS entry {item!r} is not name=path")
+                raise InvalidArgumentError(f"HPCIO_TIERS entry {item!r} is not name=path")
             out[name] = path
         return out
     out = {"tmp": tempfile.gettempdir()}
@@ -118,7 +120,7 @@ def run_dataloader_sweep(
         One record per configuration: samples/s, AU, wall and compute seconds.
     """
     if cache not in ("cold", "warm"):
-        raise ValueError(f"cache must be 'cold' or 'warm', got {cache!r}")
+        raise InvalidArgumentError(f"cache must be 'cold' or 'warm', got {cache!r}")
     tiers = tier_roots() if tiers is None else tiers
     chosen = [d for d in datasets if d.name in formats]
     records = []

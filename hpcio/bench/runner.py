@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..errors import BenchmarkError
 from .data import META_FIELDS, BenchDataset
 from .limits import settle_page_cache
 
@@ -138,7 +139,7 @@ def _run_once(system: System, path: str, op: str, profile: str, samples: int, en
         if proc.returncode != 0:
             errfile.seek(0)
             tail = errfile.read().decode(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"{system.label} {op} failed: {' | '.join(tail)}")
+            raise BenchmarkError(f"{system.label} {op} failed: {' | '.join(tail)}")
     rec = json.loads(out.decode().strip().splitlines()[-1])
     rec.update(user_s=usage.ru_utime, sys_s=usage.ru_stime)
     return rec

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..distributed.split import block_order, epoch_order
+from ..errors import InvalidArgumentError
 
 __all__ = ["buffer_order", "quality", "compare"]
 
@@ -40,7 +41,7 @@ def buffer_order(stream: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndar
     put the next sample in its place; drain the buffer in random order at the end."""
     stream = np.asarray(stream, dtype=np.int64)
     if buffer_size < 1:
-        raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        raise InvalidArgumentError(f"buffer_size must be >= 1, got {buffer_size}")
     rng = np.random.default_rng(seed)
     k = min(buffer_size, len(stream))
     buf = stream[:k].copy()

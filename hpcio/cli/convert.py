@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from ..units import ByteSizeError, parse_bytes
+from ..errors import ByteSizeError, OptionError
+from ..units import parse_bytes
+from ._parser import new_parser
 
 HELP = "convert datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), on one or many MPI ranks"
 
@@ -196,7 +198,7 @@ def run_guarded(fn, args) -> int:
         rank = _rank()
         if rank == 0 or launcher_world_size() == 1:
             print(f"hpcio: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, OptionError) else 1
     if _rank() == 0:
         for summary in summaries:
             print_summary(summary, args.json)
@@ -236,7 +238,7 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m hpcio.cli.convert`` (same as ``hpcio convert``)."""
-    parser = argparse.ArgumentParser(prog="hpcio-convert")
+    parser = new_parser(prog="hpcio-convert")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -5,7 +5,8 @@ other than this one is a command named after it (``_`` becomes ``-``) and expose
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
 
 Errors hpcio raises on purpose (:class:`hpcio.HpcioError`) and operating-system errors
-(missing file, permission denied) are user errors: one line on stderr and exit code 1.
+(missing file, permission denied) are user errors: one line on stderr and exit code 1
+(2 for an unknown option, a usage error as argparse's own are).
 ``--traceback`` shows the full traceback instead.  Anything else is a bug and keeps its
 traceback.
 """
@@ -19,7 +20,8 @@ import sys
 from types import ModuleType
 
 from .._version import __version__
-from ..errors import HpcioError, MissingDependencyError
+from ..errors import HpcioError, MissingDependencyError, OptionError
+from ._parser import new_parser
 
 __all__ = ["main", "convert_main", "build_parser", "command_modules"]
 
@@ -79,7 +81,7 @@ def _add_common(parser: argparse.ArgumentParser, default=False) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``hpcio`` parser with one subparser per discovered command."""
-    parser = argparse.ArgumentParser(
+    parser = new_parser(
         prog="hpcio",
         description="Convert, stage and read training-data shards on HPC clusters.",
     )
@@ -102,6 +104,11 @@ def _one_line(exc: BaseException) -> str:
 def _run(module, args: argparse.Namespace, prog: str) -> int:
     try:
         return int(module.run(args) or 0)
+    except OptionError as exc:  # a usage error, found before any input was read
+        if args.traceback:
+            raise
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except (HpcioError, OSError) as exc:
         if args.traceback:
             raise
@@ -132,7 +139,7 @@ def convert_main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    parser = argparse.ArgumentParser(prog="hpcio-convert", description=module.HELP)
+    parser = new_parser(prog="hpcio-convert", description=module.HELP)
     parser.add_argument("--version", action="version", version=f"hpcio {__version__}")
     _add_common(parser)
     module.add_arguments(parser)

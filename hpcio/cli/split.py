@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from ..errors import OptionError
 from .convert import add_output_arguments, output_options, run_guarded
 
 HELP = "split datasets into parts (e.g. train/val/test) by a seeded random assignment"
@@ -43,11 +44,11 @@ def split_selections(n: int, *, parts: int | None = None, fractions=None, seed: 
     """
     if parts is not None:
         if parts < 1:
-            raise ValueError(f"--parts must be at least 1, got {parts}")
+            raise OptionError(f"--parts must be at least 1, got {parts}")
         counts = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
     else:
         if any(f < 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
-            raise ValueError(f"fractions must be non-negative and sum to at most 1, got {fractions}")
+            raise OptionError(f"--fractions must be non-negative and sum to at most 1, got {fractions}")
         counts = [int(np.floor(f * n + 1e-9)) for f in fractions]
     perm = np.random.default_rng(seed).permutation(n)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -56,7 +57,9 @@ def split_selections(n: int, *, parts: int | None = None, fractions=None, seed: 
 
 def run(args) -> int:
     from hpcio.convert import convert
+    from hpcio.convert.driver import check_options
     from hpcio.sources import expand_sources, open_reader
+    from hpcio.sources.inputs import check_reader_options
 
     if len(args.paths) < 2:
         print("hpcio: error: give at least one source and the output directory", file=sys.stderr)
@@ -64,17 +67,21 @@ def run(args) -> int:
     *sources, outdir = args.paths
 
     def work():
+        fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
+        split_selections(0, parts=args.parts, fractions=fractions)  # refuses bad --parts, --fractions
+        check_reader_options(dict(args.reader_options), args.from_format)
         listed = expand_sources(sources, args.from_format)
         n = 0
         for src in listed:
             with open_reader(src, dict(args.reader_options)) as reader:
                 n += len(reader)
-        fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
         selections = split_selections(n, parts=args.parts, fractions=fractions, seed=args.split_seed)
         names = (args.names.split(",") if args.names else [f"part-{i:04d}" for i in range(len(selections))])
         if len(names) != len(selections):
-            raise ValueError(f"{len(names)} names for {len(selections)} parts")
+            raise OptionError(f"--names gives {len(names)} names for {len(selections)} parts")
         to = args.to or listed[0].format
+        opts = output_options(args)
+        check_options(to, opts["writer_options"], None, compression=opts["compression"])
         os.makedirs(outdir, exist_ok=True)
         return [convert(sources, os.path.join(outdir, name), to=to, selection=sel, **output_options(args))
                 for name, sel in zip(names, selections)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from ..distributed.launcher import check_mpi_world, launcher_world_size, mpi_library
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, UsageError
 
 __all__ = ["Comm", "SerialComm", "MPIComm", "launcher_world_size", "get_comm"]
 
@@ -54,7 +54,7 @@ class Comm:
 
     def recv_progress(self):
         """The next progress message at rank 0 (waits for it)."""
-        raise RuntimeError("no other process sends progress")
+        raise UsageError("no other process sends progress")
 
     def wait_all(self, requests: list) -> None:
         pass

@@ -38,8 +38,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .._durable import fsync_dir
-from ..errors import CapabilityError, PlanError, ResumeError
+from ..errors import CapabilityError, InvalidArgumentError, PlanError, ResumeError, WrongTypeError
+from ..options import check_writer_options
 from ..registry import get_format
+from ..sources.inputs import check_reader_options
 from ..sources import ReaderCache, Source, block_starts, expand_sources, load_libraries, measure_source
 from ..units import ByteSizeError, parse_bytes
 from . import jobstate
@@ -60,7 +62,7 @@ from .resume import (
 )
 from .writer import SLOW_SHARD_ENV, ShardWriter
 
-__all__ = ["convert", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
+__all__ = ["convert", "check_options", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
 
 # Bytes of samples a rank holds in one round when ``round_bytes`` is not given.
 ROUND_BYTES_ENV = "HPCIO_CONVERT_ROUND_BYTES"
@@ -76,12 +78,12 @@ def resolve_callable(spec: str | Callable | None) -> Callable | None:
         return spec
     module, sep, name = str(spec).partition(":")
     if not sep or not module or not name:
-        raise ValueError(f"expected module:function, got {spec!r}")
+        raise InvalidArgumentError(f"expected module:function, got {spec!r}")
     obj = importlib.import_module(module)
     for attr in name.split("."):
         obj = getattr(obj, attr)
     if not callable(obj):
-        raise TypeError(f"{spec} is not callable")
+        raise WrongTypeError(f"{spec} is not callable")
     return obj
 
 
@@ -121,6 +123,19 @@ def _env_bytes(name: str, default: int, minimum: int) -> int:
         raise PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
                         f"got {value}")
     return value
+
+
+# Writer parameters the converter sets for every shard, which an option may not set.
+_SET_BY_CONVERT = ("path", "shard_id", "num_shards")
+
+
+def check_options(to: str, writer_options: Mapping | None, reader_options: Mapping | None, *,
+                  compression: str | None = None, from_format: str | None = None) -> None:
+    """OptionError for a writer option format ``to`` does not take, or a reader option no
+    source format (or ``from_format``) takes: what :func:`convert` checks before it reads
+    any input, for callers that read inputs before converting."""
+    check_writer_options(get_format(to), _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
+    check_reader_options(reader_options, from_format)
 
 
 def _writer_options(writer_options: Mapping | None, compression: str | None) -> dict:
@@ -278,6 +293,7 @@ def convert(
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
+    check_options(fmt.NAME, writer_options, reader_options, compression=compression, from_format=from_format)
     dst = os.path.abspath(os.fspath(dst))
     job = _Job(
         comm=comm, fmt=fmt, src=src, dst=dst, staging=staging_path(dst), from_format=from_format,

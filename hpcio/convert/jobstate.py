@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 
-from ..errors import HpcioError
+from ..errors import ConversionInterrupted, HpcioError
 
 __all__ = [
     "INTERRUPTED_EXIT_CODE",
@@ -37,18 +37,12 @@ __all__ = [
 
 #: Exit code of a conversion stopped by a signal at a round boundary (``EX_TEMPFAIL``:
 #: a temporary failure, the same command will succeed when run again).
-INTERRUPTED_EXIT_CODE = 75
+INTERRUPTED_EXIT_CODE = ConversionInterrupted.exit_code
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 _received: list[int] = []  # signals caught by the handler, in order
 _agreed: list[int] = []  # the signal every rank agreed to stop on, once they have
-
-
-class ConversionInterrupted(HpcioError, RuntimeError):
-    """A conversion stopped on a signal at a round boundary; its partial output resumes."""
-
-    exit_code = INTERRUPTED_EXIT_CODE
 
 
 def _record(signum, frame) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, UsageError
+
 __all__ = ["PROFILES", "BYTES_FIELDS", "TEXT_BYTES", "JPEG_BYTES", "generate", "make_sample"]
 
 PROFILES = {
@@ -173,7 +175,7 @@ def _jpeg(rng: np.random.Generator) -> bytes:
         else:
             break
     if not lo <= size <= hi:  # pragma: no cover - would mean a very different libjpeg
-        raise RuntimeError(f"demo JPEG of {size} bytes is outside {lo}-{hi}")
+        raise UsageError(f"demo JPEG of {size} bytes is outside {lo}-{hi}")
     return buf.getvalue()
 
 
@@ -248,14 +250,14 @@ def _text_sample(rng: np.random.Generator, index: int) -> dict:
 
 def _check_profile(profile: str) -> None:
     if profile not in PROFILES:
-        raise ValueError(f"unknown demo profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise InvalidArgumentError(f"unknown demo profile {profile!r}; choose one of {', '.join(PROFILES)}")
 
 
 def make_sample(profile: str, index: int, seed: int = 0) -> dict:
     """Sample ``index`` of the ``profile`` dataset for ``seed`` (see the module doc)."""
     _check_profile(profile)
     if index < 0 or seed < 0:
-        raise ValueError(f"index and seed must be >= 0, got index={index}, seed={seed}")
+        raise InvalidArgumentError(f"index and seed must be >= 0, got index={index}, seed={seed}")
     rng = np.random.default_rng([seed, _PROFILE_KEY[profile], index])
     if profile == "vlm":
         return _vlm(rng, seed, index)
@@ -283,7 +285,7 @@ def generate(profile: str, n: int, seed: int = 0, start: int = 0) -> Iterator[di
     """
     _check_profile(profile)
     if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+        raise InvalidArgumentError(f"n must be >= 0, got {n}")
     for index in range(start, start + n):
         yield make_sample(profile, index, seed)
 

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..errors import InvalidArgumentError, OptionError
+
 __all__ = ["RuntimeContext", "infer_context", "cpus_per_task", "recommended_num_workers"]
 
 
@@ -58,11 +60,11 @@ class RuntimeContext:
 
     def __post_init__(self):
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is not in [0, {self.world_size})")
+            raise InvalidArgumentError(f"rank {self.rank} is not in [0, {self.world_size})")
         if self.num_workers < 1 or not 0 <= self.worker_id < self.num_workers:
-            raise ValueError(f"worker {self.worker_id} is not in [0, {self.num_workers})")
+            raise InvalidArgumentError(f"worker {self.worker_id} is not in [0, {self.num_workers})")
         if self.tp_size < 1 or self.world_size % self.tp_size:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"tensor-parallel size {self.tp_size} does not divide world size "
                 f"{self.world_size}"
             )
@@ -109,7 +111,7 @@ def _env_int(env: Mapping[str, str], *names: str) -> int | None:
             try:
                 return int(value)
             except ValueError:
-                raise ValueError(f"environment variable {name}={value!r} is not an integer")
+                raise InvalidArgumentError(f"environment variable {name}={value!r} is not an integer")
     return None
 
 
@@ -202,7 +204,7 @@ def infer_context(env: Mapping[str, str] | None = None, **explicit) -> RuntimeCo
     env = os.environ if env is None else env
     unknown = set(explicit) - {f.name for f in dataclasses.fields(RuntimeContext)}
     if unknown:
-        raise TypeError(f"unknown context fields: {', '.join(sorted(unknown))}")
+        raise OptionError(f"unknown context fields: {', '.join(sorted(unknown))}")
     values: dict = {}
     for source in _SOURCES:
         found = source(env)

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 __all__ = [
     "SHUFFLE_MODES",
     "REMAINDERS",
@@ -61,7 +63,7 @@ def shuffle_mode(shuffle) -> str:
         return "none"
     if shuffle in SHUFFLE_MODES:
         return shuffle
-    raise ValueError(
+    raise InvalidArgumentError(
         f"shuffle must be True, False or one of {', '.join(SHUFFLE_MODES)}, got {shuffle!r}"
     )
 
@@ -74,7 +76,7 @@ def _rng(seed: int, epoch: int) -> np.random.Generator:
 def _check_nonneg(**values: int) -> None:
     for name, v in values.items():
         if int(v) < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
+            raise InvalidArgumentError(f"{name} must be >= 0, got {v}")
 
 
 def block_order(
@@ -95,9 +97,9 @@ def block_order(
     """
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     if sizes.ndim != 1 or (sizes < 0).any():
-        raise ValueError("shard_sizes must be a 1-d sequence of non-negative counts")
+        raise InvalidArgumentError("shard_sizes must be a 1-d sequence of non-negative counts")
     if window < 1:
-        raise ValueError(f"window must be >= 1 shard, got {window}")
+        raise InvalidArgumentError(f"window must be >= 1 shard, got {window}")
     rng = _rng(seed, epoch)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if sizes.size else sizes
     perm = rng.permutation(sizes.size)
@@ -143,12 +145,12 @@ def epoch_order(
         return np.arange(n, dtype=np.int64)
     if mode == "block":
         if shard_sizes is None:
-            raise ValueError("shuffle mode 'block' needs shard_sizes (samples per shard)")
+            raise InvalidArgumentError("shuffle mode 'block' needs shard_sizes (samples per shard)")
         total = int(np.sum(shard_sizes))
         if total != n:
-            raise ValueError(f"shard_sizes sum to {total} samples, expected {n}")
+            raise InvalidArgumentError(f"shard_sizes sum to {total} samples, expected {n}")
         return block_order(shard_sizes, seed, epoch, window)
-    raise ValueError(f"unknown shuffle mode {mode!r}; expected one of {', '.join(SHUFFLE_MODES)}")
+    raise InvalidArgumentError(f"unknown shuffle mode {mode!r}; expected one of {', '.join(SHUFFLE_MODES)}")
 
 
 def per_consumer(remaining: int, consumers: int, remainder: str = "drop") -> int:
@@ -158,19 +160,19 @@ def per_consumer(remaining: int, consumers: int, remainder: str = "drop") -> int
     (2, 3)
     """
     if consumers < 1:
-        raise ValueError(f"the number of consumers must be >= 1, got {consumers}")
+        raise InvalidArgumentError(f"the number of consumers must be >= 1, got {consumers}")
     if remainder == "drop":
         return remaining // consumers
     if remainder == "pad":
         return -(-remaining // consumers)
-    raise ValueError(f"unknown remainder {remainder!r}; expected one of {', '.join(REMAINDERS)}")
+    raise InvalidArgumentError(f"unknown remainder {remainder!r}; expected one of {', '.join(REMAINDERS)}")
 
 
 def _check_consumer(rank: int, world_size: int, worker: int, num_workers: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        raise InvalidArgumentError(f"rank {rank} is not in [0, {world_size})")
     if num_workers < 1 or not 0 <= worker < num_workers:
-        raise ValueError(f"worker {worker} is not in [0, {num_workers})")
+        raise InvalidArgumentError(f"worker {worker} is not in [0, {num_workers})")
 
 
 def split_indices(
@@ -227,11 +229,11 @@ def split_indices(
     _check_consumer(rank, world_size, worker, num_workers)
     _check_nonneg(start=start)
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
     if order is None:
         order = epoch_order(n, seed, epoch, mode, shard_sizes, window)
     elif len(order) != n:
-        raise ValueError(f"order has {len(order)} entries, expected {n}")
+        raise InvalidArgumentError(f"order has {len(order)} entries, expected {n}")
     remaining = max(0, n - start)
     consumers = world_size * num_workers
     m = per_consumer(remaining, consumers, remainder)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import CorruptShardError, SchemaError, UnsupportedValueError
+from ..errors import CorruptShardError, KeyNotFoundError, SchemaError, UnsupportedValueError
 from . import _values
 from .base import BatchReader, by_shard
 
@@ -50,11 +50,11 @@ def spec_from_option(option) -> dict:
     if option == "npy":
         return {"kind": "ndarray", "storage": "ragged"}
     if option not in _values.KINDS:
-        raise ValueError(f"unknown field kind {option!r}; known: {', '.join(_values.KINDS)}, npy")
+        raise SchemaError(f"unknown field kind {option!r}; known: {', '.join(_values.KINDS)}, npy")
     if option in ("int", "float"):
         return field_spec(option, None)
     if option == "ndarray":
-        raise ValueError("an ndarray field needs its dtype and shape: give a spec dict or 'npy'")
+        raise SchemaError("an ndarray field needs its dtype and shape: give a spec dict or 'npy'")
     return {"kind": option, "storage": "ragged"}
 
 
@@ -232,7 +232,7 @@ class LayoutReader(BatchReader):
         fields = self.fields if fields is None else list(fields)
         for f in fields:
             if f not in self.layout_fields:
-                raise KeyError(f"{self.path} has no field {f!r}")
+                raise KeyNotFoundError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
         for k, where, rows in by_shard(self.cum, indices):
             got = self.parts[k].read_rows(rows, fields, int(self.cum[k]))

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import io
 import json
+import tokenize
 from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import DecodeError, UnsupportedValueError
+from ..errors import DecodeError, InvalidArgumentError, UnsupportedValueError
 
 __all__ = [
     "KINDS",
@@ -90,7 +91,7 @@ def encode_json(value, *, field=None, sample=None, path=None) -> bytes:
 def decode_json(data, *, field=None, sample=None, path=None):
     try:
         return json.loads(bytes(data))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(f"field {field!r} is not valid JSON: {exc}", path=path, sample=sample) from None
 
 
@@ -104,7 +105,7 @@ def encode_npy(value: np.ndarray) -> bytes:
 def decode_npy(data, *, field=None, sample=None, path=None) -> np.ndarray:
     try:
         return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError, RecursionError) as exc:
         raise DecodeError(f"field {field!r} is not a valid .npy array: {exc}", path=path, sample=sample) from None
 
 
@@ -122,7 +123,7 @@ def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> byt
         return encode_json(value, field=field, sample=sample, path=path)
     if kind == "ndarray":
         return encode_npy(value)
-    raise ValueError(f"unknown value kind {kind!r}")
+    raise InvalidArgumentError(f"unknown value kind {kind!r}")
 
 
 def decode_value(kind: str, data, *, field=None, sample=None, path=None):

@@ -29,7 +29,10 @@ from ..errors import (
     CapabilityError,
     CorruptShardError,
     ExternalStorageError,
+    HpcioError,
+    InvalidArgumentError,
     MissingDependencyError,
+    OptionError,
     SchemaError,
     ShardNotFoundError,
     WriterSpaceError,
@@ -51,6 +54,9 @@ SHARD_PATTERN = "shard-%06d.h5"
 # Room for the superblock, object headers and B-trees of a file written by the mpio driver.
 _METADATA_BYTES = 1 << 20
 _MAGIC = b"\x89HDF\r\n\x1a\n"
+# What h5py (and json, for the layout attribute) raise on a damaged file; MemoryError is
+# left out: running out of memory is not corruption.
+_H5_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError)
 
 
 def _h5py():
@@ -86,7 +92,7 @@ def compression_filter(name: str | None = "blosc", clevel: int = 5) -> dict:
             return dict(hdf5plugin.Blosc(cname="zstd", clevel=clevel, shuffle=hdf5plugin.Blosc.SHUFFLE))
     if name == "gzip":
         return {"compression": "gzip", "compression_opts": min(clevel, 9), "shuffle": True}
-    raise ValueError(f"unknown HDF5 compression {name!r}: use blosc, gzip or None")
+    raise InvalidArgumentError(f"unknown HDF5 compression {name!r}: use blosc, gzip or None")
 
 
 def _files(path: str) -> list[str]:
@@ -132,7 +138,7 @@ class Writer(_Writer):
                  shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown HDF5 writer options: {', '.join(options)}")
+            raise OptionError(f"unknown HDF5 writer options: {', '.join(options)}")
         if shard_id is not None:
             max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
         self.file_names: list[str] = []
@@ -268,8 +274,11 @@ class _File:
             raise CorruptShardError(f"not a readable HDF5 file: {exc}", path=path) from None
         try:
             self._load()
-        except BaseException:
+        except BaseException as exc:
             self.file.close()
+            if isinstance(exc, _H5_ERRORS) and not isinstance(exc, HpcioError):
+                raise CorruptShardError(f"damaged hpcio layout in HDF5 file: {type(exc).__name__}: {exc}",
+                                        path=path) from None
             raise
 
     def _load(self):
@@ -341,9 +350,15 @@ class _File:
             if spec["storage"] == "fixed":
                 # h5py fancy indexing wants increasing unique indices
                 uniq, inverse = np.unique(rows, return_inverse=True)
-                values = ds[uniq] if len(uniq) > 1 else ds[int(uniq[0]) : int(uniq[0]) + 1]
-                for pos, k in enumerate(inverse):
-                    out[pos][field] = _layout.fixed_value(spec, values[k])
+                try:
+                    values = ds[uniq] if len(uniq) > 1 else ds[int(uniq[0]) : int(uniq[0]) + 1]
+                    for pos, k in enumerate(inverse):
+                        out[pos][field] = _layout.fixed_value(spec, values[k])
+                except _H5_ERRORS as exc:
+                    if isinstance(exc, HpcioError):
+                        raise
+                    raise CorruptShardError(f"field {field!r}: cannot read: {type(exc).__name__}: {exc}",
+                                            path=self.path, sample=sample_base + int(uniq[0])) from None
                 continue
             table = self.offsets[field]
             starts, ends = table[rows], table[rows + 1]

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 
 from .._paths import check_relative_name, resolve_inside
 from ..errors import (
+    InvalidArgumentError,
+    OptionError,
     PathEscapeError,
     SchemaError,
     ShardNotFoundError,
@@ -96,7 +98,7 @@ class Reader(_Reader):
     def __init__(self, path, labels: str = "name", **options):
         super().__init__(path)
         if labels not in ("name", "index"):
-            raise ValueError(f"labels must be 'name' or 'index', not {labels!r}")
+            raise InvalidArgumentError(f"labels must be 'name' or 'index', not {labels!r}")
         if not os.path.isdir(self.path):
             raise ShardNotFoundError("no image folder", path=self.path)
         index = os.path.join(self.path, INDEX)
@@ -173,7 +175,7 @@ class Writer(_Writer):
     def __init__(self, path, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown image folder writer options: {', '.join(options)}")
+            raise OptionError(f"unknown image folder writer options: {', '.join(options)}")
         self.created_dir = not os.path.exists(self.path)
         os.makedirs(self.path, exist_ok=True)
         self.samples: list = []

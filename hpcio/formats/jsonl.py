@@ -27,7 +27,7 @@ import orjson
 
 from .. import codecs as _codecs_table
 from .._core._records import loads_exact
-from ..errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
+from ..errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from ..registry import Capabilities
 from . import _values, base
 
@@ -232,7 +232,7 @@ class Writer(base.Writer):
         super().__init__(path)
         known, self.codec = _codec_of(self.path)
         if not known:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cannot tell the JSONL flavour of {self.path!r}: name it "
                 + ", ".join(f"*{s}" for s in SUFFIXES)
             )

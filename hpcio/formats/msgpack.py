@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import (
     CorruptShardError,
     MissingDependencyError,
+    OptionError,
     ShardNotFoundError,
     TruncatedShardError,
     UnsupportedValueError,
@@ -69,7 +70,7 @@ def _default(value):
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
         msgpack = _msgpack()
         return msgpack.ExtType(NDARRAY_EXT, _values.encode_npy(value))
-    raise TypeError(f"cannot serialize {type(value).__name__}")
+    raise UnsupportedValueError(f"cannot serialize {type(value).__name__}")
 
 
 def _ext_hook(code, data):
@@ -135,7 +136,7 @@ class Writer(FileWriter):
     def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown MessagePack writer options: {', '.join(options)}")
+            raise OptionError(f"unknown MessagePack writer options: {', '.join(options)}")
         _msgpack()
         self.single = self.path.endswith((".msgpack", ".mpk"))
         self.pending = PendingFiles(None if self.single else self.path)

@@ -20,7 +20,15 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..errors import CorruptShardError, MissingDependencyError, SchemaError
+from ..errors import (
+    CorruptShardError,
+    DecodeError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    MissingDependencyError,
+    OptionError,
+    SchemaError,
+)
 from ..registry import Capabilities
 from .. import tuning
 from . import _values
@@ -153,7 +161,7 @@ class Writer(FileWriter):
                  compression: str = "zstd", checksum: bool = True, schema: Mapping | None = None, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown Parquet writer options: {', '.join(options)}")
+            raise OptionError(f"unknown Parquet writer options: {', '.join(options)}")
         self.pa, self.pq = _pa()
         self.single = self.path.endswith(".parquet")
         self.pending = PendingFiles(None if self.single else self.path)
@@ -259,7 +267,12 @@ class Writer(FileWriter):
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
     """The column's values as Python objects; ``samples[k]`` is row k's sample index in
     ``path`` (for error messages)."""
-    values = column.to_pylist()
+    try:
+        values = column.to_pylist()
+    except ValueError as exc:  # a string value that is not UTF-8: name its sample
+        bad = next((k for k in range(len(column)) if not _converts(column, k)), 0)
+        raise DecodeError(f"field {name!r} cannot be decoded: {exc}", path=path,
+                          sample=int(samples[bad]) if len(samples) else None) from None
     if kind == "json":
         return [v if v is None else _values.decode_json(v.encode(), field=name, path=path, sample=int(i))
                 for i, v in zip(samples, values)]
@@ -267,6 +280,14 @@ def _decode_column(column, kind: str | None, name: str, path: str, samples) -> l
         return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=int(i))
                 for i, v in zip(samples, values)]
     return values
+
+
+def _converts(column, k: int) -> bool:
+    try:
+        column[k].as_py()
+        return True
+    except ValueError:
+        return False
 
 
 class Reader(BatchReader):
@@ -294,9 +315,9 @@ class Reader(BatchReader):
             try:
                 with _jemalloc_allocations():
                     f = pq.ParquetFile(p, page_checksum_verification=True)
-            except (pa.ArrowInvalid, OSError) as exc:
+                arrow_schema = f.schema_arrow
+            except (pa.ArrowException, ValueError, OSError) as exc:  # ValueError: names not UTF-8
                 raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
-            arrow_schema = f.schema_arrow
             if schema is None:
                 schema = arrow_schema
             elif not arrow_schema.equals(schema):
@@ -314,7 +335,7 @@ class Reader(BatchReader):
         self.cum = sample_starts(counts)
         cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
         if cache_bytes < 0:
-            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+            raise InvalidArgumentError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self.cache: OrderedDict = OrderedDict()
         self.cache_bytes = cache_bytes
 
@@ -352,7 +373,7 @@ class Reader(BatchReader):
         fields = tuple(self.fields if fields is None else fields)
         for f in fields:
             if f not in self.kinds:
-                raise KeyError(f"{self.path} has no field {f!r}")
+                raise KeyNotFoundError(f"{self.path} has no field {f!r}")
         out: list = [None] * len(indices)
         for g, where, rows in by_shard(self.cum, indices):
             table = self._group(g, fields)

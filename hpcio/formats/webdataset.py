@@ -32,6 +32,8 @@ import numpy as np
 from .._paths import check_relative_name, resolve_inside
 from ..errors import (
     CorruptShardError,
+    KeyNotFoundError,
+    OptionError,
     SchemaError,
     ShardNotFoundError,
     TruncatedShardError,
@@ -352,7 +354,7 @@ class Reader(_Reader):
         if fields is not None:
             missing = [f for f in fields if f not in out]
             if missing:
-                raise KeyError(f"sample {i} of {shard.path} has no field {missing[0]!r}")
+                raise KeyNotFoundError(f"sample {i} of {shard.path} has no field {missing[0]!r}")
             return project(out, fields)
         return out
 
@@ -490,7 +492,7 @@ class Writer(FileWriter):
                  shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown WebDataset writer options: {', '.join(options)}")
+            raise OptionError(f"unknown WebDataset writer options: {', '.join(options)}")
         self.shard_id = shard_id
         if shard_id is not None:
             max_count, max_size, start_shard = float("inf"), float("inf"), shard_id

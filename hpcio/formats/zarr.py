@@ -31,7 +31,9 @@ import numpy as np
 from .._paths import resolve_inside
 from ..errors import (
     CorruptShardError,
+    InvalidArgumentError,
     MissingDependencyError,
+    OptionError,
     SchemaError,
     ShardNotFoundError,
 )
@@ -47,6 +49,10 @@ NAME = "zarr"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
 
 PART_PATTERN = "part-%05d"
+# What zarr raises on a damaged store (its own errors, json's, its codecs'); MemoryError
+# is left out: running out of memory is not corruption.
+_ZARR_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError,
+                NotImplementedError)
 
 
 def _zarr():
@@ -185,13 +191,13 @@ class Writer(_Writer):
                  shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unknown Zarr writer options: {', '.join(options)}")
+            raise OptionError(f"unknown Zarr writer options: {', '.join(options)}")
         # under the hook the part is all this writer makes: the root belongs to merge_index
         self.hooked = shard_id is not None
         if self.hooked:
             part = shard_id
         if shard_samples % chunk_samples or shard_bytes % chunk_bytes:
-            raise ValueError("shard sizes must be multiples of the chunk sizes")
+            raise InvalidArgumentError("shard sizes must be multiples of the chunk sizes")
         self.zarr = _zarr()
         self.single = part is None
         self.part_name = PART_PATTERN % (part or 0)
@@ -209,7 +215,7 @@ class Writer(_Writer):
 
             self.compressors = [BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")]
         else:
-            raise ValueError(f"unknown Zarr compression {compression!r}: use zstd, lz4 or None")
+            raise InvalidArgumentError(f"unknown Zarr compression {compression!r}: use zstd, lz4 or None")
         if checksum:
             from zarr.codecs import Crc32cCodec
 
@@ -356,6 +362,9 @@ class _Part:
             return zarr.open_array(where, mode="r")
         except FileNotFoundError:
             raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
+        except _ZARR_ERRORS as exc:  # a damaged zarr.json: zarr raises json's, its own, ...
+            raise CorruptShardError(f"array {name!r} cannot be opened: {type(exc).__name__}: {exc}",
+                                    path=os.path.join(self.path, name, "zarr.json")) from None
 
     def _require(self, name: str, arr, lo: int, hi: int, sample: int | None = None):
         """Every shard of ``arr`` holding rows ``lo..hi`` must exist: zarr would read a
@@ -378,7 +387,7 @@ class _Part:
         # zarr raises whatever its codecs raise on damaged chunks (checksums, blosc)
         try:
             return arr[selection]
-        except (ValueError, RuntimeError, OSError, TypeError) as exc:
+        except _ZARR_ERRORS as exc:
             raise CorruptShardError(f"array {name!r} cannot be decoded: {exc}",
                                     path=self.path, sample=sample) from None
 

@@ -32,7 +32,7 @@ from ..distributed.split import (
     shuffle_mode,
     split_indices,
 )
-from ..errors import CacheTimeoutError, UnstableIdentityError
+from ..errors import CacheTimeoutError, UnstableIdentityError, WrongTypeError
 from .cache import CacheBoundary, materialise
 from .stages import (
     AssembleStage,
@@ -102,7 +102,7 @@ class Pipeline:
                  remainder: str = "drop", shard_sizes=None, window: int = 1,
                  circular_shift: bool = False, context=None):
         if not isinstance(source, Dataset):
-            raise TypeError(f"expected an hpcio.Dataset, got {type(source).__name__}")
+            raise WrongTypeError(f"expected an hpcio.Dataset, got {type(source).__name__}")
         self.source = source
         self.options = {
             "mode": shuffle_mode(shuffle), "seed": int(seed), "remainder": remainder,

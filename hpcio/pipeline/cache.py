@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dataset import Dataset, open as open_dataset, open_writer
 from ..distributed.context import RuntimeContext
-from ..errors import CacheTimeoutError
+from ..errors import CacheTimeoutError, UsageError
 from ..formats.base import Reader, handed_out
 from .stages import Stage
 
@@ -34,7 +34,7 @@ class CacheBoundary(Stage):
         return f"cache(format={self.format!r}, options={sorted(self.writer_options.items())!r})"
 
     def apply(self, samples, context):
-        raise RuntimeError("the cache boundary is materialised by Pipeline.iterate, not applied as a stage")
+        raise UsageError("the cache boundary is materialised by Pipeline.iterate, not applied as a stage")
 
 
 # --- concatenated cache parts --------------------------------------------------------

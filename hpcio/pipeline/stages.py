@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..distributed.context import RuntimeContext
-from ..errors import UnstableIdentityError
+from ..errors import InvalidArgumentError, UnstableIdentityError
 
 __all__ = ["Stage", "MapStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
            "SequencePacker", "fingerprint_callable", "sample_nbytes"]
@@ -135,12 +135,12 @@ class BatchStage(Stage):
 
     def __init__(self, size, max_bytes, max_tokens, token_field, drop_last):
         if size is None and max_bytes is None and max_tokens is None:
-            raise ValueError("batch() needs size=, max_bytes= or max_tokens=")
+            raise InvalidArgumentError("batch() needs size=, max_bytes= or max_tokens=")
         for name, value in (("size", size), ("max_bytes", max_bytes), ("max_tokens", max_tokens)):
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+                raise InvalidArgumentError(f"{name} must be >= 1, got {value}")
         if max_tokens is not None and token_field is None:
-            raise ValueError("max_tokens= needs token_field= (the field holding the tokens)")
+            raise InvalidArgumentError("max_tokens= needs token_field= (the field holding the tokens)")
         self.size, self.max_bytes, self.max_tokens = size, max_bytes, max_tokens
         self.token_field, self.drop_last = token_field, drop_last
 
@@ -190,7 +190,7 @@ class ShuffleStage(Stage):
 
     def __init__(self, buffer_size: int, seed: int | None):
         if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+            raise InvalidArgumentError(f"buffer_size must be >= 1, got {buffer_size}")
         self.buffer_size, self.seed = buffer_size, seed
 
     def apply(self, samples, context):
@@ -245,7 +245,7 @@ class SequencePacker:
     def __init__(self, context: RuntimeContext, length: int, field: str = "tokens",
                  eos: int | None = None, keep_remainder: bool = False):
         if length < 1:
-            raise ValueError(f"length must be >= 1, got {length}")
+            raise InvalidArgumentError(f"length must be >= 1, got {length}")
         self.context, self.length, self.field = context, length, field
         self.eos, self.keep_remainder = eos, keep_remainder
         self._tokens: list[np.ndarray] = []

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import DecodeError, HpcioError
+from ..errors import DecodeError, HpcioError, InvalidArgumentError, OptionError
 from ..formats import base
 from .references import References
 
@@ -68,7 +68,7 @@ def _names(value, option: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"reader option {option}: expected field names (a list, or a comma-separated "
+        raise InvalidArgumentError(f"reader option {option}: expected field names (a list, or a comma-separated "
                          f"string), got {value!r}")
     return tuple(v.strip() for v in value if v.strip())
 
@@ -80,7 +80,7 @@ def _switch(value, option: str, default: bool) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ValueError(f"reader option {option}: expected true or false, got {value!r}")
+    raise InvalidArgumentError(f"reader option {option}: expected true or false, got {value!r}")
 
 
 def _b64(text: str) -> bytes:
@@ -103,12 +103,12 @@ class FieldDecoder:
     def __init__(self, options: Mapping, source_path: str, source_format: str, reader=None):
         unknown = sorted(set(options) - set(FIELD_OPTIONS))
         if unknown:
-            raise ValueError(f"unknown field options {unknown}; known: {', '.join(FIELD_OPTIONS)}")
+            raise OptionError(f"unknown field options {unknown}; known: {', '.join(FIELD_OPTIONS)}")
         base64_fields = _names(options.get("base64_fields", ()), "base64_fields")
         ref_fields = _names(options.get("ref_fields", ()), "ref_fields")
         both = sorted(set(base64_fields) & set(ref_fields))
         if both:
-            raise ValueError(f"fields {both} are named both in base64_fields and ref_fields")
+            raise InvalidArgumentError(f"fields {both} are named both in base64_fields and ref_fields")
         self.named = {**dict.fromkeys(base64_fields, (self._base64_text, "base64 text")),
                       **dict.fromkeys(ref_fields, (self._ref_text, "a reference"))}
         self.data_urls = _switch(options.get("decode_data_urls"), "decode_data_urls",

@@ -20,7 +20,14 @@ import os
 
 import numpy as np
 
-from ..errors import CorruptShardError, MissingDependencyError, SchemaError, ShardNotFoundError
+from ..errors import (
+    CorruptShardError,
+    KeyNotFoundError,
+    MissingDependencyError,
+    OptionError,
+    SchemaError,
+    ShardNotFoundError,
+)
 from ..formats import base
 
 __all__ = ["NAME", "ALIASES", "sniff", "Reader", "load_libraries"]
@@ -70,7 +77,7 @@ class Reader(base.BatchReader):
     def __init__(self, path, **options):
         super().__init__(path)
         if options:
-            raise TypeError(f"unexpected options for a Hugging Face dataset: {sorted(options)}")
+            raise OptionError(f"unexpected options for a Hugging Face dataset: {sorted(options)}")
         pa = _pa()
         self.paths = data_files(self.path)
         self._maps = []
@@ -106,7 +113,7 @@ class Reader(base.BatchReader):
         fields = self.fields if fields is None else list(fields)
         missing = [f for f in fields if f not in self.fields]
         if missing:
-            raise KeyError(f"{self.path} has no field {missing[0]!r}")
+            raise KeyNotFoundError(f"{self.path} has no field {missing[0]!r}")
         rows = self.table.select(fields).take(np.asarray(indices, dtype=np.int64))
         columns = [rows.column(f).to_pylist() for f in fields]
         return [dict(zip(fields, values)) for values in zip(*columns)] if fields else [{} for _ in range(len(rows))]

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import registry
-from ..errors import FormatSniffError, ShardNotFoundError, UnknownFormatError
+from ..errors import FormatSniffError, HpcioError, ShardNotFoundError, UnknownFormatError
+from ..options import check_options, option_names
 from . import huggingface
-from .fields import DecodedReader, FieldDecoder, split_options
+from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
 __all__ = ["Source", "expand_sources", "measure_source", "block_starts", "disk_bytes", "ReaderCache",
-           "BLOCK_BYTES", "open_reader", "source_format", "load_libraries"]
+           "BLOCK_BYTES", "open_reader", "source_format", "load_libraries", "check_reader_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
 _SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
@@ -41,6 +42,23 @@ def source_format(name: str):
     except UnknownFormatError:
         known = ", ".join([*registry.available_formats(), huggingface.NAME])
         raise UnknownFormatError(f"unknown format {name!r}; known source formats: {known}") from None
+
+
+def check_reader_options(reader_options, format: str | None = None) -> None:
+    """OptionError for a reader option that the reader of ``format`` (without it: of any
+    source format) does not take, checked before any source is read."""
+    if format is not None:
+        modules = [source_format(format)]
+    else:
+        modules = list(dict.fromkeys(_SOURCE_ONLY.values()))
+        for name in registry.available_formats():
+            try:
+                modules.append(registry.get_format(name))
+            except (HpcioError, ImportError):
+                continue  # a format that cannot load reads no source
+    valid = dict.fromkeys(name for module in modules for name in option_names(module.Reader))
+    what = "reader" if format is None else f"{modules[0].NAME} reader"
+    check_options(dict(reader_options or {}), [*valid, *FIELD_OPTIONS], what)
 
 
 def _sniff(path: str):

@@ -29,7 +29,7 @@ NAME = "jinx"
 SHARD_GLOB = "shard-*.jinx"
 SHARD_TEMPLATE = "shard-{:05d}.jinx"
 # What decoding a typed value raises for bytes that are not of its type.
-_VALUE_ERRORS = (ValueError, TypeError, EOFError, IndexError, OverflowError)
+_VALUE_ERRORS = (ValueError, TypeError, EOFError, IndexError, OverflowError, RecursionError)
 
 
 def sidecar_path(path) -> str:
@@ -301,7 +301,7 @@ class Shard:
             raise DecodeError(f"value {raw_key!r}: unsupported extension {ext!r}", path=self.path, offset=offset, sample=sample)
         try:
             return loads_exact(data)
-        except ValueError as exc:  # not JSON, or (decoded by Python's json) not UTF-8
+        except (ValueError, RecursionError) as exc:  # not JSON, or (decoded by Python's json) not UTF-8
             raise DecodeError(f"value {raw_key!r}: not JSON: {exc}", path=self.path, offset=offset, sample=sample) from None
 
     def plain(self, value, sample):

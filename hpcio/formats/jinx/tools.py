@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from ...errors import CorruptShardError
+from ...errors import CorruptShardError, InvalidArgumentError
 from .reader import Reader
 from .writer import Options, Writer
 
@@ -74,7 +74,7 @@ def split(inputs, output_dir, *, parts: int | None = None, size_hint: int | None
     :func:`join`).  Returns the paths written.
     """
     if (parts is None) == (size_hint is None):
-        raise ValueError("give exactly one of parts= or size_hint=")
+        raise InvalidArgumentError("give exactly one of parts= or size_hint=")
     readers = _open_inputs(inputs)
     try:
         n = sum(len(r) for r in readers)
@@ -84,7 +84,7 @@ def split(inputs, output_dir, *, parts: int | None = None, size_hint: int | None
         bounds = None
         if parts is not None:
             if parts < 1:
-                raise ValueError(f"parts must be >= 1, got {parts}")
+                raise InvalidArgumentError(f"parts must be >= 1, got {parts}")
             per, extra = divmod(n, parts)
             bounds = np.cumsum([per + (k < extra) for k in range(parts)]).tolist()
         done = 0

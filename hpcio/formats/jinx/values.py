@@ -16,7 +16,7 @@ import numpy as np
 from ... import codecs as _codecs_table
 from ..._core import _codecs as _zstd_kernels
 from ..._core import _jinx
-from ...errors import MissingDependencyError
+from ...errors import DecodeError, InvalidArgumentError, MissingDependencyError
 
 #: JINX compression extension -> codec in :mod:`hpcio.codecs` (``lzma`` writes XZ, as
 #: mldataforge's ``LZMACompressor()`` does; ``snappy`` is the framing format).
@@ -49,7 +49,7 @@ def canonical_compression(name):
         name = COMPRESSION_ALIASES.get(name, name)
     if name is None or (isinstance(name, str) and name in COMPRESSIONS):
         return name
-    raise ValueError(
+    raise InvalidArgumentError(
         f"unknown JINX compression {name!r}; use one of {', '.join(COMPRESSIONS)} "
         "(or zstd, gzip, brotli)"
     )
@@ -93,7 +93,7 @@ def load_npy(data) -> np.ndarray:
     """``np.load`` of .npy bytes without pickles; ValueError names what is wrong."""
     mv = memoryview(data)
     if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
-        raise ValueError("not a .npy value (bad magic)")
+        raise DecodeError("not a .npy value (bad magic)")
     hlen = (10 + int.from_bytes(mv[8:10], "little")) if mv[6] == 1 else (12 + int.from_bytes(mv[8:12], "little"))
     header = bytes(mv[:hlen])
     parsed = _npy_headers.get(header)
@@ -103,7 +103,7 @@ def load_npy(data) -> np.ndarray:
             _npy_headers[header] = parsed
     shape, fortran, dtype, count = parsed
     if len(mv) - hlen < count * dtype.itemsize:
-        raise ValueError(f".npy value is truncated: {len(mv) - hlen} data bytes for {count} x {dtype}")
+        raise DecodeError(f".npy value is truncated: {len(mv) - hlen} data bytes for {count} x {dtype}")
     arr = np.frombuffer(mv, dtype=dtype, count=count, offset=hlen).copy()
     return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
 
@@ -118,9 +118,9 @@ def _parse_npy_header(header: bytes) -> tuple:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
     except _NPY_HEADER_ERRORS:
         text = header[10 if header[6] == 1 else 12 :].decode("latin-1").strip()
-        raise ValueError(f"garbled .npy header {text!r}") from None
+        raise DecodeError(f"garbled .npy header {text!r}") from None
     if dtype.hasobject:
-        raise ValueError(".npy value holds Python objects (pickles are refused)")
+        raise DecodeError(".npy value holds Python objects (pickles are refused)")
     return shape, fortran, dtype, int(np.prod(shape, dtype=np.int64))
 
 
@@ -133,4 +133,4 @@ def load_torch(data):
     try:
         return torch.load(io.BytesIO(bytes(data)), weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, EOFError, OSError, KeyError, AttributeError) as exc:
-        raise ValueError(f"not a torch.save value: {exc}") from None
+        raise DecodeError(f"not a torch.save value: {exc}") from None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from ...errors import UnsupportedValueError
+from ...errors import InvalidArgumentError, UnsupportedValueError
 from .. import base
 from .encoder import Encoder, Passthrough
 from .sample import JinxSample
@@ -126,18 +126,18 @@ class Options:
         self.compression = canonical_compression(compression)
         self.index_compression = canonical_compression(index_compression)
         if encoding is None and binary_threshold is None:
-            raise ValueError("JINX encoding=None needs a binary_threshold: with no text "
-                             "encoding, every byte value and the index go to the .binx sidecar")
+            raise InvalidArgumentError("JINX encoding=None needs a binary_threshold: with no text "
+                                       "encoding, every byte value and the index go to the .binx sidecar")
         if encoding is not None and encoding not in ENCODINGS:
-            raise ValueError(f"unknown JINX encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
+            raise InvalidArgumentError(f"unknown JINX encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
         if not isinstance(ext_sep, str) or not ext_sep:
-            raise ValueError(f"ext_sep must be a non-empty string, got {ext_sep!r}")
+            raise InvalidArgumentError(f"ext_sep must be a non-empty string, got {ext_sep!r}")
         _check_size("compress_threshold", compress_threshold)
         if binary_threshold is not None:
             _check_size("binary_threshold", binary_threshold)
         if (isinstance(compress_ratio, bool) or not isinstance(compress_ratio, numbers.Real)
                 or not 0 <= compress_ratio < math.inf):
-            raise ValueError(f"compress_ratio must be a finite number >= 0, got {compress_ratio!r}")
+            raise InvalidArgumentError(f"compress_ratio must be a finite number >= 0, got {compress_ratio!r}")
         self.compress_threshold = compress_threshold
         self.compress_ratio = compress_ratio
         self.encoding = encoding
@@ -162,7 +162,7 @@ class Options:
 
 def _check_size(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 class Writer(base.Writer):

@@ -11,6 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from ... import codecs as _codec_table
+from ...errors import InvalidArgumentError
 
 __all__ = ["Compression", "parse_compression", "DEFAULT_HASHES"]
 
@@ -71,17 +72,17 @@ def parse_compression(spec: str | None) -> Compression | None:
     families = {**_FAMILIES, **_SAMPLE_ONLY} if per_sample else _FAMILIES
     if name not in families:
         known = ", ".join(sorted(_FAMILIES)) + ", sample::<any of these>, sample::blosc2"
-        raise ValueError(f"unknown MDS compression {spec!r}; known: {known}")
+        raise InvalidArgumentError(f"unknown MDS compression {spec!r}; known: {known}")
     codec, levels = families[name]
     level = None
     if sep:
         try:
             level = int(level_text)
         except ValueError:
-            raise ValueError(f"bad compression level in {spec!r}: expected an integer") from None
+            raise InvalidArgumentError(f"bad compression level in {spec!r}: expected an integer") from None
         if levels is None or level not in levels:
             allowed = "none" if levels is None else f"{levels.start}..{levels.stop - 1}"
-            raise ValueError(f"compression level {level} is not valid for {name} (levels: {allowed})")
+            raise InvalidArgumentError(f"compression level {level} is not valid for {name} (levels: {allowed})")
     canonical = name + (f":{level}" if sep else "")
     return Compression(("sample::" if per_sample else "") + canonical, name, codec, level, per_sample)
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..._core._records import loads_exact
 from ...columns import loads_json
-from ...errors import CorruptShardError, SchemaError, UnsupportedValueError
+from ...errors import CorruptShardError, DecodeError, KeyNotFoundError, SchemaError, UnsupportedValueError
 
 __all__ = [
     "ColumnCodec",
@@ -132,7 +132,7 @@ class ColumnCodec:
             self.kind = "ndarray"
             self._parse_ndarray(config)
         elif config or encoding not in _PLAIN:
-            raise KeyError(encoding)
+            raise KeyNotFoundError(encoding)
         else:
             self.kind = "jpeg_array" if encoding == "jpegarray" else encoding
         self.size = self._fixed_size()
@@ -143,18 +143,18 @@ class ColumnCodec:
         # streaming NDArray.from_str: "dtype" or "dtype:d0,d1,..."; "" means neither.
         args = config.split(":") if config else []
         if len(args) > 2:
-            raise KeyError(self.encoding)
+            raise KeyNotFoundError(self.encoding)
         if args:
             if args[0] not in _NDARRAY_CODE_OF:
-                raise KeyError(self.encoding)
+                raise KeyNotFoundError(self.encoding)
             self.dtype = np.dtype(args[0])
         if len(args) == 2:
             try:
                 shape = tuple(int(d) for d in args[1].split(","))
             except ValueError:
-                raise KeyError(self.encoding) from None
+                raise KeyNotFoundError(self.encoding) from None
             if not shape or min(shape) < 1:
-                raise KeyError(self.encoding)
+                raise KeyNotFoundError(self.encoding)
             self.shape = shape
 
     def _fixed_size(self) -> int | None:
@@ -370,7 +370,7 @@ class ColumnCodec:
             try:
                 return Decimal(str(data, "utf-8"))
             except InvalidOperation:
-                raise ValueError(f"not a decimal: {data.tobytes()[:40]!r}") from None
+                raise DecodeError(f"not a decimal: {data.tobytes()[:40]!r}") from None
         if kind == "json":
             return loads_json(data)
         if kind == "pkl":
@@ -390,18 +390,18 @@ class ColumnCodec:
     def _split_sized(self, data, at: int, count: int, fmt: str, decode_images: bool) -> list:
         body = at + 4 * count
         if body > len(data):
-            raise ValueError(f"{count} elements announced, only {len(data)} bytes")
+            raise DecodeError(f"{count} elements announced, only {len(data)} bytes")
         sizes = struct.unpack_from(f"<{count}I", data, at)
         out = []
         for size in sizes:
             end = body + size
             if end > len(data):
-                raise ValueError(f"element ends at byte {end} of a {len(data)}-byte value")
+                raise DecodeError(f"element ends at byte {end} of a {len(data)}-byte value")
             part = data[body:end]
             out.append(self._decode_image(part, fmt) if decode_images else part.tobytes())
             body = end
         if body != len(data):
-            raise ValueError(f"elements end at byte {body} of a {len(data)}-byte value")
+            raise DecodeError(f"elements end at byte {body} of a {len(data)}-byte value")
         return out
 
     @staticmethod
@@ -419,7 +419,7 @@ class ColumnCodec:
         if dtype is None:
             code = data[0]
             if code not in NDARRAY_DTYPE_CODES:
-                raise ValueError(f"unknown ndarray dtype code {code}")
+                raise DecodeError(f"unknown ndarray dtype code {code}")
             dtype = np.dtype(NDARRAY_DTYPE_CODES[code])
             pos = 1
         shape = self.shape
@@ -430,7 +430,7 @@ class ColumnCodec:
             pos += 1 + ndim * (1 << width)
         count = int(np.prod(shape))
         if pos + count * dtype.itemsize != len(data):
-            raise ValueError(
+            raise DecodeError(
                 f"array of shape {shape} and dtype {dtype.name} needs "
                 f"{pos + count * dtype.itemsize} bytes, the value has {len(data)}"
             )

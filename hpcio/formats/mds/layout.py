@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from ..._core import _records
-from ...errors import CorruptShardError, DecodeError, HpcioError
+from ...errors import CorruptShardError, DecodeError, HpcioError, KeyNotFoundError
 from .encodings import NUMERIC_DTYPES, ColumnCodec, column_codec
 
 # The compiled value kinds of the encodings whose values have one construction, read
@@ -134,7 +134,7 @@ class _Layout:
         try:
             return [self.position[f] for f in fields]
         except KeyError as exc:
-            raise KeyError(
+            raise KeyNotFoundError(
                 f"no column {exc.args[0]!r} in {path}; columns: {', '.join(self.names)}"
             ) from None
 
@@ -178,9 +178,9 @@ class _Layout:
             lo = hi - sizes[:, c]
             try:
                 out.append(codec.decode_batch(buf, u8, lo, hi, decode_images, zero_copy))
-            except HpcioError:
-                raise
-            except Exception:
+            except Exception as exc:
+                if _passes_through(exc):
+                    raise
                 self._find_bad_value(buf, lo, hi, c, starts, decode_images, locate)
                 raise
         return out
@@ -231,9 +231,9 @@ class _Layout:
             a, b = bounds[c]
             try:
                 out[self.names[c]] = self.codecs[c].decode_one(rec[a:b], decode_images)
-            except HpcioError:
-                raise
             except Exception as exc:
+                if _passes_through(exc):
+                    raise
                 path, offset, sample = where()
                 raise DecodeError(
                     f"column {self.names[c]!r} ({self.encodings[c]}): cannot decode the value: {exc}",
@@ -241,3 +241,8 @@ class _Layout:
                 ) from exc
         return out
 
+
+def _passes_through(exc: BaseException) -> bool:
+    """Whether a value's decoding error is raised as it is: an hpcio error that names its
+    place already, or is not about the value's bytes (a missing library)."""
+    return isinstance(exc, HpcioError) and not (isinstance(exc, DecodeError) and exc.path is None)

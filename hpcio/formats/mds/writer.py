@@ -20,7 +20,7 @@ import numpy as np
 
 from ..._core import _records
 from ..._fileio import write_pieces
-from ...errors import SchemaError, UnsupportedValueError
+from ...errors import ClosedError, InvalidArgumentError, SchemaError, UnsupportedValueError
 from ...units import parse_bytes
 from .. import base
 from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
@@ -214,14 +214,14 @@ class Writer(base.Writer):
         self.compression = parse_compression(compression)
         self.hashes = _hash_names(hashes)
         if self.hashes != sorted(set(self.hashes)):
-            raise ValueError(f"hashes must be unique and sorted, got {self.hashes}")
+            raise InvalidArgumentError(f"hashes must be unique and sorted, got {self.hashes}")
         for algo in self.hashes:
             if algo not in _hash_functions():
-                raise ValueError(f"unknown hash {algo!r}; use a hashlib or xxhash algorithm name")
+                raise InvalidArgumentError(f"unknown hash {algo!r}; use a hashlib or xxhash algorithm name")
         # None or 0: no limit.  Strings read as streaming reads them ("64mb" is 64 MiB).
         self.size_limit = parse_bytes(size_limit, what="size_limit", decimal_base=1024) if size_limit else None
         if self.size_limit is not None and not 0 <= self.size_limit < 1 << 32:
-            raise ValueError(f"size_limit must be in [0, 2**32), got {self.size_limit}: offsets are u32")
+            raise InvalidArgumentError(f"size_limit must be in [0, 2**32), got {self.size_limit}: offsets are u32")
         self.allow_pickle = allow_pickle
         self.frame_checksums = frame_checksums
         if os.path.isdir(self.path) and os.listdir(self.path):
@@ -267,16 +267,16 @@ class Writer(base.Writer):
 
     def write(self, sample: Mapping) -> None:
         if self._closed:
-            raise ValueError("write to a closed MDS writer")
+            raise ClosedError("write to a closed MDS writer")
         self.write_record(self._encoder_for(sample).record(sample, self.count))
 
     def write_record(self, record) -> None:
         """Append a record as :meth:`RecordEncoder.record` made it (bytes-like), for
         samples encoded elsewhere; the writer's columns must be the encoder's."""
         if self._closed:
-            raise ValueError("write to a closed MDS writer")
+            raise ClosedError("write to a closed MDS writer")
         if self._columns is None:
-            raise ValueError("an MDS writer takes records only once its columns are given")
+            raise SchemaError("an MDS writer takes records only once its columns are given")
         # streaming's rule, to the byte: flush when the limit would be exceeded, even
         # before the first record of a shard (which then flushes an empty shard).
         grow = len(record) + 4
