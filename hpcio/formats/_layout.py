@@ -7,9 +7,10 @@ Each field becomes either
 * a **ragged** pair ``offsets`` (``uint64``, ``N + 1`` entries, ``offsets[0] == 0``) and
   ``data`` (flat ``uint8``): value ``i`` is ``data[offsets[i]:offsets[i+1]]``, holding
   bytes as given, str as UTF-8, JSON (dicts, lists, bools, None) as compact JSON,
-  arrays of varying shape as ``.npy`` bytes and lists of bytes (kind ``bytes_list``)
-  as their item count and sizes followed by the items
-  (:func:`hpcio.formats._values.encode_bytes_list`).
+  arrays of varying shape as ``.npy`` bytes, lists of bytes (kind ``bytes_list``) as
+  their item count and sizes followed by the items
+  (:func:`hpcio.formats._values.encode_bytes_list`) and mappings holding bytes (kind
+  ``bytes_mapping``) as such a list of their JSON, their bytes keys and bytes values.
 
 The layout metadata (an attribute ``hpcio`` on the Zarr group or HDF5 file) records the
 number of samples and, per field, its kind and storage, so a reader never guesses.
@@ -99,7 +100,7 @@ class ColumnBuffer:
             if spec["storage"] == "fixed":
                 self.columns[name].append(self._fixed(name, spec, kind, value, index))
             else:
-                if kind != spec["kind"] and not _widens(spec["kind"], kind, value):
+                if kind != spec["kind"] and not _values.widens(spec["kind"], kind, value):
                     raise SchemaError(f"field {name!r}: expected {spec['kind']}, got {kind}",
                                       path=self.path, sample=index)
                 data = _values.encode_value(spec["kind"], value, field=name, sample=index, path=self.path)
@@ -137,14 +138,6 @@ class ColumnBuffer:
                 out[name] = (lengths, np.frombuffer(b"".join(col), dtype=np.uint8))
         self.clear()
         return out
-
-
-def _widens(field_kind: str, kind: str, value) -> bool:
-    """Whether a ``kind`` value is stored in a ragged field of ``field_kind``: numbers in
-    JSON fields, and an empty list (JSON) in a list-of-bytes field."""
-    if field_kind == "json":
-        return kind in ("int", "float")
-    return field_kind == "bytes_list" and isinstance(value, (list, tuple)) and not value
 
 
 def field_conflict(fields: dict, expected: dict) -> str:

@@ -5,7 +5,8 @@ Every format stores a field value as one of a few kinds and must give back a val
 to the one written, with the same type class: bytes stay bytes, str stays str, an int
 stays an int (any size where the format allows it), a float keeps every bit, JSON
 (dicts, lists, bools, None) comes back as JSON, a list of bytes (the images of one
-sample) comes back as a list of bytes, and a numpy array keeps its dtype and shape.
+sample) comes back as a list of bytes, a mapping holding bytes (one level deep) as that
+mapping, and a numpy array keeps its dtype and shape.
 This module names the kinds and holds their byte encodings.
 """
 
@@ -34,10 +35,14 @@ __all__ = [
     "encode_bytes_list",
     "decode_bytes_list",
     "bytes_inside",
+    "widens",
+    "encode_bytes_mapping",
+    "decode_bytes_mapping",
 ]
 
-# bytes, str, int, float, json (dict/list/bool/None), ndarray, bytes_list (list of bytes)
-KINDS = ("bytes", "str", "int", "float", "json", "ndarray", "bytes_list")
+# bytes, str, int, float, json (dict/list/bool/None), ndarray, bytes_list (list of bytes),
+# bytes_mapping (a dict holding bytes values at its first level)
+KINDS = ("bytes", "str", "int", "float", "json", "ndarray", "bytes_list", "bytes_mapping")
 _BINARY = (bytes, bytearray, memoryview)
 
 
@@ -73,6 +78,8 @@ def kind_of(value, *, field=None, sample=None, path=None) -> str:
             "int(x)/float(x) or a 0-d array", path=path, sample=sample)
     if is_bytes_list(value):
         return "bytes_list"
+    if isinstance(value, Mapping) and any(isinstance(v, _BINARY) for v in value.values()):
+        return "bytes_mapping"
     if isinstance(value, (dict, list, tuple)):
         return "json"
     raise UnsupportedValueError(
@@ -92,6 +99,17 @@ def bytes_inside(value, where: str) -> str | None:
         if found:
             return found
     return None
+
+
+def widens(field_kind: str, kind: str, value) -> bool:
+    """Whether a value of ``kind`` is stored in a field of ``field_kind`` all the same:
+    numbers in JSON fields, an empty list in a list-of-bytes field, a mapping without
+    bytes in a mapping-of-bytes field."""
+    if field_kind == "json":
+        return kind in ("int", "float")
+    if field_kind == "bytes_list":
+        return isinstance(value, (list, tuple)) and not value
+    return field_kind == "bytes_mapping" and isinstance(value, Mapping)
 
 
 def _check_json(value, field, sample, path):
@@ -167,6 +185,37 @@ def decode_bytes_list(data, *, field=None, sample=None, path=None) -> list:
     return out
 
 
+def encode_bytes_mapping(value, *, field=None, sample=None, path=None) -> bytes:
+    """A mapping holding bytes at its first level as one value: the list of bytes
+    (:func:`encode_bytes_list`) of the mapping's JSON without its bytes values, the JSON
+    list of their keys, then those values.  Bytes deeper down are refused."""
+    rest = {k: v for k, v in value.items() if not isinstance(v, _BINARY)}
+    keys = [k for k, v in value.items() if isinstance(v, _BINARY)]
+    nested = bytes_inside(rest, field or "value")
+    if nested:
+        raise UnsupportedValueError(f"field {field!r}: {nested} is bytes inside a list or mapping; "
+                                    "the bytes of a mapping are stored one level deep only",
+                                    path=path, sample=sample)
+    head = [encode_json(rest, field=field, sample=sample, path=path),
+            encode_json(keys, field=field, sample=sample, path=path)]
+    return encode_bytes_list(head + [value[k] for k in keys])
+
+
+def decode_bytes_mapping(data, *, field=None, sample=None, path=None) -> dict:
+    """The inverse of :func:`encode_bytes_mapping`."""
+    parts = decode_bytes_list(data, field=field, sample=sample, path=path)
+    if len(parts) < 2:
+        raise DecodeError(f"field {field!r}: a mapping of bytes needs its JSON and its keys", path=path, sample=sample)
+    out = decode_json(parts[0], field=field, sample=sample, path=path)
+    keys = decode_json(parts[1], field=field, sample=sample, path=path)
+    if (not isinstance(out, dict) or not isinstance(keys, list) or len(keys) != len(parts) - 2
+            or not all(isinstance(k, (str, int, float, bool)) or k is None for k in keys)):
+        raise DecodeError(f"field {field!r}: {len(parts) - 2} bytes values do not match their keys",
+                          path=path, sample=sample)
+    out.update(zip(keys, parts[2:]))
+    return out
+
+
 def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> bytes:
     """``value`` of ``kind`` as bytes (the ragged storage of Zarr, HDF5 and image folders)."""
     if kind == "bytes":
@@ -183,6 +232,8 @@ def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> byt
         return encode_npy(value)
     if kind == "bytes_list":
         return encode_bytes_list(value)
+    if kind == "bytes_mapping":
+        return encode_bytes_mapping(value, field=field, sample=sample, path=path)
     raise ValueError(f"unknown value kind {kind!r}")
 
 
@@ -205,6 +256,8 @@ def decode_value(kind: str, data, *, field=None, sample=None, path=None):
         return decode_npy(data, field=field, sample=sample, path=path)
     if kind == "bytes_list":
         return decode_bytes_list(data, field=field, sample=sample, path=path)
+    if kind == "bytes_mapping":
+        return decode_bytes_mapping(data, field=field, sample=sample, path=path)
     raise DecodeError(f"field {field!r} has unknown value kind {kind!r}", path=path, sample=sample)
 
 

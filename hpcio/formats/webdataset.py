@@ -89,10 +89,10 @@ def member_suffix(field: str, value, *, sample=None, path=None) -> tuple[str, by
     """
     _values.check_field_name(field, sample=sample, path=path)
     kind = _values.kind_of(value, field=field, sample=sample, path=path)
-    if kind == "bytes_list":
+    if kind in ("bytes_list", "bytes_mapping"):
         raise UnsupportedValueError(
-            f"field {field!r}: a list of bytes takes one member per item, which this layout "
-            "does not name", path=path, sample=sample)
+            f"field {field!r}: a {'list of bytes' if kind == 'bytes_list' else 'mapping holding bytes'} "
+            "takes one member per bytes value, which this layout does not name", path=path, sample=sample)
     if kind == "float":
         data = _values.encode_json(value, field=field, sample=sample, path=path)
     else:
