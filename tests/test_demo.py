@@ -146,3 +146,9 @@ def test_missing_output_directory(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(ShardNotFoundError, match=r"^the output directory does not exist \(.*nope\)$"):
         demo.write_jsonl(missing / "x.jsonl", "text", 1)
+
+
+def test_vlm_tour_round_trips_multi_image_samples_in_every_format(tmp_path):
+    report = demo.tour(tmp_path, "vlm", n=12, log=lambda *_: None, tune=False)
+    assert [(r.format, r.status) for r in report.formats] == [(f, "ok") for f in demo.TOUR_FORMATS]
+    assert report.ok
