@@ -13,9 +13,9 @@ as it is (each member is decoded by its last extension):
 
 Reading groups the members back: ``images.<i>`` fields holding bytes, numbered ``0..n-1``
 with no ``images`` field beside them, become the list ``images``; a ``meta.<key>`` field
-holding bytes next to a JSON object ``meta`` goes into it.  Writers refuse the field
-names that would be read back otherwise (``x.0`` beside nothing, ``meta.key`` beside a
-mapping ``meta``), so a sample written comes back equal.
+holding bytes next to a JSON object ``meta`` goes into it.  Writers refuse the bytes
+fields whose names would be read back so (``x.0``, ``meta.key`` beside a mapping
+``meta``), so a sample written comes back equal.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ def _is_index(text: str) -> bool:
 
 
 def _check_names(sample: Mapping, sample_index, path) -> None:
+    """Refuse the bytes fields that reading would group into a list or a mapping."""
     mappings = {k for k, v in sample.items() if isinstance(v, Mapping)}
-    for name in sample:
-        if not isinstance(name, str) or "." not in name:
+    for name, value in sample.items():
+        if not isinstance(name, str) or "." not in name or not isinstance(value, _BINARY):
             continue
         root = name.partition(".")[0]
         head, _, last = name.rpartition(".")

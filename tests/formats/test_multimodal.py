@@ -209,13 +209,18 @@ def test_webdataset_numbered_members_that_are_no_list_keep_their_names(tmp_path)
 
 @pytest.mark.parametrize("sample, message", [
     ({"x.0": b"a"}, r"field 'x\.0' would be read back as item 0 of a list 'x'"),
-    ({"m": {"a": b""}, "m.b": 1}, r"field 'm\.b' would be read back inside the mapping field 'm'"),
+    ({"m": {"a": 1}, "m.b": b"1"}, r"field 'm\.b' would be read back inside the mapping field 'm'"),
     ({"m": {"a.b": b""}}, r"field 'm': key 'a\.b' holds bytes, stored as a member of its own"),
     ({"m": {"a": b"", "deep": {"b": b""}}}, r"field 'm': m\['deep'\]\['b'\] is bytes inside a list or mapping"),
 ])
 def test_webdataset_refuses_names_it_would_read_back_otherwise(tmp_path, sample, message):
     with pytest.raises(UnsupportedValueError, match=message):
         write(tmp_path / "w", "webdataset", [sample])
+
+
+def test_webdataset_dotted_names_of_other_values_stay_as_they_are(tmp_path):
+    sample = {"meta": {"a": 1}, "meta.x": "text", "x.0": 5}
+    assert hpcio.open(write(tmp_path / "w", "webdataset", [sample]))[0] == sample
 
 
 # --- Zarr and HDF5 ----------------------------------------------------------------------
