@@ -16,7 +16,7 @@ from hpcio.errors import ShardNotFoundError
 # sha256 of demo data whose bytes depend only on numpy's generator streams (the JPEGs
 # also depend on Pillow's libjpeg, so they are checked by size and decodability).
 TEXT_20_JSONL_SHA256 = "b0ddb4e664382b4659a2a5ffa9175f173f1624405967b7a1cb311314e489b228"
-VLM_5_NO_IMAGES_SHA256 = "98092cf943096ee52969bfb05d5515deea5ff3f58effb2c358290f9bd4048452"
+VLM_5_NO_IMAGES_SHA256 = "31ed98c6c3d74ace41bea7f4649ecd2bba2cc7bb57526d025d6e28177e975485"
 
 
 def sha256_file(path) -> str:
@@ -78,7 +78,7 @@ def test_text_layout_and_sizes(demo_samples):
 def test_vlm_layout(demo_samples):
     samples = demo_samples("vlm", 40)
     assert len({s["id"] for s in samples}) == len(samples)
-    turn_counts = set()
+    turn_counts, image_counts = set(), set()
     for s in samples:
         assert list(s) == ["id", "messages", "images"]
         assert isinstance(s["id"], str)
@@ -89,11 +89,14 @@ def test_vlm_layout(demo_samples):
         assert roles == ["user", "assistant"] * (len(messages) // 2)
         assert all(set(m) == {"role", "content"} and isinstance(m["content"], str)
                    for m in messages)
-        assert "<image>" in messages[0]["content"]
+        assert isinstance(s["images"], list) and 1 <= len(s["images"]) <= 4
+        assert all(type(image) is bytes for image in s["images"])
+        assert messages[0]["content"].count("<image>") == len(s["images"])
         assert all("<image>" not in m["content"] for m in messages[1:])
-        assert isinstance(s["images"], list) and len(s["images"]) == 1
-        assert type(s["images"][0]) is bytes
+        image_counts.add(len(s["images"]))
     assert turn_counts == {2, 4, 6, 8}
+    assert image_counts == {1, 2, 3, 4}
+    assert demo.IMAGES_PER_SAMPLE == (1, 4)
 
 
 def test_vlm_images_are_photo_sized_jpegs(demo_samples):
@@ -101,8 +104,7 @@ def test_vlm_images_are_photo_sized_jpegs(demo_samples):
     lo, hi = demo.JPEG_BYTES
     assert (lo, hi) == (30_000, 150_000)
     sizes = []
-    for s in samples:
-        data = s["images"][0]
+    for data in (image for s in samples for image in s["images"]):
         sizes.append(len(data))
         with Image.open(io.BytesIO(data)) as im:
             assert im.format == "JPEG" and im.mode == "RGB"
@@ -131,7 +133,7 @@ def test_jsonl_bytes_fields_are_base64(tmp_path, demo_samples):
     assert len(lines) == 2
     record = orjson.loads(lines[1])
     expected = demo_samples("vlm", 2)[1]
-    assert record["images"] == [base64.b64encode(expected["images"][0]).decode("ascii")]
+    assert record["images"] == [base64.b64encode(image).decode("ascii") for image in expected["images"]]
     assert record["messages"] == expected["messages"] and record["id"] == expected["id"]
 
 
@@ -144,3 +146,9 @@ def test_missing_output_directory(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(ShardNotFoundError, match=r"^the output directory does not exist \(.*nope\)$"):
         demo.write_jsonl(missing / "x.jsonl", "text", 1)
+
+
+def test_vlm_tour_round_trips_multi_image_samples_in_every_format(tmp_path):
+    report = demo.tour(tmp_path, "vlm", n=12, log=lambda *_: None, tune=False)
+    assert [(r.format, r.status) for r in report.formats] == [(f, "ok") for f in demo.TOUR_FORMATS]
+    assert report.ok

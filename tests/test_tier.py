@@ -102,9 +102,9 @@ def cold_records(tmp_path_factory):
     from hpcio.bench import cold
 
     root = tmp_path_factory.mktemp("cold")
-    records = cold.run("vlm", 12_000_000, str(root), ops=("iterate", "shuffle"), only=["hpcio mds"],
+    records = cold.run("vlm", 30_000_000, str(root), ops=("iterate", "shuffle"), only=["hpcio mds"],
                        include_interop=False, log=lambda *a: None)
-    starved = cold.run("vlm", 12_000_000, str(root), ops=("iterate",), only=["streaming"],
+    starved = cold.run("vlm", 30_000_000, str(root), ops=("iterate",), only=["streaming"],
                        memory_limit=16 << 20, include_interop=False, log=lambda *a: None)
     return records, starved
 

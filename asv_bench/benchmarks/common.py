@@ -11,7 +11,6 @@ import tempfile
 
 import hpcio
 from hpcio import demo
-from hpcio.bench.data import flatten
 
 # Small enough that `asv run --quick` fits in CI; set HPCIO_ASV_SCALE to grow them.
 SCALE = float(os.environ.get("HPCIO_ASV_SCALE", "1"))
@@ -50,7 +49,7 @@ def ensure_datasets(profiles=("text", "vlm")):
                 if os.path.exists(path):
                     continue
                 if samples is None:
-                    samples = [flatten(profile, s) for s in demo.generate(profile, SIZES[profile])]
+                    samples = list(demo.generate(profile, SIZES[profile]))
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with hpcio.open_writer(path, format=fmt, **options) as w:
                     for s in samples:

@@ -21,14 +21,16 @@ import tempfile
 import numpy as np
 
 from ..errors import HpcioError
-from .data import META_FIELDS, BenchDataset
+from ..demo.samples import IMAGES_PER_SAMPLE
+from .data import META_FIELDS, VLM_COLUMNS, BenchDataset
 from .limits import dataset_files
 from .pagecache import evict, resident
 from .runner import WORKER, System, systems_for
 
 __all__ = ["synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold", "run", "markdown"]
 
-# Synthetic samples: sizes as the demo profiles have them, random (incompressible) payloads.
+# Synthetic samples: sizes (and images per vlm sample) as the demo profiles have them,
+# random (incompressible) payloads.
 _VLM_IMAGE_BYTES = (30_000, 150_000)
 _TEXT_CHARS = (500, 4000)
 _WRITE_BATCH = 4096
@@ -41,14 +43,17 @@ def _samples(profile: str, n: int, seed: int):
     for lo in range(0, n, _WRITE_BATCH):
         count = min(_WRITE_BATCH, n - lo)
         if profile == "vlm":
-            sizes = rng.integers(*_VLM_IMAGE_BYTES, size=count)
+            counts = rng.integers(IMAGES_PER_SAMPLE[0], IMAGES_PER_SAMPLE[1] + 1, size=count)
+            sizes = rng.integers(*_VLM_IMAGE_BYTES, size=int(counts.sum()))
             blob = rng.bytes(int(sizes.sum()))
-            ends = np.cumsum(sizes)
+            ends = np.cumsum(sizes).tolist()
+            firsts = np.concatenate(([0], np.cumsum(counts))).tolist()
             for k in range(count):
+                images = [blob[ends[m] - int(sizes[m]): ends[m]] for m in range(firsts[k], firsts[k + 1])]
                 yield {"id": f"{lo + k:012d}",
-                       "messages": [{"role": "user", "content": "<image>\nDescribe the picture."},
+                       "messages": [{"role": "user", "content": "<image>\n" * len(images) + "Describe the pictures."},
                                     {"role": "assistant", "content": f"Sample {lo + k}."}],
-                       "image": blob[ends[k] - sizes[k]: ends[k]]}
+                       "images": images}
         else:
             sizes = rng.integers(*_TEXT_CHARS, size=count)
             text = letters[rng.integers(0, len(letters), size=int(sizes.sum()))].tobytes().decode()
@@ -63,10 +68,12 @@ def synthetic_datasets(profile: str, target_bytes: int, root: str, *, seed: int 
     """Datasets of about ``target_bytes`` each, written once under ``root`` and reused."""
     import hpcio
 
-    mean = np.mean(_VLM_IMAGE_BYTES if profile == "vlm" else _TEXT_CHARS) + 200
+    if profile == "vlm":
+        mean = np.mean(_VLM_IMAGE_BYTES) * np.mean(IMAGES_PER_SAMPLE) + 200
+    else:
+        mean = np.mean(_TEXT_CHARS) + 200
     n = max(1, int(target_bytes // mean))
-    columns = ({"id": "str", "messages": "json", "image": "bytes"} if profile == "vlm"
-               else {"id": "int", "text": "str", "meta": "json"})
+    columns = VLM_COLUMNS if profile == "vlm" else {"id": "int", "text": "str", "meta": "json"}
     options = {"mds": {"columns": columns}, "webdataset": {}}
     out = []
     for fmt in formats:
@@ -79,7 +86,7 @@ def synthetic_datasets(profile: str, target_bytes: int, root: str, *, seed: int 
                 for sample in _samples(profile, n, seed):
                     w.write(sample)
             open(done, "w").close()
-        out.append(BenchDataset(fmt, fmt, path, n, options[fmt]))
+        out.append(BenchDataset(fmt, fmt, path, n, options[fmt], profile))
     return out
 
 

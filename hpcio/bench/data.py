@@ -1,8 +1,9 @@
 """Benchmark datasets: the demo profiles written once in every format compared.
 
-Samples are flattened so that every format holds exactly the same values: the ``vlm``
-profile keeps its single JPEG as an ``image`` bytes field (MDS ``list[jpeg]`` would make
-streaming decode images and hand back PIL objects, which no other reader does).
+Every format holds the demo samples as generated: a ``vlm`` sample's ``images`` is a
+list of 1-4 JPEGs, an MDS ``list[bytes]`` column (streaming's ``list[jpeg]`` would make
+it decode the images and hand back PIL objects, which no other reader does; the peers
+read ``list[bytes]`` once hpcio's encodings are registered with streaming).
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ from dataclasses import dataclass, field
 from .. import demo
 from .limits import dataset_files
 
-__all__ = ["BenchDataset", "prepare", "META_FIELDS", "flatten"]
+__all__ = ["BenchDataset", "prepare", "META_FIELDS", "VLM_COLUMNS"]
 
 # The fields "iterate-meta" touches: everything but the bulky payload.
 META_FIELDS = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
-
-
-def flatten(profile: str, sample: dict) -> dict:
-    """The demo sample in the layout every format stores (see hpcio.demo.shard_layout)."""
-    return demo.shard_layout(sample)
+# The MDS columns of vlm samples (the demo's and the cold bench's synthetic ones).
+VLM_COLUMNS = {"id": "str", "messages": "json", "images": "list[bytes]"}
 
 
 @dataclass
@@ -35,6 +33,7 @@ class BenchDataset:
     path: str
     samples: int
     options: dict = field(default_factory=dict)  # writer options used
+    profile: str = ""  # the demo profile of the samples
 
     @property
     def bytes(self) -> int:
@@ -45,7 +44,7 @@ class BenchDataset:
 # same encodings; JINX options follow mldataforge's names.
 def _configs(profile: str) -> dict:
     if profile == "vlm":
-        columns = {"id": "str", "messages": "json", "image": "bytes"}
+        columns = VLM_COLUMNS
     else:
         columns = {"id": "int", "text": "str", "meta": "json"}
     configs = {
@@ -95,12 +94,12 @@ def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=pr
             continue
         if not os.path.exists(path):
             if samples is None:
-                samples = [flatten(profile, s) for s in demo.generate(profile, n, seed=seed)]
+                samples = list(demo.generate(profile, n, seed=seed))
             log(f"writing {name} ({n} {profile} samples)")
             with hpcio.open_writer(path, format=fmt, **options) as w:
                 for s in samples:
                     w.write(s)
-        out.append(BenchDataset(name, fmt, path, n, options))
+        out.append(BenchDataset(name, fmt, path, n, options, profile))
     out.extend(_peer_formats(profile, n, root, seed, samples, formats, log))
     with open(stamp_path, "w") as f:
         json.dump(stamp, f)
@@ -125,11 +124,11 @@ def _peer_formats(profile, n, root, seed, samples, formats, log) -> list[BenchDa
             import pyarrow.parquet as pq
 
             if samples is None:
-                samples = [flatten(profile, s) for s in demo.generate(profile, n, seed=seed)]
+                samples = list(demo.generate(profile, n, seed=seed))
             os.makedirs(path + ".tmp", exist_ok=True)
             pq.write_table(pa.Table.from_pylist(samples), os.path.join(path + ".tmp", "data.parquet"),
                            row_group_size=parquet_row_group_rows(profile))
             os.replace(path + ".tmp", path)
             log("writing parquet")
-        out.append(BenchDataset("parquet", "parquet", path, n))
+        out.append(BenchDataset("parquet", "parquet", path, n, profile=profile))
     return out

@@ -114,8 +114,9 @@ def dict_floor(raw_samples: list[dict], repeats: int = 3) -> dict:
     """Samples/s of building the benchmark's sample dicts from bytes already in memory.
 
     ``raw_samples`` maps each field to its stored bytes plus how the field becomes a
-    Python value (``("str", b)``, ``("int", b)``, ``("json", b)``, ``("bytes", b)``).
-    This is the work no reader can avoid: creating the str/int/dict/bytes objects.
+    Python value (``("str", b)``, ``("int", b)``, ``("json", b)``, ``("bytes", b)``, and
+    ``("bytes_list", [b, ...])`` for a list of bytes).  This is the work no reader can
+    avoid: creating the str/int/dict/bytes objects.
     """
     import orjson
 
@@ -124,6 +125,7 @@ def dict_floor(raw_samples: list[dict], repeats: int = 3) -> dict:
         "int": lambda b: int.from_bytes(b, "little", signed=True),
         "json": orjson.loads,
         "bytes": bytes,
+        "bytes_list": lambda parts: [bytes(b) for b in parts],
     }
     prepared = [[(k, makers[kind], b) for k, (kind, b) in s.items()] for s in raw_samples]
 

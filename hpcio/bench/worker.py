@@ -69,6 +69,8 @@ def _touch_value(v):
     for anything else.  The exact types readers return are dispatched on first, so the
     harness's own cost, the same for every system, stays a small part of a sample's."""
     t = type(v)
+    if t is list and v and type(v[0]) is bytes:  # a list of images: their bytes
+        return sum(map(len, v))
     if t is str or t is bytes or t is list or t is memoryview:
         return len(v)
     if t is int or t is float or t is bool or v is None:
@@ -137,8 +139,25 @@ def load_hpcio():
     return lambda path, options: hpcio.open(path, **options)
 
 
+def _register_hpcio_encodings():
+    """Let streaming, and mldataforge (which decodes through streaming's table), read the
+    MDS encodings hpcio adds (``list[bytes]``: the vlm images), as a user does with
+    ``register_streaming_reader()``.  The module is loaded from its file: a peer's
+    interpreter may lack hpcio's compiled core, and the module needs none of it."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "hpcio_streaming_encodings", os.path.join(here, "formats", "mds", "streaming_encodings.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.register()
+
+
 def load_streaming():
     from streaming import StreamingDataset
+
+    _register_hpcio_encodings()
 
     # local-only use; the runner gives every run its own TMPDIR for streaming's locks
     return lambda path, options: StreamingDataset(local=path, remote=None, shuffle=False, batch_size=1, **options)
@@ -146,6 +165,8 @@ def load_streaming():
 
 def load_mdf_mds():
     from mldataforge.utils import load_mds_directories
+
+    _register_hpcio_encodings()
 
     return lambda path, options: load_mds_directories([path], **options)
 

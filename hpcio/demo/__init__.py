@@ -15,11 +15,11 @@ Profiles
         {"id": "vlm-0-00000000",                      # str
          "messages": [{"role": "user", "content": "<image>\\nWhat ..."},
                       {"role": "assistant", "content": "..."}, ...],   # 2-8 turns
-         "images": [b"\\xff\\xd8..."]}                  # one 30-150 KB JPEG, raw bytes
+         "images": [b"\\xff\\xd8...", ...]}             # 1-4 JPEGs, 30-150 KB each, raw bytes
 
     ``messages`` is the Hugging Face chat layout; turns alternate user/assistant,
-    start with the user (whose first turn holds the ``<image>`` placeholder) and end
-    with the assistant.  Images are 336-640 pixels a side, smooth colour fields with
+    start with the user (whose first turn holds one ``<image>`` placeholder per image)
+    and end with the assistant.  Images are 336-640 pixels a side, smooth colour fields with
     shapes and film grain, so they compress like photos rather than like noise or flat
     colour.
 ``text``
@@ -53,14 +53,15 @@ True
 """
 
 from .jsonl import read_jsonl, write_jsonl
-from .samples import BYTES_FIELDS, JPEG_BYTES, PROFILES, TEXT_BYTES, generate, make_sample
-from .tour import DEFAULT_COUNTS, TOUR_FORMATS, FormatResult, TourReport, format_report, shard_layout, tour
+from .samples import BYTES_FIELDS, IMAGES_PER_SAMPLE, JPEG_BYTES, PROFILES, TEXT_BYTES, generate, make_sample
+from .tour import DEFAULT_COUNTS, TOUR_FORMATS, FormatResult, TourReport, format_report, tour
 
 __all__ = [
     "PROFILES",
     "BYTES_FIELDS",
     "TEXT_BYTES",
     "JPEG_BYTES",
+    "IMAGES_PER_SAMPLE",
     "generate",
     "make_sample",
     "write_jsonl",
@@ -69,7 +70,6 @@ __all__ = [
     "DEFAULT_COUNTS",
     "FormatResult",
     "TourReport",
-    "shard_layout",
     "tour",
     "format_report",
 ]

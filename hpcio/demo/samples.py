@@ -10,17 +10,19 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, UsageError
 
-__all__ = ["PROFILES", "BYTES_FIELDS", "TEXT_BYTES", "JPEG_BYTES", "generate", "make_sample"]
+__all__ = ["PROFILES", "BYTES_FIELDS", "TEXT_BYTES", "JPEG_BYTES", "IMAGES_PER_SAMPLE", "generate", "make_sample"]
 
 PROFILES = {
-    "vlm": "llava-instruct-like chat samples with one 30-150 KB JPEG each",
+    "vlm": "llava-instruct-like chat samples with 1-4 JPEGs of 30-150 KB each",
     "text": "pretraining documents of 0.5-4 KB text with a meta dict",
 }
 # Fields stored as base64 strings in JSON Lines, per profile.
 BYTES_FIELDS = {"vlm": ("images",), "text": ()}
-# Inclusive size ranges the generators guarantee (UTF-8 bytes of `text`, JPEG bytes).
+# Inclusive size ranges the generators guarantee (UTF-8 bytes of `text`, JPEG bytes,
+# images per vlm sample).
 TEXT_BYTES = (512, 4096)
 JPEG_BYTES = (30_000, 150_000)
+IMAGES_PER_SAMPLE = (1, 4)
 
 # Mixed into each sample's seed so the two profiles never share a random stream.
 _PROFILE_KEY = {"vlm": 1, "text": 2}
@@ -231,7 +233,10 @@ def _vlm(rng: np.random.Generator, seed: int, index: int) -> dict:
             messages.append({"role": "user", "content": follow})
         answer = _sentences(rng, int(rng.integers(1, 6)))
         messages.append({"role": "assistant", "content": answer})
-    return {"id": f"vlm-{seed}-{index:08d}", "messages": messages, "images": [_jpeg(rng)]}
+    # One <image> placeholder per image, in the first turn, as multi-image SFT data has it.
+    count = int(rng.integers(IMAGES_PER_SAMPLE[0], IMAGES_PER_SAMPLE[1] + 1))
+    messages[0]["content"] = first.replace("<image>", "\n".join(["<image>"] * count))
+    return {"id": f"vlm-{seed}-{index:08d}", "messages": messages, "images": [_jpeg(rng) for _ in range(count)]}
 
 
 def _text_sample(rng: np.random.Generator, index: int) -> dict:

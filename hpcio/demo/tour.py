@@ -14,10 +14,9 @@ import numpy as np
 from ..errors import CapabilityError
 from .jsonl import write_jsonl
 from .. import tuning
-from .samples import BYTES_FIELDS, _check_profile, generate, make_sample
+from .samples import BYTES_FIELDS, _check_profile, generate
 
-__all__ = ["TOUR_FORMATS", "DEFAULT_COUNTS", "FormatResult", "TourReport", "shard_layout", "tour",
-           "format_report"]
+__all__ = ["TOUR_FORMATS", "DEFAULT_COUNTS", "FormatResult", "TourReport", "tour", "format_report"]
 
 # Formats the tour writes, and the writer options it uses for each.
 TOUR_FORMATS = ("mds", "jinx", "webdataset", "zarr", "hdf5")
@@ -79,26 +78,6 @@ def _same(got, expected) -> bool:
             and all(_same(g, e) for g, e in zip(got, expected))
         )
     return type(got) is type(expected) and got == expected
-
-
-def shard_layout(sample: dict) -> dict:
-    """``sample`` in the layout the tour writes to shards.
-
-    A ``vlm`` sample's one-image ``images`` list becomes an ``image`` bytes field:
-    neither an MDS column (``json``) nor a JINX value (list items lose their type in
-    mldataforge) can keep bytes inside a list, while a bytes field is stored verbatim
-    by every format.  Other samples are returned unchanged.
-
-    >>> s = shard_layout(make_sample("vlm", 0))
-    >>> sorted(s), s["image"][:2]
-    (['id', 'image', 'messages'], b'\\xff\\xd8')
-    """
-    images = sample.get("images")
-    if isinstance(images, list) and len(images) == 1:
-        out = {k: v for k, v in sample.items() if k != "images"}
-        out["image"] = images[0]
-        return out
-    return sample
 
 
 def _check_by_id(got: list, by_id: dict, what: str) -> None:
@@ -228,8 +207,8 @@ def tour(
 ) -> TourReport:
     """Generate a demo dataset, write it in each format, read it back and check it.
 
-    The samples are written in :func:`shard_layout`: the first available format with
-    :func:`hpcio.open_writer`, the others with :func:`hpcio.convert` from it when this
+    The samples are written as generated (a vlm sample's ``images`` list of JPEG bytes
+    included): the first available format with :func:`hpcio.open_writer`, the others with :func:`hpcio.convert` from it when this
     build has the converter.  Each dataset is opened with :func:`hpcio.open`, iterated,
     iterated as ``shuffle(seed=42)``, sorted by ``id`` and split across 4 ranks; every
     sample is checked byte for byte against the generated one.  Formats not in this
@@ -261,7 +240,7 @@ def tour(
 
     log(f"generating {n} {profile} samples (seed {seed})")
     t0 = time.perf_counter()
-    samples = [shard_layout(s) for s in generate(profile, n, seed)]
+    samples = list(generate(profile, n, seed))
     report.generate_rate = n / max(time.perf_counter() - t0, 1e-9)
 
     report.source_path = os.path.join(out, f"{profile}.jsonl")

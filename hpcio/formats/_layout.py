@@ -6,8 +6,11 @@ Each field becomes either
   shape: numpy arrays, and scalars stored as ``int64``/``float64`` (``(N,)``); or
 * a **ragged** pair ``offsets`` (``uint64``, ``N + 1`` entries, ``offsets[0] == 0``) and
   ``data`` (flat ``uint8``): value ``i`` is ``data[offsets[i]:offsets[i+1]]``, holding
-  bytes as given, str as UTF-8, JSON (dicts, lists, bools, None) as compact JSON and
-  arrays of varying shape as ``.npy`` bytes.
+  bytes as given, str as UTF-8, JSON (dicts, lists, bools, None) as compact JSON,
+  arrays of varying shape as ``.npy`` bytes, lists of bytes (kind ``bytes_list``) as
+  their item count and sizes followed by the items
+  (:func:`hpcio.formats._values.encode_bytes_list`) and mappings holding bytes (kind
+  ``bytes_mapping``) as such a list of their JSON, their bytes keys and bytes values.
 
 The layout metadata (an attribute ``hpcio`` on the Zarr group or HDF5 file) records the
 number of samples and, per field, its kind and storage, so a reader never guesses.
@@ -109,7 +112,7 @@ class ColumnBuffer:
             if spec["storage"] == "fixed":
                 self.columns[name].append(self._fixed(name, spec, kind, value, index))
             else:
-                if kind != spec["kind"] and not (spec["kind"] == "json" and kind in ("int", "float")):
+                if kind != spec["kind"] and not _values.widens(spec["kind"], kind, value):
                     raise SchemaError(f"field {name!r}: expected {spec['kind']}, got {kind}",
                                       path=self.path, sample=index)
                 data = _values.encode_value(spec["kind"], value, field=name, sample=index, path=self.path)

@@ -3,10 +3,11 @@
 Column types follow the value kinds of :mod:`hpcio.formats._values`: bytes ->
 ``large_binary``, str -> ``large_string``, int -> ``int64``, float -> ``float64``,
 JSON -> ``large_string`` holding compact JSON, arrays -> ``large_binary`` holding
-``.npy`` bytes.  The kind of each column is kept in the field metadata (``hpcio.kind``)
-so values come back with their type; files written by other tools are read with
-pyarrow's own conversion (``to_pylist``).  A reader takes one file or a directory of
-``.parquet`` files, reads only the projected columns, and decodes whole row groups
+``.npy`` bytes, lists of bytes -> ``list<large_binary>``, mappings holding bytes ->
+``large_binary`` (:func:`~hpcio.formats._values.encode_bytes_mapping`).  The kind of
+each column is kept in the field metadata (``hpcio.kind``) so values come back with
+their type; files written by other tools are read with pyarrow's own conversion
+(``to_pylist``).  A reader takes one file or a directory of ``.parquet`` files, reads only the projected columns, and decodes whole row groups
 (kept up to a byte budget) so ``read_many`` is a batch ``take``.
 """
 
@@ -136,7 +137,8 @@ def sniff(path) -> bool:
 
 def _arrow_type(pa, kind):
     return {"bytes": pa.large_binary(), "str": pa.large_string(), "int": pa.int64(),
-            "float": pa.float64(), "json": pa.large_string(), "ndarray": pa.large_binary()}[kind]
+            "float": pa.float64(), "json": pa.large_string(), "ndarray": pa.large_binary(),
+            "bytes_list": pa.list_(pa.large_binary()), "bytes_mapping": pa.large_binary()}[kind]
 
 
 class Writer(FileWriter):
@@ -200,7 +202,7 @@ class Writer(FileWriter):
         for name, kind in self.kinds.items():
             value = sample[name]
             got = _values.kind_of(value, field=name, sample=index, path=self.path)
-            if got != kind and not (kind == "json" and got in ("int", "float")):
+            if got != kind and not _values.widens(kind, got, value):
                 raise SchemaError(f"field {name!r}: expected {kind}, got {got}", path=self.path, sample=index)
             if kind == "int" and not -(1 << 63) <= value < (1 << 63):
                 raise SchemaError(f"field {name!r}: int {value} does not fit int64; pass "
@@ -211,6 +213,10 @@ class Writer(FileWriter):
                 value = _values.encode_npy(value)
             elif kind == "bytes":
                 value = bytes(value)
+            elif kind == "bytes_list":
+                value = [bytes(v) for v in value]
+            elif kind == "bytes_mapping":
+                value = _values.encode_bytes_mapping(value, field=name, sample=index, path=self.path)
             row[name] = value
         self.rows.append(row)
         self.count += 1
@@ -278,6 +284,9 @@ def _decode_column(column, kind: str | None, name: str, path: str, samples) -> l
                 for i, v in zip(samples, values)]
     if kind == "ndarray":
         return [v if v is None else _values.decode_npy(v, field=name, path=path, sample=int(i))
+                for i, v in zip(samples, values)]
+    if kind == "bytes_mapping":
+        return [v if v is None else _values.decode_bytes_mapping(v, field=name, path=path, sample=int(i))
                 for i, v in zip(samples, values)]
     return values
 

@@ -4,7 +4,10 @@ Writing follows the conventions the ``webdataset`` library reads: one member per
 named ``<key>.<suffix>``, where the suffix ends with an extension saying how the bytes
 decode (``.txt`` str, ``.json`` JSON, ``.cls`` int, ``.npy`` array, ``.jpg``/``.png``
 image bytes as given, ``.bin`` other bytes).  Members are in a fixed order with fixed
-owner and time, so equal samples give equal shard bytes.
+owner and time, so equal samples give equal shard bytes.  A list of bytes takes one
+member per item (``<key>.images.0.jpg``, ``<key>.images.1.jpg``, ...) and a mapping's bytes
+one member per key beside the mapping's JSON, grouped back on reading
+(:mod:`hpcio.formats._nested`).
 
 Reading accepts any WebDataset-style tar.  The key of a member is its path up to the
 first dot of the basename (``key_dots=0``, webdataset's ``base_plus_ext``); ``key_dots=k``
@@ -40,7 +43,7 @@ from ..errors import (
     UnsupportedValueError,
 )
 from ..registry import Capabilities
-from . import _values
+from . import _nested, _values
 from .tar_gzip import is_gzip_file, is_gzip_name, open_decompressed
 from .base import Reader as _Reader
 from .base import PendingFiles, files_bytes, inspect_report, locate, project, sample_starts, verify_samples
@@ -96,6 +99,10 @@ def member_suffix(field: str, value, *, sample=None, path=None) -> tuple[str, by
             f" so it would read back as {field.lower()!r}; rename the field",
             path=path, sample=sample)
     kind = _values.kind_of(value, field=field, sample=sample, path=path)
+    if kind in ("bytes_list", "bytes_mapping"):
+        raise UnsupportedValueError(
+            f"field {field!r}: a {'list of bytes' if kind == 'bytes_list' else 'mapping holding bytes'} "
+            "takes one member per bytes value, which this layout does not name", path=path, sample=sample)
     if kind == "float":
         data = _values.encode_json(value, field=field, sample=sample, path=path)
     else:
@@ -340,8 +347,11 @@ class Reader(_Reader):
             if fields is not None and not self.decode and suffix not in fields:
                 continue
             name, value = decode_member(suffix, shard.data(m), self.decode, path=shard.path, sample=i)
-            if fields is None or name in fields:
+            # the items of a list and a mapping's bytes are named <field>.<...>
+            if fields is None or name in fields or name.split(".", 1)[0] in fields or name.rpartition(".")[0] in fields:
                 out[name] = value
+        if self.decode:
+            out = _nested.group_fields(out)
         for side in self.sidecars:
             sshard, sj = side._locate(i)
             if sshard.keys[sj] != shard.keys[j]:
@@ -447,7 +457,7 @@ def iter_tar(fileobj, key_dots: int = 0, decode: bool = True, path=None,
             continue
         if k != key:
             if sample is not None:
-                yield sample
+                yield _nested.group_fields(sample) if decode else sample
                 count += 1
             key = k
             sample = {"__key__": k} if include_key else {}
@@ -457,7 +467,7 @@ def iter_tar(fileobj, key_dots: int = 0, decode: bool = True, path=None,
                                     path=path, offset=here, sample=count)
         sample[field] = value
     if sample is not None:
-        yield sample
+        yield _nested.group_fields(sample) if decode else sample
 
 
 # --- writing ---------------------------------------------------------------------------
@@ -546,8 +556,8 @@ class Writer(FileWriter):
             raise SchemaError(f"sample key {key!r} repeats the previous sample's key",
                               path=self.path, sample=index)
         members = []
-        for field in sorted(k for k in sample if k != "__key__"):
-            suffix, data = member_suffix(field, sample[field], sample=index, path=self.path)
+        for field, value in _nested.split_fields(sample, sample_index=index, path=self.path):
+            suffix, data = member_suffix(field, value, sample=index, path=self.path)
             name = f"{key}.{suffix}"
             members.append((self._header(name, len(data)), data))
         size = sum(len(h) + len(d) + (-len(d) % 512) for h, d in members)
@@ -597,7 +607,7 @@ def merge_index(directory, parts, **options) -> None:
 # --- inspect and verify -----------------------------------------------------------------
 def inspect(path) -> dict:
     """Samples, shards and fields of a WebDataset shard set (``fields`` maps each field of
-    the first sample to the extension of its member)."""
+    the first sample to the extension of its member; ``jpg[]`` for a list of members)."""
     with Reader(path) as r:
         fields = {}
         first = next((s for s in r.shards if len(s)), None)
@@ -605,7 +615,12 @@ def inspect(path) -> dict:
             for m in first.members(0):
                 suffix = first.suffixes[m]
                 field, kind = member_field(suffix)
-                fields[field] = suffix.rpartition(".")[2].lower() if kind else None
+                ext = suffix.rpartition(".")[2].lower() if kind else None
+                head, _, last = field.rpartition(".")
+                if head and last.isdigit() and head not in fields:  # a list item: "jpg[]"
+                    fields[head] = f"{ext}[]"
+                elif not (head and last.isdigit() and fields.get(head) == f"{ext}[]"):
+                    fields[field] = ext
         return inspect_report(NAME, path, samples=len(r), shards=len(r.shards), fields=fields,
                               stored_bytes=files_bytes(s.path for s in r.shards),
                               details={"members": sum(len(s.suffixes) for s in r.shards)})

@@ -97,13 +97,19 @@ def exchange(tmp_path_factory, interop_python):
                               "n": N, **SAMPLE_OPTIONS.get(name, {})})
         for lazy in (False, True):
             add(("read", name, lazy), {"op": "read", "path": str(hp / _target(name)), "lazy": lazy})
-    for kind in S.HAZARDS:
+    for kind in S.HAZARDS + S.TYPED_LISTS:
         path = base / "hazard" / f"{kind}.jinx"
         path.parent.mkdir(exist_ok=True)
         add(("hazard_write", kind), {"op": "write", "path": str(path), "hazard": kind})
         add(("hazard_read", kind), {"op": "read", "path": str(path), "lazy": False})
     # mldataforge's own reading of its sidecar-only file (it drops list items' types)
     add(("read_mdf", "none_bin"), {"op": "read", "path": str(base / "mdf" / "none_bin" / "ds.jinx")})
+    for kind in S.TYPED_LISTS:  # hpcio's typed lists, read by mldataforge
+        path = base / "hazard" / f"hpcio-{kind}.jinx"
+        with hpcio.open_writer(path, format="jinx") as w:
+            for s in S.hazard_samples(kind):
+                w.write(s)
+        add(("typed_list_read", kind), {"op": "read", "path": str(path), "lazy": False})
     # hex: hpcio writes it (with a warning); mldataforge cannot read the inline index
     hexfile = base / "hex.jinx"
     with pytest.warns(UserWarning, match="mldataforge cannot read the index"):
@@ -173,6 +179,21 @@ def test_hex_index_is_refused_by_mldataforge_not_misread(exchange):
     }
     got = [S.to_jsonable(s) for s in hpcio.open(base / "hex.jinx")]
     assert got == expected(3)
+
+
+@pytest.mark.parametrize("kind", S.TYPED_LISTS)
+def test_typed_lists_mldataforge_misreads_are_refused_by_it(exchange, kind):
+    """mldataforge reads back the items of these lists untyped; hpcio stores them under a
+    'list' suffix, which mldataforge refuses instead of misreading, and reads them back."""
+    base, res = exchange
+    assert res[("hazard_write", kind)] == {"ok": True}
+    original = [S.to_jsonable(s) for s in S.hazard_samples(kind)]
+    back = res[("hazard_read", kind)]
+    assert not back["ok"] or back["samples"] != original
+    refused = res[("typed_list_read", kind)]
+    assert not refused["ok"] and "Unsupported extension 'list' for key 'items.list'" in refused["error"], refused
+    ours = base / "hazard" / f"hpcio-{kind}.jinx"
+    assert [S.to_jsonable(s) for s in hpcio.open(ours, lazy=False)] == original
 
 
 @pytest.mark.parametrize("kind", S.HAZARDS)

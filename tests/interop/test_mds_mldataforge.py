@@ -123,3 +123,46 @@ def test_hpcio_written_read_by_mldataforge(tmp_path, interop_python):
             assert g["blob"]["b64"] == __import__("base64").b64encode(s["blob"]).decode()
             assert g["vec"]["dtype"] == "float32"
             assert np.frombuffer(__import__("base64").b64decode(g["vec"]["b64"]), np.float32).tolist() == s["vec"].tolist()
+
+
+# mldataforge decodes through streaming's encoding table: loading hpcio's encodings from
+# their file (this interpreter lacks hpcio's compiled core) lets it read list[bytes].
+REGISTER = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("hpcio_streaming_encodings", sys.argv[-1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.register()
+"""
+ENCODINGS_PY = os.path.join(os.path.dirname(hpcio.__file__), "formats", "mds", "streaming_encodings.py")
+IMAGES = [[bytes([i, j]) * (100 * j + i) for j in range(i % 5)] or [b""] for i in range(N)]
+
+WRITE_LISTS = REGISTER + """
+from mldataforge.mds import MDSSampleWriter
+with MDSSampleWriter(out=sys.argv[1], columns={"id": "int", "images": "list[bytes]"},
+                     compression="sample::zstd", size_limit=2000) as w:
+    for i in range(int(sys.argv[2])):
+        w.write({"id": i, "images": [bytes([i, j]) * (100 * j + i) for j in range(i % 5)] or [b""]})
+"""
+
+
+def test_list_of_bytes_read_by_mldataforge(tmp_path, interop_python):
+    path = tmp_path / "ours"
+    with hpcio.open_writer(path, format="mds", compression="sample::zstd", size_limit=2000) as w:
+        for i, images in enumerate(IMAGES):
+            w.write({"id": i, "images": images})
+    assert hpcio.open(path).reader.columns["images"] == "list[bytes]"
+    read = READ.replace("import base64, json, sys", "import base64, json, sys\n" + REGISTER).replace(
+        "if isinstance(v, bytes):", "if isinstance(v, list):\n        return [plain(x) for x in v]\n    if isinstance(v, bytes):")
+    out = json.loads(run(interop_python, read, path, ENCODINGS_PY))
+    b64 = __import__("base64").b64encode
+    for reader in ("ram", "bulk"):
+        assert [g["images"] for g in out[reader]] == [[{"b64": b64(x).decode()} for x in s] for s in IMAGES], reader
+
+
+def test_list_of_bytes_written_by_mldataforge(tmp_path, interop_python):
+    theirs = tmp_path / "theirs"
+    run(interop_python, WRITE_LISTS, theirs, N, ENCODINGS_PY)
+    ds = hpcio.open(theirs)
+    assert [s["images"] for s in ds] == IMAGES
+    assert all(type(x) is bytes for s in ds for x in s["images"])

@@ -193,3 +193,59 @@ def test_zstd_shards_match_streaming_as_documented(tmp_path, compression):
                 assert a == b, name
         ds = hpcio.open(theirs)
         assert all(np.array_equal(ds[i]["arr"], s["arr"]) for i, s in enumerate(samples))
+
+
+# --- list[bytes], hpcio's extension encoding, registered with streaming ------------------
+@pytest.fixture
+def registered():
+    """hpcio's reader and encodings registered with streaming for the test, put back after."""
+    from streaming.base.format import _readers
+    from streaming.base.format.mds import encodings
+
+    stock_reader, stock_encodings = _readers["mds"], dict(encodings._encodings)
+    from hpcio.formats.mds import register_streaming_reader
+
+    register_streaming_reader()
+    yield
+    _readers["mds"] = stock_reader
+    encodings._encodings.clear()
+    encodings._encodings.update(stock_encodings)
+
+
+IMAGE_SAMPLES = [{"id": i, "images": [bytes([i, j]) * (50 * j + i) for j in range(i % 5)]} for i in range(1, 24)]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("compression", [None, "zstd", "sample::zstd"])
+def test_list_of_bytes_read_by_streaming(tmp_path, registered, compression):
+    path = str(tmp_path / "ds")
+    with hpcio.open_writer(path, format="mds", compression=compression, size_limit=3000) as w:
+        for s in IMAGE_SAMPLES:
+            w.write(s)
+    assert hpcio.open(path).reader.columns["images"] == "list[bytes]"
+    got = streaming_read(path, copy_to=tmp_path / "copy")
+    assert got == IMAGE_SAMPLES
+    assert all(type(x) is bytes for g in got for x in g["images"])
+
+
+@pytest.mark.interop
+def test_list_of_bytes_written_by_streaming(tmp_path, registered):
+    from streaming import MDSWriter
+
+    path = str(tmp_path / "ds")
+    with MDSWriter(out=path, columns={"id": "int", "images": "list[bytes]"}, size_limit=3000) as w:
+        for s in IMAGE_SAMPLES:
+            w.write(s)
+    ds = hpcio.open(path)
+    assert len(ds.reader.shards) > 1
+    assert list(ds) == IMAGE_SAMPLES
+    assert ds.get_batch(np.arange(len(IMAGE_SAMPLES))[::-1])[::-1] == IMAGE_SAMPLES
+    # byte-identical shards: hpcio writes what streaming writes for the same samples
+    ours = str(tmp_path / "ours")
+    with hpcio.open_writer(ours, format="mds", columns={"id": "int", "images": "list[bytes]"}, size_limit=3000) as w:
+        for s in IMAGE_SAMPLES:
+            w.write(s)
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".mds"):
+            with open(os.path.join(path, name), "rb") as a, open(os.path.join(ours, name), "rb") as b:
+                assert a.read() == b.read(), name

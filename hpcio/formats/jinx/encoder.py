@@ -17,7 +17,7 @@ import numpy as np
 from ..._core import _jinx
 from ...errors import UnsupportedValueError
 from .sample import JinxSample
-from .values import COMPRESSIONS, NUMPY_SCALARS, TYPE_EXTS, canonical_compression, compress
+from .values import COMPRESSIONS, NUMPY_SCALARS, TYPE_EXTS, TYPED_LIST, canonical_compression, compress
 
 if TYPE_CHECKING:
     from .writer import Options, ShardWriter
@@ -68,6 +68,8 @@ class Encoder:
         if isinstance(v, Mapping):
             return self.mapping(v, key + "/"), None
         if isinstance(v, (list, tuple)):
+            if needs_typed_list(v):
+                return self.typed_list(v, key), TYPED_LIST
             return self.sequence(v, key), None
         if isinstance(v, str):
             return self.value(str(v), key)
@@ -125,6 +127,17 @@ class Encoder:
                           "under separate keys, or as one numpy array)")
         return out
 
+    def typed_list(self, items, key) -> list:
+        """A list holding values that need a type suffix (bytes, arrays, ...): each item
+        stored as a one-key object ``{suffix: stored}`` (``""`` for a value with none),
+        the list's key suffixed ``list``.  hpcio's extension: mldataforge drops the
+        suffixes of list items and would read bytes back as their base85 text."""
+        out = []
+        for j, v in enumerate(items):
+            stored, ext = self.value(v, f"{key}[{j}]")
+            out.append({ext or "": stored})
+        return out
+
     def store(self, data: bytes, ext: str):
         """Compress, then place in the sidecar or inline: the stored value and its suffix."""
         o = self.o
@@ -150,6 +163,23 @@ class Encoder:
                 "(lower binary_threshold, or choose an encoding)", path=self.shard.path,
                 sample=self.index)
         return o.encode(data), o.ext_sep.join(exts)
+
+
+def needs_typed_list(items) -> bool:
+    """Whether a list holds a value (at any depth of nested lists) that a plain JSON
+    array cannot keep: what :meth:`Encoder.sequence` refuses."""
+    for v in items:
+        t = type(v)
+        if t is str or t is int or t is bool or v is None or isinstance(v, (float, Mapping)):
+            continue
+        if isinstance(v, (list, tuple)):
+            if needs_typed_list(v):
+                return True
+            continue
+        if isinstance(v, (str, int)) and not isinstance(v, np.generic):
+            continue
+        return True
+    return False
 
 
 class Passthrough(Encoder):

@@ -23,7 +23,7 @@ from ...errors import (
     TruncatedShardError,
 )
 from .sample import JinxSample
-from .values import COMPRESSIONS, ENCODINGS, NUMPY_SCALARS, decompress, load_npy, load_torch
+from .values import COMPRESSIONS, ENCODINGS, NUMPY_SCALARS, TYPED_LIST, decompress, load_npy, load_torch
 
 NAME = "jinx"
 SHARD_GLOB = "shard-*.jinx"
@@ -259,6 +259,8 @@ class Shard:
             return self.plain(value, sample)
         offset = self.offsets[sample] if sample >= 0 else None
         last = exts[-1]
+        if exts == (TYPED_LIST,):
+            return self.typed_list(raw_key, value, sample, offset, unpickle)
         if last in NUMPY_SCALARS:
             try:
                 return np.dtype(last).type(value)
@@ -303,6 +305,28 @@ class Shard:
             return loads_exact(data)
         except (ValueError, RecursionError) as exc:  # not JSON, or (decoded by Python's json) not UTF-8
             raise DecodeError(f"value {raw_key!r}: not JSON: {exc}", path=self.path, offset=offset, sample=sample) from None
+
+    def typed_list(self, raw_key, items, sample, offset, unpickle: bool = True) -> list:
+        """The values of a ``list``-suffixed key: one-key objects ``{suffix: stored}``."""
+        if type(items) is not list:
+            raise DecodeError(f"value {raw_key!r}: expected a list, got {type(items).__name__}",
+                              path=self.path, offset=offset, sample=sample)
+        logical = self.plan(raw_key)[0]
+        out = []
+        for j, item in enumerate(items):
+            if type(item) is not dict or len(item) != 1:
+                raise DecodeError(f"value {raw_key!r}: item {j} is not a one-key object {{suffix: value}}",
+                                  path=self.path, offset=offset, sample=sample)
+            (suffix, stored), = item.items()
+            if suffix:
+                out.append(self.decode(f"{logical}[]{self.ext_sep}{suffix}", stored, sample, unpickle))
+            elif type(stored) is dict:
+                out.append(self.materialize(stored, sample, unpickle))
+            elif type(stored) is list:
+                out.append(self._materialize_list(stored, sample, unpickle))
+            else:
+                out.append(stored)
+        return out
 
     def plain(self, value, sample):
         """A value stored without suffix: nested objects with encoded keys stay lazy."""

@@ -41,6 +41,10 @@ NUMPY_SCALARS = frozenset(
 )
 #: Suffixes that name a value's type (the first suffix of a typed key).
 TYPE_EXTS = frozenset(["raw", "str", "npy", "pt", "np"]) | NUMPY_SCALARS
+#: The suffix of a list whose items carry their own suffixes (``{"raw": "..."}``): an
+#: hpcio extension, for lists of bytes; mldataforge refuses the key ("Unsupported
+#: extension") rather than misreading it.
+TYPED_LIST = "list"
 
 
 def canonical_compression(name):

@@ -78,8 +78,10 @@ def register_streaming_reader() -> type:
     """Make mosaicml-streaming read MDS shards through hpcio (``_readers["mds"]``).
 
     Afterwards every ``StreamingDataset`` in this process reads ``sample::<algo>``
-    shards (which stock streaming deletes, see ``docs/formats/mds.md``) and plain ones.
-    Returns the reader class installed.  streaming is imported here, not with hpcio.
+    shards (which stock streaming deletes, see ``docs/formats/mds.md``) and plain ones,
+    and the column encodings hpcio adds (``list[bytes]``), which streaming's
+    ``MDSWriter`` then writes too.  Returns the reader class installed.  streaming is
+    imported here, not with hpcio.
     """
     from .streaming import install
 

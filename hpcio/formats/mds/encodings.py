@@ -16,7 +16,10 @@ Values come back as:
 * writable numpy arrays for ``ndarray`` columns;
 * the stored bytes for image columns (``jpeg``, ``png``, ``pil``) and lists of bytes for
   ``list[...]``/``jpeg_array``, unless the reader was opened with
-  ``decode_images=True``, which gives PIL images as streaming does.
+  ``decode_images=True``, which gives PIL images as streaming does;
+* a list of ``bytes`` for ``list[bytes]``, an hpcio extension (streaming's ``list[...]``
+  layout with the values stored as given) that streaming reads once
+  :func:`hpcio.formats.mds.register_streaming_reader` has registered it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 from ..._core._records import loads_exact
 from ...columns import loads_json
 from ...errors import CorruptShardError, DecodeError, KeyNotFoundError, SchemaError, UnsupportedValueError
+from .._values import bytes_inside
 
 __all__ = [
     "ColumnCodec",
@@ -41,6 +45,7 @@ __all__ = [
     "infer_encoding",
     "NUMERIC_DTYPES",
     "NDARRAY_DTYPE_CODES",
+    "EXTENSION_ENCODINGS",
 ]
 
 # The scalar encodings that are numpy dtypes of the same name.
@@ -88,8 +93,10 @@ def _json_dumps(value) -> str:
 _PLAIN = {
     "bytes", "str", "int", "str_int", "str_float", "str_decimal", "json", "pkl",
     "jpeg", "png", "pil", "list[pil]", "list[jpeg]", "list[png]", "jpeg_array", "jpegarray",
-    *NUMERIC_DTYPES,
+    "list[bytes]", *NUMERIC_DTYPES,
 }  # fmt: skip
+#: Encodings hpcio adds to streaming's; readable by streaming after register_streaming_reader().
+EXTENSION_ENCODINGS = ("list[bytes]",)
 _UNSAFE = {"pkl"}
 _U32 = struct.Struct("<I")
 _Q = struct.Struct("<q")
@@ -275,6 +282,18 @@ class ColumnCodec:
         head = struct.pack(f"<{2 + len(parts)}I", 0, len(parts), *map(len, parts))
         return head + b"".join(parts)
 
+    def _enc_bytes_list(self, value):
+        self._want(value, (list, tuple), "a list of bytes")
+        parts = []
+        for j, v in enumerate(value):
+            if not isinstance(v, (bytes, bytearray, memoryview)):
+                raise _Reject(f"item {j} is a {type(v).__name__}, expected bytes")
+            if len(v) >= 1 << 32:  # item sizes are u32, as in streaming's list layout
+                raise _Reject(f"item {j} holds {len(v)} bytes; at most 2**32 - 1")
+            parts.append(v)
+        head = struct.pack(f"<{2 + len(parts)}I", 0, len(parts), *map(len, parts))
+        return head + b"".join(parts)
+
     def _enc_jpeg_array(self, value):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
             raise _Reject(f"expected a sequence of JPEG byte strings, got {type(value).__name__}")
@@ -381,7 +400,7 @@ class ColumnCodec:
             return self._decode_image(data, kind) if decode_images else data.tobytes()
         if kind.startswith("list["):
             count = _U32.unpack_from(data, 4)[0]
-            return self._split_sized(data, 8, count, kind[5:-1], decode_images)
+            return self._split_sized(data, 8, count, kind[5:-1], decode_images and kind != "list[bytes]")
         if kind == "jpeg_array":
             count = _U32.unpack_from(data, 0)[0]
             return self._split_sized(data, 4, count, "jpeg", decode_images)
@@ -440,6 +459,8 @@ class ColumnCodec:
 def _method_suffix(kind: str) -> str:
     if kind in NUMERIC_DTYPES:
         return "numeric"
+    if kind == "list[bytes]":
+        return "bytes_list"
     if kind.startswith("list["):
         return "image_list"
     return kind
@@ -477,9 +498,11 @@ def infer_encoding(value, column: str, allow_pickle: bool = False) -> str:
 
     Differences, all on values mldataforge cannot read back: images map to the real
     encoding names (``jpeg``/``png``/``pil``, where mldataforge writes the unknown
-    upper-case names), an empty list is ``json`` (not ``jpeg_array``), and a value that
+    upper-case names), an empty list is ``json`` (not ``jpeg_array``), a list of
+    ``bytes`` is ``list[bytes]`` (where mldataforge would pickle it), and a value that
     would need ``pkl`` raises :class:`~hpcio.errors.UnsupportedValueError` unless
-    ``allow_pickle`` is set, because reading pickle runs code.
+    ``allow_pickle`` is set, because reading pickle runs code.  So does a JSON value
+    holding bytes (``{"thumb": b"..."}``): no MDS encoding but pickle stores it.
     """
     if isinstance(value, str):
         return "str"
@@ -506,6 +529,17 @@ def infer_encoding(value, column: str, allow_pickle: bool = False) -> str:
         and all(isinstance(v, bytearray) for v in value)
     ):
         return "jpeg_array"
+    if isinstance(value, list) and value and all(isinstance(v, (bytes, bytearray, memoryview)) for v in value):
+        return "list[bytes]"
+    nested = bytes_inside(value, column) if isinstance(value, (list, dict)) else None
+    if nested:
+        if allow_pickle:
+            return "pkl"
+        raise UnsupportedValueError(
+            f"column {column!r}: {nested} is bytes inside a list or mapping, which "
+            "no MDS encoding but pkl stores; give the bytes a column of their own (a list of "
+            "bytes alone is a list[bytes] column), or pass allow_pickle=True"
+        )
     if isinstance(value, (list, dict, type(None))):
         return "json"
     if allow_pickle:

@@ -8,6 +8,10 @@ decompresses each record itself; whole-shard compression is left to streaming as
 Sample values are decoded by streaming's own ``decode_sample``, so a ``StreamingDataset``
 returns exactly what it returns for an uncompressed dataset.
 
+:func:`install` also registers the column encodings hpcio adds to streaming's
+(``list[bytes]``, :mod:`hpcio.formats.mds.streaming_encodings`), so a
+``StreamingDataset`` reads them and streaming's ``MDSWriter`` writes them.
+
 Importing this module imports streaming; :func:`hpcio.formats.mds.register_streaming_reader`
 is the lazy entry point.
 """
@@ -22,6 +26,7 @@ from streaming.base.format.mds.reader import MDSReader
 
 from ...codecs import DEFAULT_LIMIT
 from ...errors import IndexOutOfRangeError
+from . import streaming_encodings
 from .compression import parse_compression
 
 __all__ = ["MDSSampleReader", "install"]
@@ -79,6 +84,8 @@ class MDSSampleReader(MDSReader):
 
 
 def install() -> type:
-    """Register :class:`MDSSampleReader` as streaming's MDS reader; returns it."""
+    """Register :class:`MDSSampleReader` as streaming's MDS reader and hpcio's column
+    encodings beside streaming's; returns the reader class."""
+    streaming_encodings.register()
     _readers["mds"] = MDSSampleReader
     return MDSSampleReader
