@@ -22,7 +22,8 @@ static batch take_batch(fuzz_input *in)
     b.ncols = 1 + take_u8(in) % MAX_COLS;
     for (size_t c = 0; c < b.ncols; c++) {
         const uint8_t f = take_u8(in);
-        b.fixed[c] = f >= 0x80 ? -1 : f % 16; /* variable size, or a fixed size */
+        /* variable size, a small fixed size, or a huge one (a sum that wraps) */
+        b.fixed[c] = f >= 0x80 ? -1 : f >= 0x70 ? (int64_t)1 << (62 - (f & 0xf)) : f % 16;
     }
     b.nsel = take_u8(in) % (MAX_COLS + 1);
     for (size_t s = 0; s < b.nsel; s++)
@@ -80,6 +81,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     st = hpcio_mds_column_offsets(b.rec, b.len, b.m, b.fixed, b.ncols, b.sel, b.nsel, offsets,
                                   &err);
     check_status(st, &err);
+    for (size_t s = 0; st == HPCIO_OK && s < b.nsel; s++)
+        for (size_t j = 0; j < b.m; j++) /* a value lies within its record */
+            FUZZ_CHECK(offsets[s * (b.m + 1) + j + 1] - offsets[s * (b.m + 1) + j] <= b.len[j]);
     if (st == HPCIO_OK)
         copy_columns(&b, offsets);
     for (size_t c = 0; c < b.ncols; c++) {
