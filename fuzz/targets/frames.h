@@ -7,7 +7,7 @@
 #include "fuzz_input.h"
 
 #define MAX_FRAMES 4
-#define LIMIT (1u << 20) /* decoded bytes allowed per frame */
+#define LIMIT (1u << 16) /* decoded bytes allowed per frame */
 
 typedef hpcio_status (*content_size_fn)(const uint8_t *, uint64_t, uint64_t *, hpcio_error *);
 typedef hpcio_status (*decode_known_fn)(const uint8_t *, uint64_t, const uint64_t *,
