@@ -177,8 +177,9 @@ def replay_readplan(data):
 
 
 REPLAY = {name[len("replay_"):]: fn for name, fn in globals().items() if name.startswith("replay_")}
-# json_columns reports a malformed document as ValueError (the reader wraps it).
-EXPECTED = {"json": (HpcioError, ValueError)}
+# json_columns reports a malformed document as ValueError (the reader wraps it);
+# read_extents an extent that does not fit the caller's output as BufferError.
+EXPECTED = {"json": (HpcioError, ValueError), "readplan": (HpcioError, BufferError)}
 
 
 def inputs(kind):
