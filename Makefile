@@ -5,6 +5,8 @@
 # make test-openmpi  conversion and staging under Debian's Open MPI, against the mpich wheel
 # make test-slurm    every slurm/ script submitted to a real Slurm started on this machine
 #                    (tools/slurm/cluster.sh; needs root), which is stopped afterwards
+# make fuzz          the C kernels' libFuzzer targets built (clang, ASan, UBSan), every
+#                    committed input replayed, then each target fuzzed for FUZZ_SECONDS
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
@@ -15,7 +17,7 @@ HPCIO_OPENMPI_ENV ?= $(HOME)/.cache/hpcio/openmpi-py311
 export HPCIO_OPENMPI_ENV
 PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi and not slurm
 
-.PHONY: setup demo test test-interop test-bench test-openmpi test-slurm docs clean
+.PHONY: setup demo test test-interop test-bench test-openmpi test-slurm fuzz docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -45,6 +47,10 @@ test-slurm: setup
 	tools/slurm/cluster.sh start
 	eval "$$(tools/slurm/cluster.sh env)" && HPCIO_REQUIRE_SLURM=1 $(PY) -m pytest -m slurm tests/test_slurm.py; \
 		status=$$?; tools/slurm/cluster.sh stop; exit $$status
+
+FUZZ_SECONDS ?= 20
+fuzz: setup
+	PY=$(PY) FUZZ_CI_SECONDS=$(FUZZ_SECONDS) tools/fuzz.sh ci
 
 docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site

@@ -39,6 +39,11 @@ static hpcio_status column_bounds(const uint8_t *r, uint64_t n, const int64_t *f
             size = hpcio_load_le32(r + 4 * var_i++);
         else
             size = (uint64_t)fixed[c];
+        /* checked before adding: fixed sizes near 2^62 would wrap the sum back to n */
+        if (HPCIO_UNLIKELY(size > n - pos))
+            return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, 0,
+                              "malformed record: the record is %llu bytes but column %zu "
+                              "ends past it", (unsigned long long)n, c);
         lo[c] = pos;
         pos += size;
         hi[c] = pos;

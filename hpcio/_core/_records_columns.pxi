@@ -127,9 +127,10 @@ def mds_columns(list bufs, const int32_t[::1] buf_of, const int64_t[::1] starts,
     """
     cdef Py_ssize_t m = starts.shape[0], j, s, bad
     cdef Py_ssize_t ncols = len(sizes), nsel = len(cols)
-    if ncols > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
-        raise InvalidArgumentError(f"mds_columns: {ncols} columns (at most {_MAXCOL}), {m} starts, "
-                         f"{ends.shape[0]} ends and {buf_of.shape[0]} buffer numbers")
+    if ncols > _MAXCOL or nsel > _MAXCOL or ends.shape[0] != m or buf_of.shape[0] != m:
+        raise InvalidArgumentError(f"mds_columns: {ncols} columns and {nsel} selected (at most {_MAXCOL} "
+                                   f"each), {m} starts, {ends.shape[0]} ends and {buf_of.shape[0]} "
+                                   "buffer numbers")
     cdef int64_t fixed[_MAXCOL]
     cdef int32_t sel[_MAXCOL]
     for j in range(ncols):

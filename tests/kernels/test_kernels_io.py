@@ -462,6 +462,19 @@ def test_mds_columns_report_the_bad_record():
     assert _records.mds_columns([b"ab"], *one, np.array([2]), (-1, 8), (1,)) == (None, 0)
     with pytest.raises(ValueError, match="column 5 of 2"):
         _records.mds_columns([good], np.zeros(1, np.int32), np.array([0]), np.array([len(good)]), (-1, 8), (5,))
+    # more columns selected than a record can have is refused before anything is copied
+    with pytest.raises(ValueError, match="65 selected"):
+        _records.mds_columns([good], *one, np.array([len(good)]), (-1, 8), (0,) * 65)
+
+
+def test_fixed_sizes_whose_sum_wraps_are_a_malformed_record():
+    from hpcio._core import _records
+
+    # four columns of 2**62 bytes add up to 2**64, which wrapped to the record's 0 bytes
+    one = np.zeros(1, np.int32), np.array([0]), np.array([0])
+    sizes = (1 << 62,) * 4
+    assert _records.mds_columns([b""], *one, sizes, (3,)) == (None, 0)
+    assert _records.mds_lengths([b""], *one, sizes, 3, True) == (None, 0)
 
 
 UTF8_CASES = [

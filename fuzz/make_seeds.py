@@ -1,0 +1,182 @@
+"""Write the seed corpus of the libFuzzer targets (fuzz/corpus/TARGET/) from real shards.
+
+Small MDS (plain, ``sample::zstd``, ``sample::blosc2``), JINX (with a zstd index and a
+BINX sidecar), WebDataset and JSON-lines datasets are written with hpcio's writers, then
+cut into the inputs each target reads: its parameter bytes (see fuzz/targets/*.c)
+followed by the shard bytes it parses.  Run from the repository root:
+``python fuzz/make_seeds.py`` (replaces the corpus).
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import tarfile
+import tempfile
+import warnings
+from pathlib import Path
+
+import hpcio
+from hpcio._core import _jinx
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+COLUMNS = {"id": "int", "text": "str", "meta": "json", "blob": "bytes", "score": "float32"}
+
+
+def sample(i):
+    return {"id": i, "text": "é€" * (i % 4) + "txt", "meta": {"tags": ["t"] * (i % 3), "n": i / 2},
+            "blob": bytes(range(i % 7)) * 3, "score": i / 4}
+
+
+def write_mds(root, compression):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with hpcio.open_writer(root, format="mds", columns=COLUMNS, compression=compression) as w:
+            for i in range(6):
+                w.write(sample(i))
+    index = json.loads((root / "index.json").read_text())["shards"][0]
+    return (root / index["raw_data"]["basename"]).read_bytes(), index
+
+
+def mds_records(shard):
+    n = struct.unpack_from("<I", shard)[0]
+    offsets = struct.unpack_from(f"<{n + 1}I", shard, 4)
+    return [shard[offsets[j]:offsets[j + 1]] for j in range(n)]
+
+
+def mds_value(record, sizes, column):
+    """Column ``column`` of an MDS record (u32 sizes of the variable columns first)."""
+    nvar = sum(s is None for s in sizes)
+    var = struct.unpack_from(f"<{nvar}I", record)
+    pos, k = 4 * nvar, 0
+    for c, size in enumerate(sizes):
+        if size is None:
+            size, k = var[k], k + 1
+        if c == column:
+            return record[pos:pos + size]
+        pos += size
+    raise IndexError(column)
+
+
+def frames_seed(frames):
+    """Frames back to back, cut where they meet (the 0x80 mode of fuzz/targets/frames.h)."""
+    frames = frames[:4]
+    head = 0x80 | (len(frames) - 1)
+    cuts = b"".join(struct.pack("<H", len(f)) for f in frames) + b"\0\0" * len(frames)
+    return bytes([head]) + cuts + b"".join(frames)
+
+
+def jinx_files(root):
+    root.mkdir()
+    with hpcio.open_writer(root / "plain.jinx", format="jinx") as w:
+        for i in range(4):
+            w.write({**sample(i), "blob": bytes(range(0, 250, 7)) * i + bytes(4 * i)})
+    with hpcio.open_writer(root / "packed.jinx", format="jinx", compression="zstd",
+                           index_compression="zstd", compress_threshold=8,
+                           binary_threshold=16) as w:
+        for i in range(4):
+            w.write({**sample(i), "blob": bytes(range(40)) * i})
+    return sorted(root.glob("*.jinx")), sorted(root.glob("*.binx"))
+
+
+def a85_values(path):
+    """The Ascii85 texts of a JINX file (encoding a85): string values under a suffixed key."""
+    found = []
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if isinstance(value, str) and "." in key:
+                    found.append(value.encode())
+                walk(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                walk(value)
+
+    for line in path.read_bytes().splitlines()[:-1]:
+        walk(json.loads(line))
+    return found
+
+
+def tar_files(root):
+    with hpcio.open_writer(root / "wds", format="webdataset", max_count=3) as w:
+        for i in range(3):
+            w.write({"__key__": f"sample{i:03d}", "txt": f"text {i}", "json": {"i": i}})
+    shards = sorted((root / "wds").glob("*.tar"))
+    long = "d/" * 60 + "member.txt"
+    for name, fmt in (("gnu", tarfile.GNU_FORMAT), ("pax", tarfile.PAX_FORMAT)):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+            for member, data in ((long, b"long name"), ("s/a.cls", b"7")):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        (root / f"{name}.tar").write_bytes(buf.getvalue())
+        shards.append(root / f"{name}.tar")
+    return [p.read_bytes() for p in shards]
+
+
+def seeds(tmp):
+    out = {name: [] for name in ("a85", "blosc2", "columns", "jinx_footer", "json", "offsets",
+                                 "readplan", "tar", "zstd")}
+    plain, index = write_mds(tmp / "plain", None)
+    sizes = index["column_sizes"]
+    names = index["column_names"]
+    records = mds_records(plain)
+    meta = names.index("meta")
+    out["json"].append(b"\n".join(mds_value(r, sizes, meta) for r in records))
+    with hpcio.open_writer(tmp / "data.jsonl", format="jsonl") as w:
+        for i in range(4):
+            w.write({k: v for k, v in sample(i).items() if k != "blob"})
+    out["json"] += [p.read_bytes() for p in sorted(tmp.glob("*.jsonl"))]
+
+    fixed = bytes(0x80 if s is None else s for s in sizes)
+    sel = bytes([len(sizes)] + list(range(len(sizes))))
+    lens = bytes([len(records[:6])] + [len(r) for r in records[:6]])
+    out["columns"].append(bytes([len(sizes)]) + fixed + sel + lens + b"".join(records[:6]))
+
+    out["offsets"].append(bytes([0, 3]) + struct.pack("<3H", 0, 2, 5) + bytes([2, 3, 3, 2, 1, 4]) + plain)
+    n = struct.unpack_from("<I", plain)[0]
+    offsets = struct.unpack_from(f"<{n + 1}I", plain, 4)
+    extents = b"".join(bytes([0]) + struct.pack("<H", offsets[j]) + bytes([(offsets[j + 1] - offsets[j]) // 4])
+                       + struct.pack("<H", 64 * j) for j in range(n))
+    out["readplan"].append(bytes([n]) + struct.pack("<H", 2048) + bytes([4]) + struct.pack("<H", 0)
+                           + bytes([2]) + extents + plain)
+
+    for compression, target in (("sample::zstd", "zstd"), ("sample::blosc2", "blosc2")):
+        shard, _ = write_mds(tmp / target, compression)
+        frames = mds_records(shard)
+        out[target] += [frames_seed(frames[:1]), frames_seed(frames[1:4])]
+
+    jinx, binx = jinx_files(tmp / "jinx")
+    for path in jinx:
+        data = path.read_bytes()
+        out["jinx_footer"].append(data)
+        out["a85"] += a85_values(path)[:3]
+        fo, _ = _jinx.locate_footer(data)
+        table = struct.pack("<Q", data.count(b"\n") - 1) + data[:fo]
+        out["offsets"].append(bytes([1, 1]) + struct.pack("<H", 1) + bytes([1, 0]) + table)
+    for path in binx:
+        frames, data = [], path.read_bytes()
+        out["zstd"].append(frames_seed([data]))
+    out["tar"] += [bytes([0, 1]) + struct.pack("<H", 64) + t for t in tar_files(tmp)]
+    return out
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        found = seeds(Path(tmp))
+    for target, inputs in found.items():
+        directory = CORPUS / target
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        for data in inputs:
+            (directory / hashlib.sha1(data).hexdigest()).write_bytes(data)
+        print(f"{target}: {len(inputs)} seeds, {sum(map(len, inputs))} bytes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
