@@ -75,6 +75,7 @@ class Reader(base.Reader):
         return self.shards[k], i - self._starts[k]
 
     def _sample(self, shard: Shard, local: int, fields):
+        shard.check_size()
         raw = shard.raw(local)
         if fields is not None:
             raw = _jinx.project(raw, shard, fields)
@@ -90,6 +91,7 @@ class Reader(base.Reader):
         if len(self.shards) == 1:
             shard = self.shards[0]
             if self.lazy:
+                shard.check_size()
                 return _jinx.lazy_gather(shard, JinxSample, np.asarray(indices).tolist(), fields)
             return [self._sample(shard, i, fields) for i in np.asarray(indices).tolist()]
         idx = np.asarray(indices, dtype=np.int64)
@@ -109,6 +111,7 @@ class Reader(base.Reader):
             a, b = max(start - lo, 0), min(stop - lo, shard.num_samples)
             if self.lazy:
                 while a < b:
+                    shard.check_size()
                     run = _jinx.lazy_run(shard, JinxSample, a, min(a + _RUN, b), fields)
                     a += len(run)
                     yield from base.handed_out(run)

@@ -179,11 +179,13 @@ class Reader(_BatchReads, base.Reader):
             )
 
     def _shard(self, k: int) -> _OpenShard:
-        """Shard ``k`` opened (mmap or decompressed), most recently used."""
+        """Shard ``k`` opened (mmap or decompressed), most recently used; a mapped shard
+        is checked not to have shrunk since it was opened (one ``fstat``)."""
         for cache in (self._maps, self._mem):
             sh = cache.get(k)
             if sh is not None:
                 cache.move_to_end(k)
+                sh.check_size()
                 return sh
         info = self.shards[k]
         base_id = self._cum_list[k]

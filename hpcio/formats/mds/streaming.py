@@ -60,6 +60,8 @@ class MDSSampleReader(MDSReader):
             filename = os.path.join(self.dirname, self.split, self.raw_data.basename)
             self._map = _io.MappedShard(filename)
             self._map_pid = os.getpid()
+        else:
+            self._map.check_size()
         return self._map.buffer()
 
     def get_sample_data(self, idx: int) -> bytes:
