@@ -36,15 +36,17 @@ class Reader(base.Reader):
         Keep only shards whose footer ``split`` equals this (as mldataforge does).
     encoding
         Encoding assumed for files whose footer does not name one (default a85).
-    limit
-        Largest decompressed size accepted for one value (bytes).
+    max_decoded_bytes
+        Most bytes one read may decompress: one value, or the sidecar values of one
+        batch together (a byte size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).
     """
 
     def __init__(self, path, lazy: bool = True, split: str | None = None,
-                 encoding: str | None = None, limit: int = _codecs_table.DEFAULT_LIMIT):
+                 encoding: str | None = None, max_decoded_bytes: int | str | None = None):
         super().__init__(path)
         self.lazy = lazy
         self.shards: list[Shard] = []
+        limit = _codecs_table.max_decoded_bytes(max_decoded_bytes)
         try:
             for p in shard_paths(self.path):
                 shard = Shard(p, encoding=encoding, limit=limit)
@@ -151,7 +153,8 @@ class Reader(base.Reader):
             for j, rk, loc, i in items:  # the per-value path names the bad one
                 out[j] = shard.decode(rk, loc, i)
             return
-        data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path)
+        data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path,
+                                                   batch_limit=shard.limit)
         view = memoryview(data)
         for (j, rk, _, i), a, b in zip(items, pos[:-1].tolist(), pos[1:].tolist()):
             out[j] = shard.unserialize(rk, view[a:b], shard.plan(rk)[1][:1], i, shard.offsets[i])

@@ -27,7 +27,7 @@ import numpy as np
 from ... import codecs as _codec_table
 from ...errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
 from .. import base
-from .batches import _BatchReads
+from .batches import _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
@@ -74,8 +74,10 @@ class Reader(_BatchReads, base.Reader):
         shard file against ``index.json`` when it is first opened.
     decode_threads
         Threads the C kernels use to decompress one batch of sample-compressed records.
-    limit
-        Largest decompressed size accepted for one record or shard.
+    max_decoded_bytes
+        Most bytes one read may decompress: one record or shard, or the records of one
+        batch together, checked against their declared sizes before allocating (a byte
+        size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).  The reader's ``limit``.
     zero_copy
         Return ``bytes`` (and undecoded image) values as read-only memoryviews of the
         mapped shard or decompressed batch instead of copies: fastest for large binary
@@ -86,7 +88,7 @@ class Reader(_BatchReads, base.Reader):
     def __init__(self, path, *, cache_dir=None, max_open: int = 256, max_decompressed: int = 8,
                  decode_images: bool = False, allow_pickle: bool = False,
                  validate_hashes: bool | str = False, decode_threads: int = 1,
-                 limit: int = _codec_table.DEFAULT_LIMIT, zero_copy: bool = False):
+                 max_decoded_bytes: int | str | None = None, zero_copy: bool = False):
         from ..._core import _index  # noqa: F401  (a broken build fails here, on open)
 
         self.directory = _dataset_dir(path)
@@ -97,7 +99,7 @@ class Reader(_BatchReads, base.Reader):
         self.decode_images = decode_images
         self.zero_copy = zero_copy
         self.decode_threads = decode_threads
-        self.limit = limit
+        self.limit = _codec_table.max_decoded_bytes(max_decoded_bytes)
         self.validate_hashes = validate_hashes
         self.shards = _load_index(self.directory)
         counts = [s.samples for s in self.shards]
@@ -339,7 +341,7 @@ class Reader(_BatchReads, base.Reader):
         consumed while the record bytes are still in cache."""
         codec = info.compression
         if codec is not None and codec.per_sample:
-            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where)
+            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where, _Budget(self.limit))
         pos = np.asarray(pos, dtype=np.int64)
         for a in range(0, count, _SCAN_BATCH):
             b = min(a + _SCAN_BATCH, count)

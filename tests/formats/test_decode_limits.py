@@ -1,0 +1,127 @@
+"""Decompression is bounded per read and per batch, before allocating; running out of
+memory is never reported as corrupt data."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import hpcio
+from hpcio import codecs
+from hpcio.errors import DecodeError, DecompressionLimitError, OutOfMemoryError
+from hpcio.formats.mds.compression import Compression
+
+GiB = 1 << 30
+# sample-level compression warns (once per process) about stock streaming
+pytestmark = pytest.mark.filterwarnings("ignore:compression=:UserWarning")
+
+
+def zstd_rle_frame(size: int, byte: bytes = b"a") -> bytes:
+    """A valid zstd frame of ``size`` copies of ``byte``, declared in its header, made of
+    RLE blocks of 128 KiB: 4 bytes of frame per 128 KiB of output (32 KiB for 1 GiB)."""
+    frame = bytearray(struct.pack("<IBBI", 0xFD2FB528, 0x80, 0x38, size))  # FCS 4 bytes, 128 KiB window
+    left = size
+    while left:
+        n = min(1 << 17, left)
+        left -= n
+        frame += ((left == 0) | (1 << 1) | (n << 3)).to_bytes(3, "little") + byte
+    return bytes(frame)
+
+
+def blosc2_zeros_chunk(size: int) -> bytes:
+    """A blosc2 chunk of ``size`` zero bytes: 32 bytes, all header (a special-value chunk)."""
+    from hpcio._core import _codecs
+
+    chunk = bytearray(_codecs.blosc2_compress(b"\0" * 4096))
+    assert len(chunk) == 32
+    chunk[4:8] = struct.pack("<I", size)  # nbytes
+    return bytes(chunk)
+
+
+BOMBS = {"sample::zstd": zstd_rle_frame, "sample::blosc2": blosc2_zeros_chunk}
+
+
+@pytest.fixture(params=sorted(BOMBS))
+def bombs(request, tmp_path, monkeypatch):
+    """An MDS dataset of 8 sample-compressed records, each declaring 1 GiB."""
+    record = BOMBS[request.param](GiB)
+    path = tmp_path / "bombs"
+    with monkeypatch.context() as patch:
+        patch.setattr(Compression, "compress", lambda self, data: record)
+        with hpcio.open_writer(path, format="mds", columns={"text": "str"}, compression=request.param) as w:
+            for i in range(8):
+                w.write({"text": str(i)})
+    return str(path)
+
+
+def _peak_bytes(read) -> int:
+    tracemalloc.start()
+    try:
+        read()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("how", ["get_batch", "get_columns", "iterate"])
+def test_batch_of_bombs_fails_before_allocating(bombs, how):
+    ds = hpcio.open(bombs)
+    read = {"get_batch": lambda: ds.get_batch(range(8)), "get_columns": lambda: ds.get_columns(range(8)),
+            "iterate": lambda: list(ds)}[how]
+    with pytest.raises(DecompressionLimitError) as info:
+        assert _peak_bytes(read) < 64 << 20
+    exc = info.value
+    assert exc.path.endswith("shard.00000.mds") and exc.sample == 1 and exc.offset is not None
+    assert "1073741824" in str(exc) and "one batch" in str(exc) and "HPCIO_MAX_DECODED_BYTES" in str(exc)
+
+
+def test_one_value_is_bounded_by_the_option_and_the_variable(bombs, monkeypatch):
+    with pytest.raises(DecompressionLimitError, match="more than the limit of 1048576") as info:
+        hpcio.open(bombs, max_decoded_bytes="1MiB")[3]
+    assert info.value.sample == 3 and info.value.path.endswith("shard.00000.mds")
+    monkeypatch.setenv(codecs.MAX_DECODED_ENV, "64KiB")
+    with pytest.raises(DecompressionLimitError, match="more than the limit of 65536"):
+        hpcio.open(bombs).get_batch([5])
+    monkeypatch.setenv(codecs.MAX_DECODED_ENV, "lots")
+    with pytest.raises(hpcio.units.ByteSizeError, match=codecs.MAX_DECODED_ENV):
+        hpcio.open(bombs)
+
+
+def test_a_batch_within_the_limit_still_reads(tmp_path):
+    path = tmp_path / "ok"
+    with hpcio.open_writer(path, format="mds", columns={"text": "str"}, compression="sample::zstd") as w:
+        for i in range(8):
+            w.write({"text": "x" * 1000 + str(i)})
+    ds = hpcio.open(path, max_decoded_bytes=8 * 1010)
+    assert [s["text"][-1] for s in ds.get_batch(range(8))] == [str(i) for i in range(8)]
+    with pytest.raises(DecompressionLimitError, match="one batch"):
+        hpcio.open(path, max_decoded_bytes=7 * 1010).get_batch(range(8))
+
+
+def _out_of_memory(data, limit):
+    raise MemoryError()
+
+
+def test_out_of_memory_is_not_reported_as_corruption():
+    codec = codecs.Codec("test", None, None, _out_of_memory)
+    with pytest.raises(OutOfMemoryError, match="out of memory decompressing a test value") as info:
+        codec.decompress(b"abc", path="f.mds", offset=8, sample=3)
+    assert isinstance(info.value, MemoryError) and not isinstance(info.value, DecodeError)
+    assert (info.value.path, info.value.offset, info.value.sample) == ("f.mds", 8, 3)
+
+
+def test_out_of_memory_in_a_batch_decode_is_typed(bombs, monkeypatch):
+    from hpcio._core import _codecs
+
+    for name in ("zstd_decode_many", "blosc2_decode_many"):
+        monkeypatch.setattr(_codecs, name, lambda *args, **kwargs: _out_of_memory(None, None))
+    with pytest.raises(OutOfMemoryError, match="out of memory decompressing 8") as info:
+        hpcio.open(bombs).get_batch(np.arange(8))
+    assert info.value.path.endswith("shard.00000.mds")
+
