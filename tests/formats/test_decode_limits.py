@@ -125,3 +125,45 @@ def test_out_of_memory_in_a_batch_decode_is_typed(bombs, monkeypatch):
         hpcio.open(bombs).get_batch(np.arange(8))
     assert info.value.path.endswith("shard.00000.mds")
 
+
+def npy_bomb(shape: str = "(4398046511104,)") -> bytes:
+    """A .npy value whose header declares 4 TiB of uint8, followed by 4 bytes."""
+    header = f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape}, }}".encode()
+    header += b" " * (63 - 10 - len(header)) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 4
+
+
+def test_webdataset_npy_declaring_4_tib_is_refused_before_allocating(tmp_path):
+    import io
+    import tarfile
+
+    (tmp_path / "wds").mkdir()
+    with tarfile.open(tmp_path / "wds" / "shard-000000.tar", "w") as tar:
+        for name, data in [("000.txt", b"ok"), ("000.npy", npy_bomb())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = hpcio.open(tmp_path / "wds")
+    with pytest.raises(DecodeError, match=r"declares shape \(4398046511104,\) of uint8") as info:
+        assert _peak_bytes(lambda: ds[0]) < 64 << 20
+    assert info.value.sample == 0 and info.value.path.endswith("shard-000000.tar")
+
+
+def test_jinx_npy_declaring_4_tib_is_refused_before_allocating(tmp_path, monkeypatch):
+    path = tmp_path / "bomb.jinx"
+    with monkeypatch.context() as patch:
+        patch.setattr(np, "save", lambda buf, value, allow_pickle=False: buf.write(npy_bomb()))
+        with hpcio.open_writer(path, format="jinx") as w:
+            w.write({"x": np.zeros(4, np.uint8)})
+    sample = hpcio.open(path)[0]
+    with pytest.raises(DecodeError, match=r"declares shape \(4398046511104,\) of uint8") as info:
+        assert _peak_bytes(lambda: sample["x"]) < 64 << 20
+    assert info.value.sample == 0 and info.value.path == str(path)
+
+
+def test_npy_shapes_whose_product_wraps_int64_are_refused():
+    from hpcio.formats._values import load_npy
+
+    with pytest.raises(ValueError, match="declares shape"):
+        load_npy(npy_bomb("(4294967296, 4294967296)"))
+
