@@ -167,3 +167,57 @@ def test_npy_shapes_whose_product_wraps_int64_are_refused():
     with pytest.raises(ValueError, match="declares shape"):
         load_npy(npy_bomb("(4294967296, 4294967296)"))
 
+
+def _hdf5_declaring(tmp_path, n: int, chunks) -> str:
+    """A small hpcio HDF5 file whose layout declares ``n`` samples of a ragged text field,
+    its offsets dataset shaped for them but holding only its first chunk, if any."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "h5"
+    with hpcio.open_writer(path, format="hdf5") as w:
+        w.write({"text": "small"})
+    (name,) = os.listdir(path)
+    with h5py.File(path / name, "r+") as f:
+        layout = json.loads(f.attrs["hpcio"])
+        layout["num_samples"] = n
+        f.attrs["hpcio"] = json.dumps(layout)
+        del f["text/offsets"]
+        off = f["text"].create_dataset("offsets", shape=(n + 1,), dtype=np.uint64, chunks=chunks,
+                                       compression="gzip")
+        if chunks:
+            off[: chunks[0]] = 0
+    assert os.path.getsize(path / name) < 64 << 10
+    return str(path / name)
+
+
+def test_hdf5_declaring_2_27_offsets_is_refused_at_open(tmp_path):
+    path = _hdf5_declaring(tmp_path, 1 << 27, (1 << 10,))
+    with pytest.raises(DecompressionLimitError, match="offsets of 134217728 samples take 1073741832 bytes") as info:
+        assert _peak_bytes(lambda: hpcio.open(path)) < 64 << 20
+    assert info.value.path == path
+
+
+def test_hdf5_offsets_missing_chunks_are_refused_before_reading(tmp_path):
+    path = _hdf5_declaring(tmp_path, 1 << 24, (1 << 10,))
+    with pytest.raises(hpcio.CorruptShardError, match="fill 16385 chunks, the file .* stores 1") as info:
+        assert _peak_bytes(lambda: hpcio.open(path)) < 64 << 20
+    assert info.value.path == path
+
+
+def test_mds_counts_are_checked_against_file_sizes_before_shuffling(tmp_path):
+    """Two shard entries declaring 2**30 - 8 samples each (2**31 in all), their files a
+    few hundred bytes: refused at open, not a 16 GiB permutation in shuffle()."""
+    path = tmp_path / "mds"
+    with hpcio.open_writer(path, format="mds", columns={"text": "str"}, size_limit=200) as w:
+        for i in range(8):
+            w.write({"text": "x" * 60 + str(i)})
+    with open(path / "index.json") as f:
+        index = json.load(f)
+    assert len(index["shards"]) >= 2
+    for shard in index["shards"][:2]:
+        shard["samples"] = (1 << 30) - 8
+        shard["raw_data"]["bytes"] = (1 << 32) - 1
+    with open(path / "index.json", "w") as f:
+        json.dump(index, f)
+    with pytest.raises(hpcio.CorruptShardError, match="samples") as info:
+        assert _peak_bytes(lambda: hpcio.open(path).shuffle(seed=0)) < 64 << 20
+    assert info.value.path == str(path / "index.json")

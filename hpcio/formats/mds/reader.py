@@ -45,6 +45,12 @@ _SCAN_BATCH = 256
 _LARGE_STEP = 64
 _LARGE_COPY_STEP = 16
 _PAIR = struct.Struct("<2I")
+# Samples a dataset may declare before its shard files are looked at: arrays of that many
+# ids (a shuffle's permutation) take at most 128 MiB.
+_UNCHECKED_SAMPLES = 1 << 24
+# The most a whole-shard codec is taken to shrink a shard (zstd's run-length blocks: 4
+# bytes per 128 KiB).
+_MAX_RATIO = 1 << 15
 
 
 class Reader(_BatchReads, base.Reader):
@@ -102,6 +108,7 @@ class Reader(_BatchReads, base.Reader):
         self.limit = _codec_table.max_decoded_bytes(max_decoded_bytes)
         self.validate_hashes = validate_hashes
         self.shards = _load_index(self.directory)
+        _check_counts_fit_files(self.directory, self.shards)
         counts = [s.samples for s in self.shards]
         self._cum = np.zeros(len(counts) + 1, np.uint64)
         np.cumsum(counts, out=self._cum[1:])
@@ -384,3 +391,29 @@ class Reader(_BatchReads, base.Reader):
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
 
+
+def _check_counts_fit_files(directory: str, shards: list[_ShardInfo]) -> None:
+    """Check index.json's sample counts against the sizes of the shard files before any
+    array of that length (a shuffle's permutation) is allocated: a sample costs at least
+    its 4-byte offset, and a whole-shard compressed file shrank its shard at most
+    ``_MAX_RATIO`` times.  The largest counts are checked, one ``stat`` each, until the
+    rest sum to at most ``_UNCHECKED_SAMPLES``: a small dataset opens without any."""
+    rest = sum(s.samples for s in shards)
+    for info in sorted(shards, key=lambda s: s.samples, reverse=True):
+        if rest <= _UNCHECKED_SAMPLES:
+            return
+        path = os.path.join(directory, info.file_basename)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise ShardNotFoundError(
+                f"shard file {info.file_basename} named by index.json is missing", path=path
+            ) from None
+        room = size * _MAX_RATIO if info.whole_shard else size
+        if 8 + 4 * info.samples > room:
+            raise CorruptShardError(
+                f"shard entry {info.position} declares {info.samples} samples; its file "
+                f"{info.file_basename} of {size} bytes cannot hold more than {max(room - 8, 0) // 4}",
+                path=os.path.join(directory, INDEX_NAME),
+            )
+        rest -= info.samples
