@@ -221,3 +221,17 @@ def test_mds_counts_are_checked_against_file_sizes_before_shuffling(tmp_path):
     with pytest.raises(hpcio.CorruptShardError, match="samples") as info:
         assert _peak_bytes(lambda: hpcio.open(path).shuffle(seed=0)) < 64 << 20
     assert info.value.path == str(path / "index.json")
+
+
+def test_jinx_sidecar_batch_is_bounded_together(tmp_path):
+    path = tmp_path / "big.jinx"
+    with hpcio.open_writer(path, format="jinx", compression="zst", binary_threshold=64) as w:
+        for i in range(4):
+            w.write({"text": np.random.default_rng(i).bytes(50_000).hex()})  # zst.bin in the sidecar
+    ds = hpcio.open(path, max_decoded_bytes=250_000)
+    assert list(ds.reader.shards[0].raw(0)) == ["text.str.zst.bin"]
+    assert ds[3]["text"] == np.random.default_rng(3).bytes(50_000).hex()
+    assert [len(v) for v in ds.reader.read_field([0, 1], "text")] == [100_000, 100_000]
+    with pytest.raises(DecompressionLimitError, match="one batch") as info:
+        ds.reader.read_field([0, 1, 2, 3], "text")
+    assert info.value.sample == 2 and info.value.path.endswith(".binx")

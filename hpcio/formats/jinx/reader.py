@@ -11,6 +11,7 @@ import numpy as np
 from ... import codecs as _codecs_table
 from ..._core import _codecs as _zstd_kernels
 from ..._core import _jinx
+from ...errors import DecompressionLimitError
 from .. import base
 from .sample import JinxSample
 from .shard import Shard, shard_paths
@@ -153,8 +154,13 @@ class Reader(base.Reader):
             for j, rk, loc, i in items:  # the per-value path names the bad one
                 out[j] = shard.decode(rk, loc, i)
             return
-        data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path,
-                                                   batch_limit=shard.limit)
+        try:
+            data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path,
+                                                       batch_limit=shard.limit)
+        except DecompressionLimitError as exc:  # item j of the batch: name its sample
+            j = exc.sample or 0
+            raise DecompressionLimitError(str(exc).rsplit(" (", 1)[0], path=shard.binx_path,
+                                          offset=int(starts[j]), sample=items[j][3]) from None
         view = memoryview(data)
         for (j, rk, _, i), a, b in zip(items, pos[:-1].tolist(), pos[1:].tolist()):
             out[j] = shard.unserialize(rk, view[a:b], shard.plan(rk)[1][:1], i, shard.offsets[i])

@@ -20,7 +20,7 @@ import struct
 from streaming.base.format import _readers
 from streaming.base.format.mds.reader import MDSReader
 
-from ...codecs import DEFAULT_LIMIT
+from ...codecs import max_decoded_bytes
 from ...errors import IndexOutOfRangeError
 from .compression import parse_compression
 
@@ -75,7 +75,7 @@ class MDSSampleReader(MDSReader):
         data = buf[begin:end]
         if self.sample_compression is not None:
             return self.sample_compression.decompress(
-                data, DEFAULT_LIMIT, path=self.raw_data.basename, offset=begin, sample=idx
+                data, max_decoded_bytes(), path=self.raw_data.basename, offset=begin, sample=idx
             )
         return data.tobytes()
 
