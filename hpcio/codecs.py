@@ -10,14 +10,31 @@ install.  Every ``decompress`` takes a ``limit`` so a hostile value cannot exhau
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import DecodeError, DecompressionLimitError, InvalidArgumentError, MissingDependencyError
+from .errors import DecodeError, DecompressionLimitError, InvalidArgumentError, MissingDependencyError, OutOfMemoryError
+from .units import parse_bytes
 
-__all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT"]
+__all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT", "MAX_DECODED_ENV",
+           "max_decoded_bytes"]
 
-DEFAULT_LIMIT = 1 << 30  # 1 GiB per value: larger than any sane sample, small enough to fail safely
+DEFAULT_LIMIT = 1 << 30  # 1 GiB per read: larger than any sane sample, small enough to fail safely
+MAX_DECODED_ENV = "HPCIO_MAX_DECODED_BYTES"
+
+
+def max_decoded_bytes(value=None) -> int:
+    """The most bytes one read may decompress: one value, or all the values of one batch
+    together, checked against the sizes the data declares before allocating.
+
+    ``value`` is the readers' ``max_decoded_bytes`` option (a byte size such as ``"4GiB"``);
+    None takes ``$HPCIO_MAX_DECODED_BYTES``, else :data:`DEFAULT_LIMIT`.
+    """
+    if value is not None:
+        return parse_bytes(value, what="max_decoded_bytes")
+    env = os.environ.get(MAX_DECODED_ENV)
+    return DEFAULT_LIMIT if env is None else parse_bytes(env, what=MAX_DECODED_ENV)
 
 
 @dataclass(frozen=True)
@@ -38,10 +55,15 @@ class Codec:
     def decompress(self, data, limit: int = DEFAULT_LIMIT, *, path=None, offset=None, sample=None) -> bytes:
         try:
             out = self._decompress(data, limit)
-        except (DecodeError, MissingDependencyError) as exc:
+        except (DecodeError, MissingDependencyError, OutOfMemoryError) as exc:
             if exc.path is None and (path is not None or sample is not None):
                 raise type(exc)(str(exc), path=path, offset=offset, sample=sample) from exc
             raise
+        except MemoryError as exc:  # the process's memory, not the data, is at fault
+            raise OutOfMemoryError(
+                f"out of memory decompressing a {self.name} value of {len(data)} bytes "
+                f"(decompressed size limit {limit} bytes)", path=path, offset=offset, sample=sample
+            ) from exc
         except Exception as exc:  # each library raises its own error type
             raise DecodeError(
                 f"{self.name} decompression failed: {exc}", path=path, offset=offset, sample=sample

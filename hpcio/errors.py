@@ -20,6 +20,8 @@ __all__ = [
     "DecodeError",
     "InvalidJSONError",
     "DecompressionLimitError",
+    "OutOfMemoryError",
+    "ShardChangedError",
     "UnknownFormatError",
     "FormatSniffError",
     "SchemaError",
@@ -128,6 +130,11 @@ class DecompressionLimitError(DecodeError):
     """A compressed value would decompress to more than the configured limit."""
 
 
+class OutOfMemoryError(HpcioError, MemoryError):
+    """Memory ran out while reading or decoding values: the process's memory, not the
+    data, is at fault, so this is never a :class:`DecodeError` or a corrupt shard."""
+
+
 class UnknownFormatError(HpcioError, KeyError):
     """A format name that is not registered."""
 
@@ -157,6 +164,11 @@ class CapabilityError(HpcioError, NotImplementedError):
 
 class ShardReadError(HpcioError, OSError):
     """A system call reading a shard failed; ``errno`` holds the operating system's code."""
+
+
+class ShardChangedError(ShardReadError):
+    """A shard file shrank while a reader had it mapped (replaced or truncated under a
+    running job); reading the lost pages would kill the process with SIGBUS."""
 
 
 class StagingError(HpcioError, OSError):

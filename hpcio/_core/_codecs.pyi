@@ -10,17 +10,18 @@ def zstd_decompress(data, limit: int | None = ..., *, path: str | None = None, o
                     sample: int = -1) -> bytes:
     """One frame, with or without the content size in its header (JINX frames lack it)."""
 def zstd_decode_many(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], limit: int | None = ...,
-                     nthreads: int = 1, *, path: str | None = None, sample_base: int = 0
-                     ) -> tuple[bytearray, NDArray[np.uint64]]:
+                     nthreads: int = 1, *, path: str | None = None, sample_base: int = 0,
+                     batch_limit: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
     """Decode frames src[starts[j]:ends[j]] into one buffer: (data, m+1 positions).
-    Each frame's output is bounded by ``limit`` (DecompressionLimitError)."""
+    Each frame's output is bounded by ``limit``, their sum by ``batch_limit``
+    (DecompressionLimitError)."""
 def blosc2_compress(data, codec: str = "zstd", clevel: int = 5, typesize: int = 1,
                     shuffle: int = 1) -> bytes: ...
 def blosc2_decompress(data, limit: int | None = ..., *, path: str | None = None, offset: int = -1,
                       sample: int = -1) -> bytes: ...
 def blosc2_decode_many(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], limit: int | None = ...,
-                       nthreads: int = 1, *, path: str | None = None, sample_base: int = 0
-                       ) -> tuple[bytearray, NDArray[np.uint64]]: ...
+                       nthreads: int = 1, *, path: str | None = None, sample_base: int = 0,
+                       batch_limit: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]: ...
 def build_info() -> dict:
     """Kernels built, compiler/SIMD flags, libzstd and C-Blosc2 versions.
 

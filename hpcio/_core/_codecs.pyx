@@ -42,10 +42,12 @@ cdef uint64_t _limit(object limit) except? 0:
 
 cdef hpcio_status _sizes(content_size_fn content_size, const uint8_t *src, uint64_t src_len,
                          const uint64_t *starts, const uint64_t *ends, size_t m,
-                         uint64_t limit, const char *codec, uint64_t *sizes, bint *all_known,
-                         hpcio_error *err) noexcept nogil:
-    """Check every range and read every declared size, enforcing the limit up front."""
+                         uint64_t limit, uint64_t batch_limit, const char *codec,
+                         uint64_t *sizes, bint *all_known, hpcio_error *err) noexcept nogil:
+    """Check every range and read every declared size, enforcing both limits up front:
+    ``limit`` on each frame's size, ``batch_limit`` on their sum (the one allocation)."""
     cdef size_t j
+    cdef uint64_t total = 0
     cdef hpcio_status st
     all_known[0] = True
     for j in range(m):
@@ -70,6 +72,14 @@ cdef hpcio_status _sizes(content_size_fn content_size, const uint8_t *src, uint6
             err.offset = starts[j]
             _limit_msg(err, codec, sizes[j], limit)
             return HPCIO_E_LIMIT
+        elif sizes[j] > batch_limit - total:
+            snprintf(err.msg, sizeof(err.msg),
+                     "%llu %ss of one batch declare more than %llu decompressed bytes in all, "
+                     "the limit for one batch", <unsigned long long>(j + 1), codec,
+                     <unsigned long long>batch_limit)
+            return HPCIO_E_LIMIT
+        else:
+            total += sizes[j]
     return HPCIO_OK
 
 
@@ -129,6 +139,24 @@ cdef object _decode_one(content_size_fn content_size, decode_known_fn decode_kno
     return result
 
 
+cdef hpcio_status _batch_total(const uint64_t *sizes, size_t m, uint64_t batch_limit,
+                               const char *codec, hpcio_error *err) noexcept nogil:
+    """Frames without declared sizes are bounded one by one while decoding; their sum is
+    checked against ``batch_limit`` afterwards."""
+    cdef size_t j
+    cdef uint64_t total = 0
+    for j in range(m):
+        if sizes[j] > batch_limit - total:
+            err.item = j
+            snprintf(err.msg, sizeof(err.msg),
+                     "%llu %ss of one batch decompress to more than %llu bytes in all, "
+                     "the limit for one batch", <unsigned long long>(j + 1), codec,
+                     <unsigned long long>batch_limit)
+            return HPCIO_E_LIMIT
+        total += sizes[j]
+    return HPCIO_OK
+
+
 cdef bytearray _sized_output(const uint64_t[::1] sizes, uint64_t[::1] positions):
     """Sets positions[j + 1] to the end of output j; a bytearray of their total size."""
     cdef size_t j
@@ -141,7 +169,8 @@ cdef bytearray _sized_output(const uint64_t[::1] sizes, uint64_t[::1] positions)
 
 cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_known,
                          const char *codec, object src_obj, object starts, object ends,
-                         object limit, int nthreads, object path, int64_t sample_base):
+                         object limit, object batch_limit, int nthreads, object path,
+                         int64_t sample_base):
     cdef const uint8_t[::1] src = byte_view(src_obj)
     s = np.ascontiguousarray(starts, dtype=np.uint64).ravel()
     e = np.ascontiguousarray(ends, dtype=np.uint64).ravel()
@@ -151,7 +180,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
         raise InvalidArgumentError(f"nthreads must be >= 1, got {nthreads}")
     cdef const uint64_t[::1] sv = s, ev = e
     cdef size_t m = sv.shape[0], j
-    cdef uint64_t lim = _limit(limit)
+    cdef uint64_t lim = _limit(limit), batch_lim = _limit(batch_limit)
     positions = np.zeros(m + 1, dtype=np.uint64)
     cdef uint64_t[::1] pv = positions
     sizes = np.empty(m, dtype=np.uint64)
@@ -165,8 +194,8 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
     if m == 0:
         return bytearray(), positions
     with nogil:
-        st = _sizes(content_size, data_ptr(src), src.shape[0], &sv[0], &ev[0], m, lim, codec,
-                    &szv[0], &all_known, &err)
+        st = _sizes(content_size, data_ptr(src), src.shape[0], &sv[0], &ev[0], m, lim, batch_lim,
+                    codec, &szv[0], &all_known, &err)
     check(st, &err, path, -1, sample_base)
     if all_known:
         out = _sized_output(szv, pv)
@@ -177,13 +206,17 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
         check(st, &err, path, -1, sample_base)
         return out, positions
     # Some frames lack a declared size (only zstd): stream-decode each, then join.
+    cdef bint decoded = False
     outs = <uint8_t **>malloc(m * sizeof(uint8_t *))
     if outs == NULL:
         raise MemoryError()
     try:
         with nogil:
             st = hpcio_zstd_decode_stream_many(data_ptr(src), src.shape[0], &sv[0], &ev[0], m,
-                                               lim, outs, &szv[0], nthreads, &err)
+                                               min(lim, batch_lim), outs, &szv[0], nthreads, &err)
+            decoded = st == HPCIO_OK
+            if decoded:
+                st = _batch_total(&szv[0], m, batch_lim, codec, &err)
         check(st, &err, path, -1, sample_base)
         out = _sized_output(szv, pv)
         dst = <uint8_t *>PyByteArray_AS_STRING(out)
@@ -193,7 +226,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
                     memcpy(dst + pv[j], outs[j], szv[j])
         return out, positions
     finally:
-        if st == HPCIO_OK:
+        if decoded:
             for j in range(m):
                 free(outs[j])
         free(outs)
@@ -260,14 +293,16 @@ def zstd_decompress(data, limit=DEFAULT_LIMIT, *, path=None, offset=-1, sample=-
 
 
 def zstd_decode_many(src, starts, ends, limit=DEFAULT_LIMIT, int nthreads=1, *, path=None,
-                     sample_base=0):
+                     sample_base=0, batch_limit=None):
     """Decode frames src[starts[j]:ends[j]] into one buffer: (data, m+1 positions).
 
-    Each frame's output is bounded by ``limit`` (DecompressionLimitError); errors name
-    ``path``, the frame's byte offset in ``src`` and sample ``sample_base + j``.
+    Each frame's output is bounded by ``limit``, their sum by ``batch_limit``
+    (DecompressionLimitError, raised before allocating when the frames declare their
+    sizes); errors name ``path``, the frame's byte offset in ``src`` and sample
+    ``sample_base + j``.
     """
     return _decode_many(hpcio_zstd_content_size, hpcio_zstd_decode_known, b"zstd frame",
-                        src, starts, ends, limit, nthreads, path, sample_base)
+                        src, starts, ends, limit, batch_limit, nthreads, path, sample_base)
 
 
 def blosc2_compress(data, codec="zstd", int clevel=5, int typesize=1, int shuffle=1):
@@ -284,10 +319,11 @@ def blosc2_decompress(data, limit=DEFAULT_LIMIT, *, path=None, offset=-1, sample
 
 
 def blosc2_decode_many(src, starts, ends, limit=DEFAULT_LIMIT, int nthreads=1, *, path=None,
-                       sample_base=0):
-    """Decode chunks src[starts[j]:ends[j]] into one buffer: (data, m+1 positions)."""
+                       sample_base=0, batch_limit=None):
+    """Decode chunks src[starts[j]:ends[j]] into one buffer: (data, m+1 positions); the
+    limits are those of :func:`zstd_decode_many`."""
     return _decode_many(hpcio_blosc2_content_size, hpcio_blosc2_decode_known, b"blosc2 chunk",
-                        src, starts, ends, limit, nthreads, path, sample_base)
+                        src, starts, ends, limit, batch_limit, nthreads, path, sample_base)
 
 
 def build_info():

@@ -41,11 +41,17 @@ class ShardFile:
     def __enter__(self) -> "ShardFile": ...
     def __exit__(self, *exc) -> None: ...
 
+def check_mapped_size(fd: int, size: int, path: str | None) -> None:
+    """Raise ShardChangedError when the file open on ``fd`` is now shorter than ``size``."""
+
 class MappedShard:
-    """A read-only mmap of a whole file; zero-copy record views."""
+    """A read-only mmap of a whole file, kept open; zero-copy record views."""
     path: str
     size: int
+    fd: int
     def __init__(self, path: str) -> None: ...
+    def check_size(self) -> None:
+        """Raise ShardChangedError if the file is now shorter than its mapping."""
     def buffer(self) -> memoryview:
         """The whole mapping (zero-copy, read-only)."""
     def view(self, start: int, end: int) -> memoryview:

@@ -11,7 +11,10 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.errno cimport errno
 from libc.string cimport memcpy
+from posix.types cimport off_t
+from posix.unistd cimport SEEK_END, close as c_close, lseek
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
@@ -346,16 +349,40 @@ cdef class ShardFile:
         return f"ShardFile({self.path!r}, size={self.size})"
 
 
+def check_mapped_size(int fd, uint64_t size, path):
+    """Raise ShardChangedError when the file open on ``fd`` is now shorter than the
+    ``size`` bytes mapped from it: touching the lost pages would raise SIGBUS, which an
+    I/O library may not catch (a handler is process-wide state).  One ``lseek`` to the
+    end, cheaper than ``fstat``; the descriptor is only ever read with ``pread``."""
+    cdef off_t end
+    with nogil:
+        end = lseek(fd, 0, SEEK_END)
+    if end < 0:
+        raise OSError(errno, os.strerror(errno), path)
+    if <uint64_t>end < size:
+        from hpcio.errors import ShardChangedError
+
+        raise ShardChangedError(
+            f"shard shrank to {end} bytes while mapped ({size} bytes when opened): "
+            "it was truncated or rewritten in place under the reader; reopen the dataset",
+            path=path, offset=end)
+
+
 cdef class MappedShard:
-    """A read-only mmap of a whole file; zero-copy record views."""
+    """A read-only mmap of a whole file; zero-copy record views.
+
+    The file stays open (``fd``) so that :meth:`check_size` can tell, before a read
+    touches the mapping, whether the file shrank under it."""
 
     cdef readonly str path
     cdef readonly uint64_t size
+    cdef readonly int fd
     cdef object _map
     cdef object _view
 
     def __init__(self, path):
         self.path = os.fspath(path)
+        self.fd = -1
         fd = _open_shard(self.path)
         try:
             self.size = os.fstat(fd).st_size
@@ -366,8 +393,19 @@ cdef class MappedShard:
             else:
                 self._map = None
                 self._view = memoryview(b"")
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    def check_size(self):
+        """Raise ShardChangedError if the file is now shorter than its mapping."""
+        if self.fd >= 0:
+            check_mapped_size(self.fd, self.size, self.path)
 
     cdef int _check_open(self) except -1:
         if self._view is None:
@@ -421,6 +459,9 @@ cdef class MappedShard:
 
     def close(self):
         """Unmap the file, or leave it to the views still alive (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         if self._view is None:
             return
         try:

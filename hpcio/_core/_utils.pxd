@@ -58,7 +58,7 @@ cdef inline int raise_error(hpcio_status status, const hpcio_error *err, object 
         exc.errno = err.sys_errno
         raise exc
     if status == HPCIO_E_NOMEM:
-        raise MemoryError(msg)
+        raise errors.OutOfMemoryError(msg or "out of memory", **where)
     if status == HPCIO_E_BUFFER:
         raise BufferError(msg)
     if status == HPCIO_E_ARG:

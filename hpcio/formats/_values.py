@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import struct
 import tokenize
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "decode_json",
     "encode_npy",
     "decode_npy",
+    "load_npy",
     "encode_value",
     "decode_value",
     "check_field_name",
@@ -152,8 +154,8 @@ def encode_npy(value: np.ndarray) -> bytes:
 
 def decode_npy(data, *, field=None, sample=None, path=None) -> np.ndarray:
     try:
-        return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError, RecursionError) as exc:
+        return load_npy(data)
+    except ValueError as exc:
         raise DecodeError(f"field {field!r} is not a valid .npy array: {exc}", path=path, sample=sample) from None
 
 
@@ -215,6 +217,55 @@ def decode_bytes_mapping(data, *, field=None, sample=None, path=None) -> dict:
                           path=path, sample=sample)
     out.update(zip(keys, parts[2:]))
     return out
+
+
+# Header parses are cached by the header's bytes: the values of one field share a few.
+_npy_headers: dict[bytes, tuple] = {}
+# What numpy's header parser raises for text that is not a header: literal_eval errors,
+# and tokenize errors from the fallback parse of headers written by Python 2.
+_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, tokenize.TokenError, RecursionError)
+
+
+def load_npy(data) -> np.ndarray:
+    """The array in .npy bytes, never unpickled; ValueError names what is wrong.
+
+    The size the header declares is checked against the bytes that follow it before
+    anything is allocated: a 4 TiB shape in a small value is refused, not handed to
+    numpy's allocator."""
+    mv = memoryview(data)
+    if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
+        raise ValueError("not a .npy value (bad magic)")
+    hlen = (10 + int.from_bytes(mv[8:10], "little")) if mv[6] == 1 else (12 + int.from_bytes(mv[8:12], "little"))
+    if hlen > len(mv):
+        raise ValueError(f".npy header of {hlen} bytes in a value of {len(mv)}")
+    header = bytes(mv[:hlen])
+    parsed = _npy_headers.get(header)
+    if parsed is None:
+        parsed = _parse_npy_header(header)
+        if len(_npy_headers) < 1024:
+            _npy_headers[header] = parsed
+    shape, fortran, dtype, count = parsed
+    if len(mv) - hlen < count * dtype.itemsize:
+        raise ValueError(f".npy header declares shape {shape} of {dtype} ({count * dtype.itemsize} bytes); "
+                         f"the value holds {len(mv) - hlen} data bytes")
+    arr = np.frombuffer(mv, dtype=dtype, count=count, offset=hlen).copy()
+    return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+
+
+def _parse_npy_header(header: bytes) -> tuple:
+    fp = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+    except _NPY_HEADER_ERRORS:
+        text = header[10 if header[6] == 1 else 12 :].decode("latin-1").strip()
+        raise ValueError(f"garbled .npy header {text!r}") from None
+    if dtype.hasobject:
+        raise ValueError(".npy value holds Python objects (pickles are refused)")
+    return shape, fortran, dtype, math.prod(shape)  # Python ints: a huge shape cannot wrap
 
 
 def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> bytes:

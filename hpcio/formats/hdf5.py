@@ -25,9 +25,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from .._paths import resolve_inside
+from ..codecs import MAX_DECODED_ENV
+from ..codecs import max_decoded_bytes as max_decoded_bytes_option
 from ..errors import (
     CapabilityError,
     CorruptShardError,
+    DecompressionLimitError,
     ExternalStorageError,
     HpcioError,
     InvalidArgumentError,
@@ -35,6 +38,7 @@ from ..errors import (
     OptionError,
     SchemaError,
     ShardNotFoundError,
+    TruncatedShardError,
     WriterSpaceError,
 )
 from ..registry import Capabilities
@@ -264,8 +268,9 @@ def merge_index(directory, parts, **options) -> None:
 
 
 class _File:
-    def __init__(self, path: str, h5py):
+    def __init__(self, path: str, h5py, limit: int):
         self.path = path
+        self.limit = limit
         try:
             self.file = h5py.File(path, "r")
         except FileNotFoundError:
@@ -308,6 +313,7 @@ class _File:
                 if off is None or data is None or not hasattr(off, "shape") or not hasattr(data, "shape"):
                     raise SchemaError(f"field {field!r}: expected datasets {field}/offsets and "
                                       f"{field}/data", path=self.path)
+                self._check_offsets_dataset(off, field)
                 table = off[:]
                 _layout.check_offsets(table, self.n, data.shape[0], field=field, path=self.path)
                 self.offsets[field] = table
@@ -339,6 +345,32 @@ class _File:
                 raise ExternalStorageError(f"dataset {name!r} keeps its values in external files {files}",
                                            path=self.path)
         return obj
+
+    def _check_offsets_dataset(self, off, field: str) -> None:
+        """Before a ragged field's offset table is read: it must hold n + 1 entries, fit
+        the read limit, and be stored in full (every chunk written, a contiguous table
+        within the file), so that a small file declaring a huge table is refused instead
+        of filled with fill values in memory."""
+        n = self.n
+        if off.shape != (n + 1,):
+            raise CorruptShardError(f"field {field!r}: offsets dataset has shape {off.shape}, "
+                                    f"the layout's {n} samples need ({n + 1},)", path=self.path)
+        declared = (n + 1) * off.dtype.itemsize
+        if declared > self.limit:
+            raise DecompressionLimitError(
+                f"field {field!r}: the offsets of {n} samples take {declared} bytes, more than the "
+                f"limit of {self.limit} (max_decoded_bytes= or ${MAX_DECODED_ENV})", path=self.path)
+        file_size = os.path.getsize(self.path)
+        if off.chunks:
+            chunks = -(-(n + 1) // off.chunks[0])
+            stored = off.id.get_num_chunks()
+            if stored != chunks:
+                raise CorruptShardError(f"field {field!r}: the offsets of {n} samples fill {chunks} chunks, "
+                                        f"the file ({file_size} bytes) stores {stored}", path=self.path)
+        elif not declared <= off.id.get_storage_size() <= file_size:
+            raise TruncatedShardError(f"field {field!r}: the offsets of {n} samples take {declared} bytes, "
+                                      f"the file ({file_size} bytes) stores {off.id.get_storage_size()}",
+                                      path=self.path)
 
     def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
         out = [dict() for _ in range(len(rows))]
@@ -382,13 +414,14 @@ class Reader(_layout.LayoutReader):
     """Random-access reader of HDF5 shards written by :class:`Writer` (a directory of
     ``.h5`` files or one file)."""
 
-    def __init__(self, path, **options):
+    def __init__(self, path, max_decoded_bytes: int | str | None = None, **options):
         super().__init__(path)
         h5py = _h5py()
+        limit = max_decoded_bytes_option(max_decoded_bytes)
         self.parts: list[_File] = []
         try:
             for p in _files(self.path):
-                self.parts.append(_File(p, h5py))
+                self.parts.append(_File(p, h5py, limit))
         except BaseException:
             self.close()
             raise

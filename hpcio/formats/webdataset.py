@@ -234,6 +234,7 @@ class _Shard:
             raise ShardNotFoundError("WebDataset shard is missing", path=path) from None
         size = os.fstat(self.file.fileno()).st_size
         self.map = _io.map_file(self.file.fileno()) if size else b""
+        self.fd, self.mapped_size, self._check_mapped_size = self.file.fileno(), size, _io.check_mapped_size
         names, header_offsets, data_offsets, sizes, _end, error = _tar.scan(
             memoryview(self.map), path=path, partial=True)
         keys, suffixes, starts = [], [], []
@@ -276,6 +277,12 @@ class _Shard:
 
     def members(self, j: int) -> range:
         return range(int(self.sample_starts[j]), int(self.sample_starts[j + 1]))
+
+    def check_size(self) -> None:
+        """Raise ShardChangedError if the tar file shrank since it was mapped: reading the
+        lost part of the mapping would kill the process (SIGBUS)."""
+        if self.mapped_size:
+            self._check_mapped_size(self.fd, self.mapped_size, self.path)
 
     def data(self, m: int):
         a = int(self.data_offsets[m])
@@ -342,6 +349,7 @@ class Reader(_Reader):
 
     def _sample(self, shard: _Shard, j: int, i: int, fields) -> dict:
         out = {"__key__": shard.keys[j]} if self.include_key else {}
+        shard.check_size()
         for m in shard.members(j):
             suffix = shard.suffixes[m]
             if fields is not None and not self.decode and suffix not in fields:

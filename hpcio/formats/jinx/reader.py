@@ -11,6 +11,7 @@ import numpy as np
 from ... import codecs as _codecs_table
 from ..._core import _codecs as _zstd_kernels
 from ..._core import _jinx
+from ...errors import DecompressionLimitError
 from .. import base
 from .sample import JinxSample
 from .shard import Shard, shard_paths
@@ -36,15 +37,17 @@ class Reader(base.Reader):
         Keep only shards whose footer ``split`` equals this (as mldataforge does).
     encoding
         Encoding assumed for files whose footer does not name one (default a85).
-    limit
-        Largest decompressed size accepted for one value (bytes).
+    max_decoded_bytes
+        Most bytes one read may decompress: one value, or the sidecar values of one
+        batch together (a byte size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).
     """
 
     def __init__(self, path, lazy: bool = True, split: str | None = None,
-                 encoding: str | None = None, limit: int = _codecs_table.DEFAULT_LIMIT):
+                 encoding: str | None = None, max_decoded_bytes: int | str | None = None):
         super().__init__(path)
         self.lazy = lazy
         self.shards: list[Shard] = []
+        limit = _codecs_table.max_decoded_bytes(max_decoded_bytes)
         try:
             for p in shard_paths(self.path):
                 shard = Shard(p, encoding=encoding, limit=limit)
@@ -75,6 +78,7 @@ class Reader(base.Reader):
         return self.shards[k], i - self._starts[k]
 
     def _sample(self, shard: Shard, local: int, fields):
+        shard.check_size()
         raw = shard.raw(local)
         if fields is not None:
             raw = _jinx.project(raw, shard, fields)
@@ -90,6 +94,7 @@ class Reader(base.Reader):
         if len(self.shards) == 1:
             shard = self.shards[0]
             if self.lazy:
+                shard.check_size()
                 return _jinx.lazy_gather(shard, JinxSample, np.asarray(indices).tolist(), fields)
             return [self._sample(shard, i, fields) for i in np.asarray(indices).tolist()]
         idx = np.asarray(indices, dtype=np.int64)
@@ -109,6 +114,7 @@ class Reader(base.Reader):
             a, b = max(start - lo, 0), min(stop - lo, shard.num_samples)
             if self.lazy:
                 while a < b:
+                    shard.check_size()
                     run = _jinx.lazy_run(shard, JinxSample, a, min(a + _RUN, b), fields)
                     a += len(run)
                     yield from base.handed_out(run)
@@ -148,7 +154,13 @@ class Reader(base.Reader):
             for j, rk, loc, i in items:  # the per-value path names the bad one
                 out[j] = shard.decode(rk, loc, i)
             return
-        data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path)
+        try:
+            data, pos = _zstd_kernels.zstd_decode_many(binx, starts, ends, shard.limit, path=shard.binx_path,
+                                                       batch_limit=shard.limit)
+        except DecompressionLimitError as exc:  # item j of the batch: name its sample
+            j = exc.sample or 0
+            raise DecompressionLimitError(str(exc).rsplit(" (", 1)[0], path=shard.binx_path,
+                                          offset=int(starts[j]), sample=items[j][3]) from None
         view = memoryview(data)
         for (j, rk, _, i), a, b in zip(items, pos[:-1].tolist(), pos[1:].tolist()):
             out[j] = shard.unserialize(rk, view[a:b], shard.plan(rk)[1][:1], i, shard.offsets[i])

@@ -71,8 +71,7 @@ class Shard:
         size = os.fstat(self._file.fileno()).st_size
         if size == 0:
             raise TruncatedShardError("empty file: no JINX offset line", path=path, offset=0)
-        self._mm = _io.map_file(self._file.fileno())
-        self._file.close()  # the map holds its own descriptor
+        self._mm = _io.map_file(self._file.fileno())  # the file stays open for check_size
         self.buf = memoryview(self._mm)
         self.size = size
         fo, fe = _jinx.locate_footer(self.buf, path=path)
@@ -174,7 +173,8 @@ class Shard:
             else:
                 self._binx_mm = _io.map_file(self._binx_file.fileno())
                 self._binx = memoryview(self._binx_mm)
-            self._binx_file.close()
+        else:
+            self._check_sidecar_size()
         return self._binx
 
     def decode_inline(self, text: str, key: str, sample: int, offset: int):
@@ -185,6 +185,16 @@ class Shard:
                 "sidecar-only file keeps every byte value in the .binx sidecar)",
                 path=self.path, offset=offset, sample=sample)
         return _jinx.decode(text, self.enc_code, path=self.path, offset=offset, sample=sample, what=key)
+
+    def check_size(self) -> None:
+        """Raise ShardChangedError if the file (or its mapped sidecar) shrank since it was
+        mapped: reading the lost part of a mapping would kill the process (SIGBUS)."""
+        _io.check_mapped_size(self._file.fileno(), self.size, self.path)
+        self._check_sidecar_size()
+
+    def _check_sidecar_size(self) -> None:
+        if self._binx_mm is not None:
+            _io.check_mapped_size(self._binx_file.fileno(), len(self._binx_mm), self.binx_path)
 
     def sidecar_view(self, loc, key, sample, offset) -> memoryview:
         """The sidecar bytes a ``{"offset", "length"}`` location names."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import binascii
 import io
 import pickle
-import tokenize
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from ... import codecs as _codecs_table
 from ..._core import _codecs as _zstd_kernels
 from ..._core import _jinx
 from ...errors import DecodeError, InvalidArgumentError, MissingDependencyError
+from .._values import load_npy  # noqa: F401  (the .npy loader, shared with the other formats)
 
 #: JINX compression extension -> codec in :mod:`hpcio.codecs` (``lzma`` writes XZ, as
 #: mldataforge's ``LZMACompressor()`` does; ``snappy`` is the framing format).
@@ -84,48 +84,6 @@ def encoder(encoding: str):
     if encoding == "b64":
         return lambda b: binascii.b2a_base64(b, newline=False).decode("ascii")
     return lambda b: b.hex()
-
-
-# Header parses are cached by the header's bytes: the values of one field share a few.
-_npy_headers: dict[bytes, tuple] = {}
-# What numpy's header parser raises for text that is not a header: literal_eval errors,
-# and tokenize errors from the fallback parse of headers written by Python 2.
-_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, tokenize.TokenError, RecursionError)
-
-
-def load_npy(data) -> np.ndarray:
-    """``np.load`` of .npy bytes without pickles; ValueError names what is wrong."""
-    mv = memoryview(data)
-    if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
-        raise DecodeError("not a .npy value (bad magic)")
-    hlen = (10 + int.from_bytes(mv[8:10], "little")) if mv[6] == 1 else (12 + int.from_bytes(mv[8:12], "little"))
-    header = bytes(mv[:hlen])
-    parsed = _npy_headers.get(header)
-    if parsed is None:
-        parsed = _parse_npy_header(header)
-        if len(_npy_headers) < 1024:
-            _npy_headers[header] = parsed
-    shape, fortran, dtype, count = parsed
-    if len(mv) - hlen < count * dtype.itemsize:
-        raise DecodeError(f".npy value is truncated: {len(mv) - hlen} data bytes for {count} x {dtype}")
-    arr = np.frombuffer(mv, dtype=dtype, count=count, offset=hlen).copy()
-    return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
-
-
-def _parse_npy_header(header: bytes) -> tuple:
-    fp = io.BytesIO(header)
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-    except _NPY_HEADER_ERRORS:
-        text = header[10 if header[6] == 1 else 12 :].decode("latin-1").strip()
-        raise DecodeError(f"garbled .npy header {text!r}") from None
-    if dtype.hasobject:
-        raise DecodeError(".npy value holds Python objects (pickles are refused)")
-    return shape, fortran, dtype, int(np.prod(shape, dtype=np.int64))
 
 
 def load_torch(data):

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..._core import _records
 from ...columns import VarColumn, ViewColumn
-from ...errors import CorruptShardError, HpcioError, IndexOutOfRangeError
+from ...codecs import MAX_DECODED_ENV
+from ...errors import CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError
 from .compression import Compression
 from .shards import _OpenShard
 
@@ -171,6 +172,7 @@ class _BatchReads:
         bufs, buf_of = [], np.empty(m, np.int32)
         starts, ends = np.empty(m, np.int64), np.empty(m, np.int64)
         groups, order = self._shard_groups(ids) if m else ([], None)
+        budget = _Budget(self.limit)
         for g, (k, lidx, a, b) in enumerate(groups):
             sh, lidx, lo, hi = self._ranges(k, lidx)
             codec = sh.info.compression
@@ -178,7 +180,7 @@ class _BatchReads:
                 # a view of our own keeps the map alive if the shard is closed meanwhile
                 buf = memoryview(sh.buf)
             else:
-                buf, pos = self._records(sh, lo, hi, lidx)
+                buf, pos = self._records(sh, lo, hi, lidx, budget)
                 lo, hi = pos[:-1], pos[1:]
             where = slice(a, b) if order is None else order[a:b]
             bufs.append(buf)
@@ -201,10 +203,11 @@ class _BatchReads:
         if m == 0:
             return None
         groups, order = self._shard_groups(ids)
+        budget = _Budget(self.limit)
         if len(groups) > 8 and m < 8 * len(groups):
-            values = self._columns_gathered([(k, lidx) for k, lidx, _a, _b in groups], cols, as_samples)
+            values = self._columns_gathered([(k, lidx) for k, lidx, _a, _b in groups], cols, as_samples, budget)
         else:
-            per_group = [self._columns_of(k, lidx, cols, as_samples) for k, lidx, _a, _b in groups]
+            per_group = [self._columns_of(k, lidx, cols, as_samples, budget) for k, lidx, _a, _b in groups]
             if len(per_group) == 1:
                 values = per_group[0]
             elif as_samples:
@@ -261,9 +264,11 @@ class _BatchReads:
         )
         return sh, lidx, starts, ends
 
-    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int], as_samples: bool = False) -> list:
+    def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int], as_samples: bool = False,
+                    budget: _Budget | None = None) -> list:
         """Columns (or, with ``as_samples``, sample dicts) of shard ``k``'s records
-        ``lidx``, sliced in place where possible."""
+        ``lidx``, sliced in place where possible; decompression draws on ``budget`` (the
+        read's, or one of its own)."""
         sh, lidx, starts, ends = self._ranges(k, lidx)
 
         def locate(j):
@@ -276,7 +281,7 @@ class _BatchReads:
             if sh.pread_values:
                 fd = sh.read_fd()
         else:
-            buf, pos = self._records(sh, starts, ends, lidx)
+            buf, pos = self._records(sh, starts, ends, lidx, budget or _Budget(self.limit))
             pos = pos.astype(np.int64, copy=False)
             lo, hi = pos[:-1], pos[1:]
         if as_samples:
@@ -287,12 +292,12 @@ class _BatchReads:
             return [[s[name] for s in samples] for name in (self._layout.names[c] for c in cols)]
         return self._layout.columns(buf, lo, hi, cols, self.decode_images, locate, self.zero_copy)
 
-    def _columns_gathered(self, groups, cols: list[int], as_samples: bool = False) -> list:
+    def _columns_gathered(self, groups, cols: list[int], as_samples: bool, budget: _Budget) -> list:
         """Columns of records spread thinly over many shards: gather, then slice once."""
         parts = []
         for k, lidx in groups:
             sh, lidx, starts, ends = self._ranges(k, lidx)
-            data, pos = self._records(sh, starts, ends, lidx)
+            data, pos = self._records(sh, starts, ends, lidx, budget)
             parts.append((sh, data, pos, starts, lidx))
         buf = b"".join(p[1] for p in parts)
         shifts = np.cumsum([0] + [int(p[2][-1]) for p in parts[:-1]])
@@ -310,32 +315,65 @@ class _BatchReads:
         decode = self._layout.samples if as_samples else self._layout.columns
         return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
 
-    def _records(self, sh: _OpenShard, starts, ends, lidx):
+    def _records(self, sh: _OpenShard, starts, ends, lidx, budget: _Budget):
         """The (decompressed) records ``[starts[j], ends[j])`` of ``sh`` back to back."""
         codec = sh.info.compression
         if codec is None or not codec.per_sample:
             return sh.gather(starts, ends)
         return self._decode_records(sh.buf, starts, ends, codec, sh.path,
-                                    lambda j: (int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])))
+                                    lambda j: (int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])),
+                                    budget)
 
-    def _decode_records(self, buf, starts, ends, codec: Compression, path, where):
-        """Decompress sample-compressed records in one batch call (zstd, blosc2) or a loop."""
+    def _decode_records(self, buf, starts, ends, codec: Compression, path, where, budget: _Budget):
+        """Decompress sample-compressed records in one batch call (zstd, blosc2) or a loop,
+        each at most ``self.limit`` bytes and all of them at most what ``budget`` has left."""
         from ..._core import _codecs
 
         batch = {"zstd": _codecs.zstd_decode_many, "blosc2": _codecs.blosc2_decode_many}.get(codec.codec)
         if batch is not None:
             try:
-                return batch(buf, starts, ends, self.limit, self.decode_threads, path=path)
+                data, pos = batch(buf, starts, ends, self.limit, self.decode_threads, path=path,
+                                  batch_limit=budget.left)
+            except DecompressionLimitError as exc:  # item j of the batch: name its sample
+                offset, sample = where(exc.sample or 0)
+                raise DecompressionLimitError(_limit_message(exc), path=path, offset=offset, sample=sample) from None
+            except MemoryError as exc:
+                raise OutOfMemoryError(f"out of memory decompressing {len(starts)} {codec.codec} records",
+                                       path=path) from exc
             except HpcioError:
                 pass  # decode one by one below to name the bad record exactly
+            else:
+                budget.left -= len(data)
+                return data, pos
         mv = memoryview(buf)
         out = []
         for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
             offset, sample = where(j)
-            out.append(codec.decompress(mv[a:b], self.limit, path=path, offset=offset, sample=sample))
+            try:
+                out.append(codec.decompress(mv[a:b], min(self.limit, budget.left), path=path, offset=offset,
+                                            sample=sample))
+            except DecompressionLimitError as exc:
+                raise DecompressionLimitError(_limit_message(exc), path=path, offset=offset, sample=sample) from None
+            budget.left -= len(out[-1])
         pos = np.zeros(len(out) + 1, np.uint64)
         np.cumsum([len(o) for o in out], out=pos[1:])
         return b"".join(out), pos
+
+
+class _Budget:
+    """The bytes one read (a sample, a batch, a step of a scan) may still decompress:
+    ``max_decoded_bytes`` bounds a batch's values together, not each on its own."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int):
+        self.left = limit
+
+
+def _limit_message(exc: DecompressionLimitError) -> str:
+    """The message of a limit error, its location left out, with how to raise the limit."""
+    message = str(exc).rsplit(" (", 1)[0] if exc.path is not None or exc.sample is not None else str(exc)
+    return f"{message}; a larger limit: max_decoded_bytes= or ${MAX_DECODED_ENV} (trusted data only)"
 
 
 def _inverse(order: np.ndarray) -> np.ndarray:

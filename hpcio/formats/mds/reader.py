@@ -27,7 +27,7 @@ import numpy as np
 from ... import codecs as _codec_table
 from ...errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
 from .. import base
-from .batches import _BatchReads
+from .batches import _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
@@ -45,6 +45,12 @@ _SCAN_BATCH = 256
 _LARGE_STEP = 64
 _LARGE_COPY_STEP = 16
 _PAIR = struct.Struct("<2I")
+# Samples a dataset may declare before its shard files are looked at: arrays of that many
+# ids (a shuffle's permutation) take at most 128 MiB.
+_UNCHECKED_SAMPLES = 1 << 24
+# The most a whole-shard codec is taken to shrink a shard (zstd's run-length blocks: 4
+# bytes per 128 KiB).
+_MAX_RATIO = 1 << 15
 
 
 class Reader(_BatchReads, base.Reader):
@@ -74,8 +80,10 @@ class Reader(_BatchReads, base.Reader):
         shard file against ``index.json`` when it is first opened.
     decode_threads
         Threads the C kernels use to decompress one batch of sample-compressed records.
-    limit
-        Largest decompressed size accepted for one record or shard.
+    max_decoded_bytes
+        Most bytes one read may decompress: one record or shard, or the records of one
+        batch together, checked against their declared sizes before allocating (a byte
+        size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).  The reader's ``limit``.
     zero_copy
         Return ``bytes`` (and undecoded image) values as read-only memoryviews of the
         mapped shard or decompressed batch instead of copies: fastest for large binary
@@ -86,7 +94,7 @@ class Reader(_BatchReads, base.Reader):
     def __init__(self, path, *, cache_dir=None, max_open: int = 256, max_decompressed: int = 8,
                  decode_images: bool = False, allow_pickle: bool = False,
                  validate_hashes: bool | str = False, decode_threads: int = 1,
-                 limit: int = _codec_table.DEFAULT_LIMIT, zero_copy: bool = False):
+                 max_decoded_bytes: int | str | None = None, zero_copy: bool = False):
         from ..._core import _index  # noqa: F401  (a broken build fails here, on open)
 
         self.directory = _dataset_dir(path)
@@ -97,9 +105,10 @@ class Reader(_BatchReads, base.Reader):
         self.decode_images = decode_images
         self.zero_copy = zero_copy
         self.decode_threads = decode_threads
-        self.limit = limit
+        self.limit = _codec_table.max_decoded_bytes(max_decoded_bytes)
         self.validate_hashes = validate_hashes
         self.shards = _load_index(self.directory)
+        _check_counts_fit_files(self.directory, self.shards)
         counts = [s.samples for s in self.shards]
         self._cum = np.zeros(len(counts) + 1, np.uint64)
         np.cumsum(counts, out=self._cum[1:])
@@ -193,11 +202,13 @@ class Reader(_BatchReads, base.Reader):
             )
 
     def _shard(self, k: int) -> _OpenShard:
-        """Shard ``k`` opened (mmap or decompressed), most recently used."""
+        """Shard ``k`` opened (mmap or decompressed), most recently used; a mapped shard
+        is checked not to have shrunk since it was opened (one ``fstat``)."""
         for cache in (self._maps, self._mem):
             sh = cache.get(k)
             if sh is not None:
                 cache.move_to_end(k)
+                sh.check_size()
                 return sh
         info = self.shards[k]
         base_id = self._cum_list[k]
@@ -351,7 +362,7 @@ class Reader(_BatchReads, base.Reader):
         consumed while the record bytes are still in cache."""
         codec = info.compression
         if codec is not None and codec.per_sample:
-            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where)
+            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where, _Budget(self.limit))
         pos = np.asarray(pos, dtype=np.int64)
         for a in range(0, count, _SCAN_BATCH):
             b = min(a + _SCAN_BATCH, count)
@@ -394,3 +405,29 @@ class Reader(_BatchReads, base.Reader):
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
 
+
+def _check_counts_fit_files(directory: str, shards: list[_ShardInfo]) -> None:
+    """Check index.json's sample counts against the sizes of the shard files before any
+    array of that length (a shuffle's permutation) is allocated: a sample costs at least
+    its 4-byte offset, and a whole-shard compressed file shrank its shard at most
+    ``_MAX_RATIO`` times.  The largest counts are checked, one ``stat`` each, until the
+    rest sum to at most ``_UNCHECKED_SAMPLES``: a small dataset opens without any."""
+    rest = sum(s.samples for s in shards)
+    for info in sorted(shards, key=lambda s: s.samples, reverse=True):
+        if rest <= _UNCHECKED_SAMPLES:
+            return
+        path = os.path.join(directory, info.file_basename)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise ShardNotFoundError(
+                f"shard file {info.file_basename} named by index.json is missing", path=path
+            ) from None
+        room = size * _MAX_RATIO if info.whole_shard else size
+        if 8 + 4 * info.samples > room:
+            raise CorruptShardError(
+                f"shard entry {info.position} declares {info.samples} samples; its file "
+                f"{info.file_basename} of {size} bytes cannot hold more than {max(room - 8, 0) // 4}",
+                path=os.path.join(directory, INDEX_NAME),
+            )
+        rest -= info.samples

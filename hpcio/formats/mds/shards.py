@@ -61,9 +61,15 @@ class _OpenShard:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    return None  # out of descriptors (a map holds none): read through the map
+                    return None  # out of descriptors: read through the map
                 raise
         return self._fd
+
+    def check_size(self) -> None:
+        """Raise ShardChangedError if the mapped file shrank since it was opened: reading
+        the lost part of the mapping would kill the process (SIGBUS)."""
+        if self.mapped is not None:
+            self.mapped.check_size()
 
     def gather(self, starts, ends):
         from ..._core import _io

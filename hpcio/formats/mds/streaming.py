@@ -24,7 +24,7 @@ import struct
 from streaming.base.format import _readers
 from streaming.base.format.mds.reader import MDSReader
 
-from ...codecs import DEFAULT_LIMIT
+from ...codecs import max_decoded_bytes
 from ...errors import IndexOutOfRangeError
 from . import streaming_encodings
 from .compression import parse_compression
@@ -65,6 +65,8 @@ class MDSSampleReader(MDSReader):
             filename = os.path.join(self.dirname, self.split, self.raw_data.basename)
             self._map = _io.MappedShard(filename)
             self._map_pid = os.getpid()
+        else:
+            self._map.check_size()
         return self._map.buffer()
 
     def get_sample_data(self, idx: int) -> bytes:
@@ -78,7 +80,7 @@ class MDSSampleReader(MDSReader):
         data = buf[begin:end]
         if self.sample_compression is not None:
             return self.sample_compression.decompress(
-                data, DEFAULT_LIMIT, path=self.raw_data.basename, offset=begin, sample=idx
+                data, max_decoded_bytes(), path=self.raw_data.basename, offset=begin, sample=idx
             )
         return data.tobytes()
 
