@@ -93,7 +93,10 @@ def _panel(ax, best: dict[str, dict], key: str, scale: tuple[float, float], log:
         ax.text(x, y, _compact(value), va="center", ha="left", fontsize=10)
     ax.set_yticks([])
     if log:
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlaps
     ax.set_xlim(*scale)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
@@ -124,7 +127,9 @@ def _figure(plt, records, profile, key, xlabel, log, suptitle):
     if not values:
         return None
     # room right of the longest bar for its label: a factor on a log axis, a fraction on a linear one
-    scale = (10 ** math.floor(math.log10(min(values))), max(values) * 4) if log else (0, max(values) * 1.2)
+    top = max(values) * 4
+    low = 10 ** min(math.floor(math.log10(min(values))), math.floor(math.log10(top)) - 2)
+    scale = (low, top) if log else (0, max(values) * 1.2)
     cols = min(3, len(ops))
     rows = math.ceil(len(ops) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.5 * rows + 0.9), sharex=True, squeeze=False)
