@@ -1,4 +1,5 @@
-"""Tables (Markdown, CSV, JSON) and plots of a benchmark run, with hpcio/peer ratios."""
+"""Tables (Markdown, CSV, JSON) of a benchmark run, with hpcio/peer ratios; figures in
+:mod:`hpcio.bench.plots`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import json
 import os
 
-from .runner import BATCH_OPS, OPERATIONS
+from .runner import BATCH_OPS
 
 __all__ = ["summarize", "write_reports"]
 
@@ -110,61 +111,6 @@ def markdown(records: list[dict], summary: dict, facts: dict) -> str:
     return out.getvalue()
 
 
-def _pyplot():
-    """``matplotlib.pyplot`` drawing off screen (Agg), or None when matplotlib is
-    missing: the plots are optional, the tables are not."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-def _save(plt, fig, path: str, dpi: int) -> str:
-    """Lay out ``fig``, write it to ``path`` as PNG and free it; returns ``path``."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
-
-
-def plots(records: list[dict], out_dir: str) -> list[str]:
-    """Throughput bars per operation and throughput against peak RSS, one PNG each per profile."""
-    plt = _pyplot()
-    if plt is None:
-        return []
-    written = []
-    for profile in sorted({r["profile"] for r in records}):
-        rows = [r for r in records if r["profile"] == profile]
-        ops = [op for op in OPERATIONS if any(r["op"] == op for r in rows)]
-        systems = sorted({r["system"] for r in rows})
-        fig, axes = plt.subplots(1, len(ops), figsize=(4.5 * len(ops), 0.35 * len(systems) + 2), squeeze=False)
-        for ax, op in zip(axes[0], ops):
-            vals = {r["system"]: r["samples_per_s"] for r in rows if r["op"] == op}
-            names = [s for s in systems if s in vals]
-            colors = ["tab:orange" if s.startswith("hpcio") else "tab:blue" for s in names]
-            ax.barh(names, [vals[s] for s in names], color=colors)
-            ax.set_xscale("log")
-            ax.set_title(f"{profile}: {op}")
-            ax.set_xlabel("samples/s (open + operation)")
-        written.append(_save(plt, fig, os.path.join(out_dir, f"throughput_{profile}.png"), 110))
-
-        fig, ax = plt.subplots(figsize=(7, 5))
-        for r in rows:
-            ax.scatter(r["maxrss_mb"], r["samples_per_s"], color="tab:orange" if not r["peer"] else "tab:blue")
-            ax.annotate(f"{r['system']} {r['op']}", (r["maxrss_mb"], r["samples_per_s"]), fontsize=6)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("peak RSS (MB)")
-        ax.set_ylabel("samples/s")
-        ax.set_title(f"{profile}: throughput against peak memory (orange: hpcio)")
-        written.append(_save(plt, fig, os.path.join(out_dir, f"memory_{profile}.png"), 110))
-    return written
-
-
 def loader_markdown(rows: list[dict]) -> str:
     """The DataLoader sweep: samples/s and accelerator utilisation per configuration."""
     out = io.StringIO()
@@ -256,36 +202,6 @@ def pipeline_markdown(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def loader_plot(rows: list[dict], out_dir: str) -> list[str]:
-    """Accelerator utilisation against num_workers, one line per (tier, dataset, batch)."""
-    ok = [r for r in rows if not r.get("error")]
-    if not ok:
-        return []
-    plt = _pyplot()
-    if plt is None:
-        return []
-    written = []
-    for profile in sorted({r["profile"] for r in ok}):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        lines: dict = {}
-        for r in ok:
-            if r["profile"] != profile:
-                continue
-            key = (r["tier"], r["dataset"], r["batch_size"])
-            best = lines.setdefault(key, {})
-            best[r["workers"]] = max(best.get(r["workers"], 0.0), r["au"])
-        for (tier, name, bs), pts in sorted(lines.items()):
-            xs = sorted(pts)
-            ax.plot(xs, [pts[x] for x in xs], marker="o", label=f"{tier} {name} b{bs}")
-        ax.set_xlabel("DataLoader num_workers (best prefetch_factor)")
-        ax.set_ylabel("accelerator utilisation")
-        ax.set_ylim(0, 1.05)
-        ax.set_title(f"{profile}: DataLoader, compute emulated by sleeping")
-        ax.legend(fontsize=6, ncol=2)
-        written.append(_save(plt, fig, os.path.join(out_dir, f"dataloader_{profile}.png"), 90))
-    return written
-
-
 def write_reports(records: list[dict], limits: dict, facts: dict, out_dir: str,
                   dataloader: list[dict] | None = None, pipeline: list[dict] | None = None) -> dict:
     os.makedirs(out_dir, exist_ok=True)
@@ -312,5 +228,7 @@ def write_reports(records: list[dict], limits: dict, facts: dict, out_dir: str,
         md += pipeline_markdown(pipeline)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(md)
-    pngs = plots(records, out_dir) + loader_plot(dataloader, out_dir)
+    from .plots import loader_figures, throughput_figures  # not at import: python -m hpcio.bench.plots
+
+    pngs = throughput_figures(records, out_dir) + loader_figures(dataloader, out_dir)
     return {"markdown": md, "plots": pngs, **summary}

@@ -1,0 +1,238 @@
+"""Every command and Python snippet in README.md and docs/**/*.md runs.
+
+Fenced blocks labelled ``bash``, ``sh`` or ``python`` are executed, in page order, in one
+temporary directory per page (a page's blocks build on one another; its Python blocks share
+one namespace, in one fresh interpreter). Blocks labelled ``text``, ``json`` or ``toml``
+show output, layouts or configuration and are not run; an unlabelled block fails the test,
+so no command hides from it.
+
+HTML comments directly above a fence tell the test what a reader need not see:
+
+* ``<!-- test: setup ... -->`` code (in the block's language) run before the block, to
+  define what the snippet takes as given (``rank``, a ``jpeg_bytes``);
+* ``<!-- test: replace OLD => NEW -->`` shrinks a size or points a path into the test
+  directory;
+* ``<!-- test: slow REASON -->`` runs the block in the ``slow`` suite only;
+* ``<!-- test: slurm REASON -->`` runs it in the ``slurm`` suite only, with a running Slurm
+  (``tools/slurm/cluster.sh``, see tests/test_slurm.py);
+* ``<!-- test: skip REASON -->`` never runs it: a few commands that cannot run on a test
+  machine (installing into the environment, a site's module system); each says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hpcio.testing.environment import missing
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+RUN = {"bash": "shell", "sh": "shell", "python": "python"}
+SHOWN = {"text", "json", "toml"}
+TIERS = ("default", "slow", "slurm")
+# A command a block of output must not start with: such a block is a command to run.
+COMMAND_WORDS = ("hpcio ", "$ ", "make ", "sbatch ", "srun ", "mpiexec ", "pip ", "python ")
+
+FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+DIRECTIVE = re.compile(r"<!--\s*test:\s*(\w+)\s?(.*?)-->\s*$", re.S)
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    language: str
+    code: str
+    tier: str = "default"
+    reason: str = ""
+    setup: list[str] = field(default_factory=list)
+    replacements: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    def runnable_code(self) -> str:
+        code = self.code
+        for old, new in self.replacements:
+            assert old in code, f"{self.where}: 'replace {old}' matches nothing"
+            code = code.replace(old, new)
+        return "\n".join([*self.setup, code])
+
+
+def _directives(text: str, fence_start: int) -> list[tuple[str, str]]:
+    """The ``<!-- test: ... -->`` comments directly above the fence at ``fence_start``."""
+    found = []
+    before = text[:fence_start].rstrip("\n")
+    while before.endswith("-->"):
+        start = before.rfind("<!--")
+        match = DIRECTIVE.match(before[start:])
+        if start < 0 or not match:
+            break
+        found.append((match.group(1), match.group(2).strip()))
+        before = before[:start].rstrip("\n")
+    return found[::-1]
+
+
+def _apply(block: Block, name: str, value: str) -> None:
+    if name in ("skip", "slow", "slurm"):
+        assert value, f"{block.where}: 'test: {name}' needs a reason"
+        block.tier, block.reason = name, value
+    elif name == "setup":
+        block.setup.append(textwrap.dedent(value))
+    elif name == "replace":
+        old, sep, new = value.partition(" => ")
+        assert sep, f"{block.where}: write 'replace OLD => NEW'"
+        block.replacements.append((old, new))
+    else:
+        raise AssertionError(f"{block.where}: unknown directive 'test: {name}'")
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    rel = page.relative_to(ROOT).as_posix()
+    found = []
+    for match in FENCE.finditer(text):
+        block = Block(rel, text.count("\n", 0, match.start()) + 1, match.group(1), match.group(2))
+        for name, value in _directives(text, match.start()):
+            _apply(block, name, value)
+        found.append(block)
+    return found
+
+
+def _script(page_blocks: list[Block], tier: str) -> str:
+    """One Python program running the page's blocks of ``tier`` (and lower) in order."""
+    wanted = TIERS[: TIERS.index(tier) + 1]
+    lines = [
+        "import subprocess, sys",
+        "ns = {'__name__': '__main__'}",
+        "def shell(code, where):",
+        "    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', code])",
+        "    if proc.returncode:",
+        "        sys.exit(f'{where}: exit status {proc.returncode}')",
+    ]
+    for block in page_blocks:
+        kind = RUN.get(block.language)
+        if kind is None or block.tier not in wanted:
+            continue
+        lines.append(f"print('--- {block.where}', flush=True)")
+        if kind == "shell":
+            lines.append(f"shell({block.runnable_code()!r}, {block.where!r})")
+        else:
+            lines.append(f"exec(compile({block.runnable_code()!r}, {block.where!r}, 'exec'), ns)")
+    return "\n".join(lines) + "\n"
+
+
+def _cases():
+    for page in PAGES:
+        page_blocks = blocks(page)
+        tiers = {b.tier for b in page_blocks if b.language in RUN}
+        for tier in TIERS:
+            if tier == "default" and any(t in ("default", "slow") for t in tiers) or tier in tiers:
+                marks = [getattr(pytest.mark, tier)] if tier != "default" else []
+                yield pytest.param(page, tier, marks=marks, id=f"{page.relative_to(ROOT)}-{tier}")
+
+
+def _run_page(page: Path, tier: str, tmp_path: Path) -> None:
+    for name in ("slurm", "tools"):  # the pages' commands name these paths of a clone
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = tmp_path / "doc_blocks.py"
+    script.write_text(_script(blocks(page), tier), encoding="utf-8")
+    env = dict(os.environ, HPCIO_REPO=str(ROOT),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1800 if tier != "default" else 300)
+    assert proc.returncode == 0, f"{page.name} ({tier}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize("page, tier", list(_cases()))
+def test_page_commands_run(page, tier, tmp_path):
+    if tier == "slurm" and not os.environ.get("SLURM_CONF"):
+        missing("SLURM", "no Slurm cluster: run `tools/slurm/cluster.sh start` and export SLURM_CONF "
+                         "(make test-slurm does both)")
+    _run_page(page, tier, tmp_path)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_is_labelled(page):
+    for block in blocks(page):
+        assert block.language in RUN or block.language in SHOWN, (
+            f"{block.where}: label the block bash, python or one of {sorted(SHOWN)}")
+        if block.language in SHOWN:
+            first = block.code.lstrip().splitlines()[0] if block.code.strip() else ""
+            assert not first.startswith(COMMAND_WORDS), f"{block.where}: a command in a '{block.language}' block"
+
+
+def test_few_blocks_are_skipped():
+    skipped = [b for page in PAGES for b in blocks(page) if b.tier == "skip"]
+    assert len(skipped) <= 8, [b.where for b in skipped]
+
+
+# ---- the "Coming from" page names only what exists --------------------------------
+
+def _hpcio_cells() -> list[str]:
+    """The code spans of the hpcio column of docs/coming-from.md's tables."""
+    spans = []
+    for line in (ROOT / "docs" / "coming-from.md").read_text(encoding="utf-8").splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") and len(cells) == 2:
+            spans.extend(re.findall(r"`([^`]+)`", cells[1]))
+    return spans
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(dotted)
+
+
+def _check_command(span: str, subcommands: dict) -> None:
+    words = span.replace("srun hpcio-convert", "hpcio convert").split()
+    assert words[1] in subcommands, f"no command hpcio {words[1]}"
+    known = {opt for action in subcommands[words[1]]._actions for opt in action.option_strings}
+    for word in words[2:]:
+        if word.startswith("-"):
+            assert word in known, f"hpcio {words[1]} has no option {word}"
+
+
+def test_coming_from_names_what_exists():
+    from hpcio import Dataset
+    from hpcio.cli.main import build_parser
+
+    parser = build_parser()
+    subcommands = next(a.choices for a in parser._actions if hasattr(a, "choices") and a.choices)
+    spans = _hpcio_cells()
+    assert len(spans) > 40
+    for span in spans:
+        head = span.split("(")[0]
+        if span.startswith(("hpcio ", "srun hpcio-convert")):
+            _check_command(span, subcommands)
+        elif head.startswith("hpcio."):
+            _resolve(head)
+            for inner in re.findall(r"(hpcio(?:\.\w+)+)\(", span):
+                _resolve(inner)
+        elif head.startswith("ds."):
+            for method in re.findall(r"ds\.(\w+)", span):
+                assert hasattr(Dataset, method), f"hpcio.Dataset has no {method}: {span}"
+        elif head.startswith("loader."):
+            import hpcio.torch
+
+            assert hasattr(hpcio.torch.DataLoader, head.split(".")[1]), span
