@@ -18,7 +18,7 @@
 # apt-get when it is missing and this runs as root.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 OUT=build/fuzz
 CC=${CC:-clang}
 PY=${PY:-.venv/bin/python}
