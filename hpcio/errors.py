@@ -36,6 +36,7 @@ __all__ = [
     "UnstableIdentityError",
     "CacheTimeoutError",
     "TuningError",
+    "CollateError",
     "where",
 ]
 
@@ -204,3 +205,7 @@ class CacheTimeoutError(HpcioError, TimeoutError):
 
 class TuningError(HpcioError, ValueError):
     """An unknown name in ``HPCIO_TUNE`` (see :func:`hpcio.tune`)."""
+
+
+class CollateError(HpcioError, ValueError):
+    """Samples that cannot be collated as asked (padding tensors of different ranks)."""
