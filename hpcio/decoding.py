@@ -109,7 +109,8 @@ class ImageDecoder:
     """Decode one image (bytes-like) into the type named by ``spec`` (see the module doc).
 
     ``backend`` is ``"auto"`` (the fastest installed decoder for each image),
-    ``"torchvision"``, ``"simplejpeg"`` (JPEG only, Pillow for the rest) or ``"pillow"``.
+    ``"torchvision"`` (JPEG, PNG and WebP), ``"simplejpeg"`` (JPEG) or ``"pillow"``;
+    Pillow decodes what the chosen library cannot.
     Instances are picklable, so they cross into DataLoader workers.
     """
 

@@ -105,3 +105,30 @@ def test_a_pipeline_decodes_samples_and_batches(demo_shards):
     batches = list(ht.PipelineDataset(Pipeline(ds, seed=2).batch(8), decode="rgb8"))
     assert [len(b) for b in batches] == [8, 8]
     assert all(image.shape[2] == 3 for b in batches for image in images_of(ht.ragged_collate(b)))
+
+
+def jpeg(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (width, height, 0)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def test_samples_with_several_images_collate_as_lists_of_tensors(tmp_path):
+    # 1-4 images per sample, each of its own size; stored with pickle until the formats
+    # store lists of binaries natively.
+    with hpcio.open_writer(tmp_path / "multi", format="mds", columns={"id": "int", "images": "pkl"},
+                           allow_pickle=True) as w:
+        for i in range(8):
+            w.write({"id": i, "images": [jpeg(16 + 8 * j, 24 + 8 * i) for j in range(1 + i % 4)]})
+    ds = hpcio.open(tmp_path / "multi", allow_pickle=True)
+    data = ht.MapDataset(ds, batch_size=4, shuffle=False, decode="torchrgb8")
+    batches = list(ht.DataLoader(data, num_workers=2, timeout=300))
+    assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for batch in batches:
+        for i, images in zip(batch["id"].tolist(), batch["images"]):
+            assert [tuple(t.shape) for t in images] == [(3, 24 + 8 * i, 16 + 8 * j) for j in range(1 + i % 4)]
+            assert all(t.dtype == torch.uint8 for t in images)
