@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .collate import ragged_collate
 from .dataset import Dataset
 from .decoding import sample_decoder
 from .distributed.context import RuntimeContext, infer_context
@@ -45,6 +44,8 @@ try:
     import torch.utils.data as torch_data
 except ImportError as exc:
     raise MissingDependencyError("hpcio.torch needs PyTorch: pip install torch") from exc
+
+from .collate import ragged_collate  # noqa: E402  (needs torch, checked above)
 
 __all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "ragged_collate"]
 

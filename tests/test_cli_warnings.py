@@ -23,14 +23,16 @@ def python_warnings(stderr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     """The demo tour's vlm shards (every format), written by ``hpcio demo run``."""
+    import os
     import subprocess
     import sys
 
-    from conftest import child_env
-
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+               **WARNINGS_SHOWN)
     out = tmp_path_factory.mktemp("quiet") / "vlm"
     proc = subprocess.run([sys.executable, "-m", "hpcio.cli", "demo", "run", "-n", "8", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=child_env(**WARNINGS_SHOWN))
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert python_warnings(proc.stderr) == [], proc.stderr
     return out

@@ -111,12 +111,12 @@ def device_limits(directory: str, *, file_bytes: int = 2 << 30, request_bytes: i
             "random_by_depth": {d: r["bytes_per_s"] for d, r in rand.items()}}
 
 
-@contextlib.contextmanager
 def _read_text(path: str) -> str:
     with open(path) as f:
         return f.read()
 
 
+@contextlib.contextmanager
 def memory_cgroup(limit_bytes: int):
     """A memory cgroup (v1 or v2) limited to ``limit_bytes``; yields the file a process
     writes its pid to in order to join it."""
