@@ -55,6 +55,7 @@ __all__ = [
     "UsageError",
     "ClosedError",
     "BenchmarkError",
+    "CollateError",
     "where",
 ]
 
@@ -332,3 +333,7 @@ class ConversionInterrupted(HpcioError, RuntimeError):
 
     #: ``EX_TEMPFAIL``: a temporary failure, the same command will succeed when run again.
     exit_code = 75
+
+
+class CollateError(HpcioError, ValueError):
+    """Samples that cannot be collated as asked (padding tensors of different ranks)."""

@@ -9,11 +9,15 @@ Exact resume needs the number of batches the training loop received, which only 
 main process knows: iterate through :class:`DataLoader` (a thin subclass of PyTorch's)
 or directly over the dataset.  ``state_dict()`` then holds the epoch and the global
 consumed position, valid on every rank, and ``load_state_dict()`` continues with the
-remaining samples of that epoch at any world size and worker count::
+remaining samples of that epoch at any world size and worker count.
+
+``decode=`` decodes images in the workers (``"torchrgb8"``, ``"pil"``, a callable, ...:
+see :mod:`hpcio.decoding`), and batches are collated by :func:`ragged_collate`, which
+keeps ragged fields (chat messages, lists of images of different sizes) as lists::
 
     import hpcio.torch
-    loader = hpcio.torch.DataLoader(hpcio.torch.IterableDataset(ds, batch_size=32, seed=1),
-                                    num_workers=4, persistent_workers=True)
+    data = hpcio.torch.IterableDataset(ds, batch_size=32, seed=1, decode="torchrgb8")
+    loader = hpcio.torch.DataLoader(data, num_workers=4, persistent_workers=True)
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from .dataset import Dataset
+from .decoding import sample_decoder
 from .distributed.context import RuntimeContext, infer_context
 from .distributed.split import (
     REMAINDERS,
@@ -37,11 +42,12 @@ from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 try:
     import torch
     import torch.utils.data as torch_data
-    from torch.utils.data import default_collate
 except ImportError as exc:
     raise MissingDependencyError("hpcio.torch needs PyTorch: pip install torch") from exc
 
-__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset"]
+from .collate import ragged_collate  # noqa: E402  (needs torch, checked above)
+
+__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "ragged_collate"]
 
 _STATE_VERSION = 1
 
@@ -65,6 +71,7 @@ class _EpochCursor:
         remainder: str = "drop",
         shard_sizes: Sequence[int] | None = None,
         window: int = 1,
+        decode=None,
         context: RuntimeContext | Mapping | None = None,
     ):
         if not isinstance(dataset, Dataset):
@@ -74,6 +81,7 @@ class _EpochCursor:
         if remainder not in REMAINDERS:
             raise InvalidArgumentError(f"unknown remainder {remainder!r}; expected one of drop, pad")
         self.dataset = dataset
+        self.decoder = sample_decoder(decode)
         self.batch_size = int(batch_size)
         self.mode = shuffle_mode(shuffle)
         self.seed = int(seed)
@@ -129,6 +137,13 @@ class _EpochCursor:
             shard_sizes=self.shard_sizes,
             window=self.window,
         )
+
+    def _read(self, indices) -> list:
+        """The samples at ``indices``, read with one ``get_batch`` and decoded."""
+        samples = self.dataset.get_batch(indices)
+        if self.decoder is None:
+            return samples
+        return [self.decoder(s, int(i)) for s, i in zip(samples, np.asarray(indices).tolist())]
 
     def _batches_per_rank(self, start: int, dp_size: int, num_workers: int) -> int:
         m = per_consumer(max(0, len(self.dataset) - start), dp_size * num_workers, self.remainder)
@@ -227,16 +242,20 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
     remainder : {"drop", "pad"}
         Equal counts per (rank, worker): drop the last ``R % consumers`` positions of
         the epoch order (default) or repeat the first ones.
+    decode : str, callable or mapping, optional
+        Decode images in the worker: a name such as ``"torchrgb8"`` or ``"pil"``, a
+        callable, or ``{field: name or callable}`` (see :mod:`hpcio.decoding`).
     collate_fn : callable, optional
-        Applied to each list of samples in the worker (default ``default_collate``);
-        pass ``list`` to get the samples themselves.
+        Applied to each list of samples in the worker (default :func:`ragged_collate`;
+        ``functools.partial(ragged_collate, pad=True)`` pads ragged tensors); pass
+        ``list`` to get the samples themselves.
     context : RuntimeContext or mapping, optional
         Explicit ``rank``, ``world_size``, ``tp_size``; anything else is inferred.
     """
 
     def __init__(self, dataset: Dataset, *, collate_fn: Callable | None = None, **cursor_options):
         super().__init__(dataset, **cursor_options)
-        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self.collate_fn = ragged_collate if collate_fn is None else collate_fn
         self._by_loader = False
         self._loader_workers = 1
 
@@ -252,7 +271,7 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
             self._begin(1)
         indices = self._indices(ctx, ctx.worker_id, ctx.num_workers)
         for lo in range(0, len(indices), self.batch_size):
-            batch = self.collate_fn(self.dataset.get_batch(indices[lo : lo + self.batch_size]))
+            batch = self.collate_fn(self._read(indices[lo : lo + self.batch_size]))
             if in_main and not self._by_loader:
                 self._delivered += 1
             yield batch
@@ -262,19 +281,23 @@ class MapDataset(_EpochCursor, torch_data.Dataset):
     """Map-style access to an hpcio Dataset, with a resumable distributed batch sampler.
 
     ``ds[i]`` reads one sample; a DataLoader fetches a whole batch with one
-    ``get_batch`` call through ``__getitems__``.  :meth:`batch_sampler` yields this
-    rank's batches of the epoch order; :class:`DataLoader` uses it automatically.
-    Parameters are those of :class:`IterableDataset` except ``collate_fn``.
+    ``get_batch`` call through ``__getitems__`` (decoding it there, in the worker).
+    :meth:`batch_sampler` yields this rank's batches of the epoch order;
+    :class:`DataLoader` uses it automatically, with :func:`ragged_collate` unless
+    given another ``collate_fn``.  Parameters are those of :class:`IterableDataset`
+    except ``collate_fn``.  A plain ``torch.utils.data.DataLoader`` over it needs
+    ``collate_fn=hpcio.torch.ragged_collate`` for samples with ragged fields.
     """
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, i):
-        return self.dataset[int(i)]
+        sample = self.dataset[int(i)]
+        return sample if self.decoder is None else self.decoder(sample, int(i))
 
     def __getitems__(self, indices) -> list:
-        return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
+        return self._read(np.asarray(indices, dtype=np.int64))
 
     def batch_sampler(self) -> "BatchSampler":
         """A sampler of this rank's index batches for the current epoch and position."""
@@ -305,7 +328,7 @@ class DataLoader(torch_data.DataLoader):
 
     For an :class:`IterableDataset` the dataset batches (``batch_size=None`` here);
     for a :class:`MapDataset` its :meth:`~MapDataset.batch_sampler` is used with
-    ``collate_fn`` (default ``default_collate``).  Other keyword arguments go to
+    ``collate_fn`` (default :func:`ragged_collate`).  Other keyword arguments go to
     PyTorch (``num_workers``, ``persistent_workers``, ``pin_memory``, ...).
     """
 
@@ -325,6 +348,7 @@ class DataLoader(torch_data.DataLoader):
                         f"{key}= is set by the MapDataset; pass it to MapDataset instead"
                     )
             kwargs["batch_sampler"] = dataset.batch_sampler()
+            kwargs.setdefault("collate_fn", ragged_collate)
         else:
             raise WrongTypeError(
                 "hpcio.torch.DataLoader takes an hpcio.torch.IterableDataset or MapDataset, "
@@ -365,14 +389,16 @@ class PipelineDataset(torch_data.IterableDataset):
     ``assemble`` change counts per consumer, so equal counts and exact resume are
     properties of :class:`IterableDataset`, not of arbitrary pipelines.  Use it with
     ``torch.utils.data.DataLoader(..., batch_size=None)`` when the pipeline batches.
+    ``decode=`` appends ``pipeline.decode(decode)``: it decodes samples, or the samples
+    of each batch when the pipeline batches.
     """
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline, *, decode=None):
         from .pipeline import Pipeline
 
         if not isinstance(pipeline, Pipeline):
             raise WrongTypeError(f"expected an hpcio.pipeline.Pipeline, got {type(pipeline).__name__}")
-        self.pipeline = pipeline
+        self.pipeline = pipeline if decode is None else pipeline.decode(decode)
         self._epoch = torch.tensor([pipeline.epoch], dtype=torch.int64).share_memory_()
 
     def set_epoch(self, epoch: int) -> None:

@@ -125,15 +125,16 @@ def mount_tmpfs(tmp_path):
 
 @pytest.fixture
 def run_hpcio():
-    """``run_hpcio(*args, check=False)`` -> CompletedProcess of ``hpcio ARGS``."""
+    """``run_hpcio(*args, check=False, env=None)`` -> CompletedProcess of ``hpcio ARGS``
+    (``env``: variables added to the child's environment)."""
 
-    def run(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    def run(*args: str, timeout: float = 300, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "hpcio.cli", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=child_env(),
+            env=child_env(**(env or {})),
             **kwargs,
         )
 

@@ -118,6 +118,11 @@ def device_limits(directory: str, *, file_bytes: int = 2 << 30, request_bytes: i
             "random_by_depth": {d: r["bytes_per_s"] for d, r in rand.items()}}
 
 
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 @contextlib.contextmanager
 def memory_cgroup(limit_bytes: int):
     """A memory cgroup (v1 or v2) limited to ``limit_bytes``; yields the file a process
@@ -126,7 +131,7 @@ def memory_cgroup(limit_bytes: int):
     v2 = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
     if os.path.exists(os.path.join(v1, "memory.limit_in_bytes")):
         parent, limit_file = v1, "memory.limit_in_bytes"
-    elif "memory" in open(os.path.join(v2, "cgroup.controllers")).read().split():
+    elif "memory" in _read_text(os.path.join(v2, "cgroup.controllers")).split():
         parent, limit_file = v2, "memory.max"
     else:
         raise HpcioError("no memory cgroup controller is available: cannot confine the reader's memory")

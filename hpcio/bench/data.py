@@ -76,7 +76,10 @@ def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=pr
     stamp_path = os.path.join(root, "bench.json")
     stamp = {"profile": profile, "n": n, "seed": seed, "hpcio": hpcio.__version__,
              "parquet_row_group_rows": parquet_row_group_rows(profile)}
-    reuse = os.path.exists(stamp_path) and json.load(open(stamp_path)) == stamp
+    reuse = False
+    if os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            reuse = json.load(f) == stamp
     if not reuse:
         for entry in os.listdir(root):
             target = os.path.join(root, entry)

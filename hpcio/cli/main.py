@@ -4,6 +4,10 @@ Subcommands are discovered from the modules of :mod:`hpcio.cli`: every public mo
 other than this one is a command named after it (``_`` becomes ``-``) and exposes
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
 
+Warnings print as one line, ``hpcio: warning: <message>``, without Python's source
+line; ``--traceback`` keeps Python's own format.  The entry point owns its process, so
+it may change how warnings show; the library never does.
+
 Errors hpcio raises on purpose (:class:`hpcio.HpcioError`) and operating-system errors
 (missing file, permission denied) are user errors: one line on stderr and exit code 1
 (2 for an unknown option, a usage error as argparse's own are).
@@ -14,9 +18,11 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
 import sys
+import warnings
 from types import ModuleType
 
 from .._version import __version__
@@ -101,9 +107,24 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+@contextlib.contextmanager
+def _warnings_in_one_line(prog: str):
+    """Show each warning as ``prog: warning: message`` on stderr while the command runs."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{prog}: warning: {_one_line(message)}", file=file or sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def _run(module, args: argparse.Namespace, prog: str) -> int:
     try:
-        return int(module.run(args) or 0)
+        if args.traceback:
+            return int(module.run(args) or 0)
+        with _warnings_in_one_line(prog):
+            return int(module.run(args) or 0)
     except OptionError as exc:  # a usage error, found before any input was read
         if args.traceback:
             raise

@@ -2,7 +2,8 @@
 
 A :class:`Pipeline` starts from an :class:`hpcio.Dataset`, reads this (rank, worker)'s
 part of the epoch order (:func:`hpcio.distributed.split_indices`) in batches, and runs
-its stages in order.  Stages are ``map``, ``select``, ``batch`` (by count, byte budget
+its stages in order.  Stages are ``map``, ``decode`` (images into tensors, arrays or
+PIL images, see :mod:`hpcio.decoding`), ``select``, ``batch`` (by count, byte budget
 or padded-token budget), ``unbatch``, buffer ``shuffle`` and ``assemble`` (a stateful
 many-to-many step such as sequence packing).  Stateful stages receive the
 :class:`~hpcio.distributed.RuntimeContext`, so their randomness depends on seed,
@@ -25,6 +26,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from ..dataset import Dataset
+from ..decoding import SampleDecoder
 from ..distributed.context import RuntimeContext, infer_context
 from ..distributed.split import (
     circular_shift as rotate,
@@ -37,6 +39,7 @@ from .cache import CacheBoundary, materialise
 from .stages import (
     AssembleStage,
     BatchStage,
+    DecodeStage,
     MapStage,
     SelectStage,
     SequencePacker,
@@ -126,6 +129,17 @@ class Pipeline:
     def map(self, fn: Callable) -> "Pipeline":
         """Apply ``fn`` to every sample."""
         return self._then(MapStage(fn))
+
+    def decode(self, decode="torchrgb8", *, backend: str = "auto") -> "Pipeline":
+        """Decode images (or what ``decode`` names) in every sample, in the consumer.
+
+        ``decode`` is a name such as ``"torchrgb8"``, ``"rgb8"`` or ``"pil"``, a callable
+        applied to each image, or ``{field: name or callable}``; ``backend`` picks the
+        image decoder (``"auto"``, ``"torchvision"``, ``"simplejpeg"``, ``"pillow"``).
+        See :class:`hpcio.decoding.SampleDecoder`.
+        """
+        decoder = decode if isinstance(decode, SampleDecoder) else SampleDecoder(decode, backend)
+        return self._then(DecodeStage(decoder))
 
     def select(self, predicate: Callable) -> "Pipeline":
         """Keep the samples for which ``predicate`` is true."""

@@ -13,7 +13,7 @@ import numpy as np
 from ..distributed.context import RuntimeContext
 from ..errors import InvalidArgumentError, UnstableIdentityError
 
-__all__ = ["Stage", "MapStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
+__all__ = ["Stage", "MapStage", "DecodeStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
            "SequencePacker", "fingerprint_callable", "sample_nbytes"]
 
 
@@ -115,6 +115,16 @@ class MapStage(Stage):
 
     def fingerprint(self):
         return f"map({fingerprint_callable(self.fn)})"
+
+
+class DecodeStage(MapStage):
+    """Decodes binary values with a :class:`hpcio.decoding.SampleDecoder`; a list of
+    samples (after ``batch``) is decoded sample by sample."""
+
+    kind = "decode"
+
+    def fingerprint(self):
+        return f"decode({self.fn.fingerprint()})"
 
 
 class SelectStage(Stage):
