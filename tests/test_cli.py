@@ -139,26 +139,28 @@ def test_demo_generate_is_deterministic(run_hpcio, tmp_path, profile):
 
 
 def test_error_is_one_line_and_exit_1(run_hpcio, tmp_path):
-    out = tmp_path / "missing" / "x.jsonl"
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "x.jsonl"
     proc = run_hpcio("demo", "generate", "-n", "1", str(out))
     assert proc.returncode == 1
     assert proc.stderr == (
-        f"hpcio: error: the output directory does not exist ({tmp_path / 'missing'})\n"
+        f"hpcio: error: the output directory is a file, or under one ({tmp_path / 'afile'})\n"
     )
     assert proc.stdout == ""
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_traceback_flag(run_hpcio, tmp_path, where):
-    out = str(tmp_path / "missing" / "x.jsonl")
+    (tmp_path / "afile").write_text("")
+    out = str(tmp_path / "afile" / "x.jsonl")
     args = ["demo", "generate", "-n", "1", out]
     args = ["--traceback", *args] if where == "before" else ["demo", "--traceback", *args[1:]]
     proc = run_hpcio(*args)
     assert proc.returncode == 1
     assert proc.stderr.startswith("Traceback (most recent call last):")
     assert proc.stderr.rstrip().endswith(
-        f"hpcio.errors.ShardNotFoundError: the output directory does not exist "
-        f"({tmp_path / 'missing'})"
+        f"hpcio.errors.InvalidArgumentError: the output directory is a file, or under one "
+        f"({tmp_path / 'afile'})"
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from hpcio import demo
-from hpcio.errors import ShardNotFoundError
+from hpcio.errors import InvalidArgumentError
 
 # sha256 of demo data whose bytes depend only on numpy's generator streams (the JPEGs
 # also depend on Pillow's libjpeg, so they are checked by size and decodability).
@@ -142,10 +142,12 @@ def test_unknown_profile():
         next(demo.generate("audio", 1))
 
 
-def test_missing_output_directory(tmp_path):
-    missing = tmp_path / "nope"
-    with pytest.raises(ShardNotFoundError, match=r"^the output directory does not exist \(.*nope\)$"):
-        demo.write_jsonl(missing / "x.jsonl", "text", 1)
+def test_missing_output_directory_is_created(tmp_path):
+    demo.write_jsonl(tmp_path / "raw" / "sub" / "x.jsonl", "text", 2)
+    assert len((tmp_path / "raw" / "sub" / "x.jsonl").read_text().splitlines()) == 2
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InvalidArgumentError, match=r"^the output directory is a file, or under one \(.*afile\)$"):
+        demo.write_jsonl(tmp_path / "afile" / "x.jsonl", "text", 1)
 
 
 def test_vlm_tour_round_trips_multi_image_samples_in_every_format(tmp_path):

@@ -9,7 +9,7 @@ import io
 import os
 from collections.abc import Iterator
 
-from ..errors import MissingDependencyError, ShardNotFoundError
+from ..errors import InvalidArgumentError, MissingDependencyError
 from .samples import BYTES_FIELDS, _check_profile, generate
 
 __all__ = ["write_jsonl", "read_jsonl"]
@@ -78,8 +78,10 @@ def write_jsonl(
 
     path = os.fspath(path)
     parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ShardNotFoundError("the output directory does not exist", path=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)  # as `hpcio convert` creates its output
+    except (FileExistsError, NotADirectoryError):
+        raise InvalidArgumentError("the output directory is a file, or under one", path=parent) from None
     tmp = f"{path}.tmp-{os.getpid()}"
     written = 0
     try:
