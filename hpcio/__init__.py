@@ -80,11 +80,9 @@ def convert(src, dst, to: str, **options):
     See :func:`hpcio.convert.convert` for the options (shard count, compression,
     fault tolerance, resume); under MPI every rank calls it with the same arguments.
     """
-    from .convert import convert as _convert
-    from .options import check_options, option_names
+    from .convert import checked_convert
 
-    check_options(options, option_names(_convert, skip=("src", "dst", "to")), "convert")
-    return _convert(src, dst, to=to, **options)
+    return checked_convert(src, dst, to, **options)
 
 
 def stage(src, dst, **options):

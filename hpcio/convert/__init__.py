@@ -28,13 +28,22 @@ __all__ = [
 ]
 
 
+def checked_convert(src, dst, to: str, **options):
+    """:func:`convert` with its keyword options checked first: an unknown one is an
+    OptionError listing the valid ones, raised before any source is read."""
+    from ..options import check_options, option_names
+
+    check_options(options, option_names(convert, skip=("src", "dst", "to")), "convert")
+    return convert(src, dst, to=to, **options)
+
+
 class _CallableModule(types.ModuleType):
     """Importing ``hpcio.convert`` binds the package over the ``hpcio.convert`` function
     (the import system sets the parent's attribute); calling the package calls the
-    function, so ``hpcio.convert(...)`` keeps working either way."""
+    checked function, so ``hpcio.convert(...)`` behaves the same either way."""
 
     def __call__(self, *args, **kwargs):
-        return convert(*args, **kwargs)
+        return checked_convert(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

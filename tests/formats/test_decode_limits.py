@@ -52,7 +52,7 @@ def bombs(request, tmp_path, monkeypatch):
     record = BOMBS[request.param](GiB)
     path = tmp_path / "bombs"
     with monkeypatch.context() as patch:
-        patch.setattr(Compression, "compress", lambda self, data: record)
+        patch.setattr(Compression, "compress", lambda self, data, **options: record)
         with hpcio.open_writer(path, format="mds", columns={"text": "str"}, compression=request.param) as w:
             for i in range(8):
                 w.write({"text": str(i)})

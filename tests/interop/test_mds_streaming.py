@@ -181,7 +181,7 @@ def test_zstd_shards_match_streaming_as_documented(tmp_path, compression):
             for s in samples:
                 w.write(s)
         with hpcio.open_writer(ours, format="mds", columns=columns, compression=compression,
-                               size_limit=size_limit) as w:
+                               size_limit=size_limit, hashes=[]) as w:  # streaming's default
             for s in samples:
                 w.write(s)
         names = sorted(os.listdir(theirs))
@@ -242,7 +242,8 @@ def test_list_of_bytes_written_by_streaming(tmp_path, registered):
     assert ds.get_batch(np.arange(len(IMAGE_SAMPLES))[::-1])[::-1] == IMAGE_SAMPLES
     # byte-identical shards: hpcio writes what streaming writes for the same samples
     ours = str(tmp_path / "ours")
-    with hpcio.open_writer(ours, format="mds", columns={"id": "int", "images": "list[bytes]"}, size_limit=3000) as w:
+    with hpcio.open_writer(ours, format="mds", columns={"id": "int", "images": "list[bytes]"}, size_limit=3000,
+                           hashes=[]) as w:  # streaming writes no hashes by default
         for s in IMAGE_SAMPLES:
             w.write(s)
     for name in sorted(os.listdir(path)):
