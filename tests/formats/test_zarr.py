@@ -104,3 +104,21 @@ def test_missing_shard(tmp_path):
     os.remove(os.path.join(path, "part-00000", "text", "offsets", "c", "0"))
     with pytest.raises(ShardNotFoundError, match=r"^array 'text/offsets' is missing shard 0 "):
         hpcio.open(path)
+
+
+def test_array_metadata_with_a_number_past_64_bits_is_corruption(tmp_path):
+    """zarr raises OverflowError for a fill value of 2**64: a damaged zarr.json, reported as such."""
+    import json
+
+    from hpcio.errors import CorruptShardError
+
+    path = tmp_path / "z"
+    with hpcio.open_writer(path, format="zarr") as w:
+        for i in range(4):
+            w.write({"id": i, "blob": bytes([i]) * 10})
+    meta = path / "part-00000" / "blob" / "offsets" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["fill_value"] = 2**64
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(CorruptShardError, match=r"^array 'blob/offsets' cannot be opened: OverflowError"):
+        hpcio.open(path)[0]
