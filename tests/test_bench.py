@@ -120,8 +120,10 @@ def test_bench_dataloader_sweep(tmp_path):
     assert rows and not [r for r in rows if r.get("error")]
     for r in rows:
         assert r["samples"] == 30 and 0 < r["au"] <= 1.0, r
-        # cold by default: the files were out of the page cache when each epoch began
-        assert r["cache"] == "cold" and r["resident_before"] < 0.01, r
+        # cold by default: the files were out of the page cache when each epoch began,
+        # except on /dev/shm, whose pages are the files themselves
+        assert r["cache"] == "cold", r
+        assert (r["resident_before"] == 1.0) if r["tier"] == "shm" else (r["resident_before"] < 0.01), r
     assert {r["workers"] for r in rows} == {0, 1}
     assert "## DataLoader" in (out / "results.md").read_text()
 
