@@ -44,6 +44,13 @@ def _decompress_into(path: str, out) -> None:
         raise CorruptShardError(f"gzip stream is damaged: {e}", path=path) from None
 
 
+def cache_key(path: str) -> str:
+    """A name for what ``path`` decompresses to: it changes when the file is replaced
+    or rewritten (its path, size and modification time)."""
+    st = os.stat(path)
+    return hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
 def open_decompressed(path: str, cache_dir: str | None = None):
     """A binary file object holding the decompressed tar of the gzip shard ``path``."""
     if cache_dir is None:
@@ -55,8 +62,7 @@ def open_decompressed(path: str, cache_dir: str | None = None):
             raise
         out.seek(0)
         return out
-    st = os.stat(path)
-    key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = cache_key(path)
     name = os.path.basename(path)
     target = os.path.join(cache_dir, f"{key}.{name[: -len('.gz')] if name.endswith('.gz') else name[:-4] + '.tar'}")
     if not os.path.isfile(target):

@@ -7,28 +7,18 @@ with ``webdataset.WebDataset`` and with ``hpcio.open(..., decode=False)``, and c
 from __future__ import annotations
 
 import gzip
-import io
 import os
-import tarfile
 
 import pytest
 import webdataset as wds
 
+from test_webdataset import tar_bytes  # tests/formats is on sys.path, as for mds_helpers
+
 import hpcio
-from hpcio.formats import webdataset as wdsfmt
 from hpcio.errors import CorruptShardError, SchemaError, TruncatedShardError
+from hpcio.formats import webdataset as wdsfmt
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(60))
-
-
-def tar_bytes(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def reference(urls):

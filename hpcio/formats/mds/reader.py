@@ -250,10 +250,9 @@ class Reader(_BatchReads, base.Reader):
 
     def _cached_raw(self, info: _ShardInfo, path: str) -> str:
         """The decompressed shard in ``cache_dir`` (written once, atomically)."""
-        st = os.stat(path)
-        import hashlib
+        from ..tar_gzip import cache_key
 
-        key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        key = cache_key(path)
         target = os.path.join(self.cache_dir, f"{key}.{os.path.basename(info.raw_basename)}")
         if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
             raw = self._decompress_shard(info, path)
