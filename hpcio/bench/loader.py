@@ -135,6 +135,7 @@ def run_dataloader_sweep(
                     shutil.copy(d.path, path)
                     if os.path.exists(sidecar_path(d.path)):
                         shutil.copy(sidecar_path(d.path), sidecar_path(path))
+                files = dataset_files(path)
                 if cache == "warm":
                     settle_page_cache(path)  # as the comparison's datasets are
                 options = {"lazy": True} if d.name.startswith("jinx") else {}
@@ -145,7 +146,6 @@ def run_dataloader_sweep(
                                    "batch_size": bs, "prefetch_factor": pf,
                                    "compute_per_sample_s": compute_per_sample, "cache": cache}
                             if cache == "cold":
-                                files = dataset_files(path)
                                 evict(files)
                                 rec["resident_before"] = resident(files).fraction
                             try:
