@@ -6,8 +6,10 @@ Environment switches:
   HPCIO_SANITIZE=1  AddressSanitizer + UndefinedBehaviorSanitizer (compile and link)
   HPCIO_ZSTD_PREFIX libzstd installed under PREFIX/include and PREFIX/lib (no pkg-config)
 
-Nothing is downloaded: libzstd comes from the system (pkg-config), C-Blosc2 from the
-installed ``blosc2`` wheel, which ships its headers and shared library.
+Nothing is downloaded: zstd's headers come from the system (pkg-config), C-Blosc2 from
+the installed ``blosc2`` wheel, which ships its headers and shared library. The kernels
+link libblosc2 first, so at run time they call the zstd that libblosc2 bundles and
+exports (``hpcio info`` prints its version); the system libzstd only satisfies the link.
 """
 
 import glob
