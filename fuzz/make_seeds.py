@@ -1,10 +1,12 @@
-"""Write the seed corpus of the libFuzzer targets (fuzz/corpus/TARGET/) from real shards.
+"""Write the seed corpora of the fuzz targets from real shards: the libFuzzer targets'
+(fuzz/corpus/TARGET/) and the Python parsers' atheris targets (fuzz/python/corpus/TARGET/).
 
 Small MDS (plain, ``sample::zstd``, ``sample::blosc2``), JINX (with a zstd index and a
 BINX sidecar), WebDataset and JSON-lines datasets are written with hpcio's writers, then
 cut into the inputs each target reads: its parameter bytes (see fuzz/targets/*.c)
-followed by the shard bytes it parses.  Run from the repository root:
-``python fuzz/make_seeds.py`` (replaces the corpus).
+followed by the shard bytes it parses; a Python target gets the files it reads, packed
+as fuzz/python/targets.py says.  Run from the repository root:
+``python fuzz/make_seeds.py [c] [python]`` (replaces the corpora named, default both).
 """
 
 import hashlib
@@ -19,10 +21,16 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 import hpcio
 from hpcio._core import _jinx
+from hpcio.staging import manifest
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+FUZZ = Path(__file__).resolve().parent
+CORPUS = FUZZ / "corpus"
+sys.path.insert(0, str(FUZZ / "python"))
+import targets  # noqa: E402  (fuzz/python/targets.py: how a Python target packs its files)
 COLUMNS = {"id": "int", "text": "str", "meta": "json", "blob": "bytes", "score": "float32"}
 
 
@@ -166,11 +174,85 @@ def seeds(tmp):
     return out
 
 
-def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        found = seeds(Path(tmp))
+def packed(top, names):
+    """The input of a Python target reading ``names`` under ``top`` (absent files left
+    empty, trailing ones dropped)."""
+    contents = [(top / name).read_bytes() if (top / name).exists() else b"" for name in names]
+    while contents and not contents[-1]:
+        contents.pop()
+    return targets.join_files(contents)
+
+
+def rich_sample(i):
+    return {**sample(i), "arr": np.arange(i + 1, dtype=np.int16).reshape(1, -1), "label": i % 3}
+
+
+def python_seeds(tmp):
+    """The inputs of the atheris targets (fuzz/python/targets.py), one per real dataset."""
+    out = {name: [] for name in targets.TARGETS}
+    files = targets.TARGETS
+
+    for n, opts in enumerate(({}, {"encoding": "b64"}, {"encoding": "hex"},
+                              {"compression": "zstd", "index_compression": "zstd", "compress_threshold": 8,
+                               "binary_threshold": 16})):
+        top = tmp / f"jinx{n}"
+        top.mkdir()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # hex: mldataforge could not read the index
+            with hpcio.open_writer(top / "data.jinx", format="jinx", **opts) as w:
+                for i in range(3):
+                    w.write(rich_sample(i))
+        out["jinx"].append(packed(top, files["jinx"].files))
+
+    mds_columns = {**COLUMNS, "arr": "ndarray", "label": "int8"}
+    for n, opts in enumerate(({}, {"compression": "sample::zstd"}, {"compression": "zstd"})):
+        top = tmp / f"mds{n}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with hpcio.open_writer(top, format="mds", columns=mds_columns, **opts) as w:
+                for i in range(3):
+                    w.write(rich_sample(i))
+        out["mds"].append(packed(top, files["mds"].files))
+
+    for fmt in ("webdataset", "msgpack", "zarr"):
+        top = tmp / fmt
+        with hpcio.open_writer(top, format=fmt) as w:
+            for i in range(3):
+                s = rich_sample(i) if fmt != "zarr" else {
+                    "id": i, "text": "t" * i, "vec": np.full(3, i / 2, np.float32)}
+                w.write(s)
+        out[fmt].append(packed(top, files[fmt].files))
+    # the tar without its padding to 10 KiB: the members, then the two zero blocks
+    tar = out["webdataset"][0].rstrip(b"\0")
+    out["webdataset"][0] = tar + bytes(-len(tar) % 512 + 1024)
+
+    (tmp / "jsonl").mkdir()
+    with hpcio.open_writer(tmp / "jsonl" / "data.jsonl", format="jsonl") as w:
+        for i in range(3):
+            w.write({k: v for k, v in sample(i).items() if k != "blob"})
+    out["jsonl"].append(packed(tmp / "jsonl", files["jsonl"].files))
+
+    for arr in (np.arange(5, dtype="<i2"), np.ones((2, 3), dtype=">f4", order="F"), np.array(["ab", "c"])):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        out["npy"].append(buf.getvalue())
+
+    staged = tmp / "staged"
+    staged.mkdir()
+    record = manifest.FileRecord("a/shard.00000.mds", 301, manifest.Digest("xxh3_64", "c91ac5dbf83c05be"), 17)
+    manifest.write_manifest(staged, manifest.Manifest(
+        "/src/data", [record], created="2026-01-01T00:00:00Z", host="node1", job_id="42",
+        links=[manifest.LinkRecord("a/latest", "shard.00000.mds")]), ".tmp", durable=False)
+    journal = manifest.Journal(staged, 0, durable=False)
+    journal.append(record)
+    journal.close()
+    out["manifest"].append(packed(staged, files["manifest"].files))
+    return out
+
+
+def write_corpus(root, found):
     for target, inputs in found.items():
-        directory = CORPUS / target
+        directory = root / target
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         for data in inputs:
@@ -178,5 +260,17 @@ def main():
         print(f"{target}: {len(inputs)} seeds, {sum(map(len, inputs))} bytes")
 
 
+def main(argv):
+    which = set(argv[1:]) or {"c", "python"}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "c" in which:
+            (tmp / "c").mkdir()
+            write_corpus(CORPUS, seeds(tmp / "c"))
+        if "python" in which:
+            (tmp / "py").mkdir()
+            write_corpus(FUZZ / "python" / "corpus", python_seeds(tmp / "py"))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))
