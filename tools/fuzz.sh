@@ -4,7 +4,7 @@
 # C-Blosc2 that setup.py links; and atheris targets for the Python byte parsers
 # (fuzz/python/targets.py, named py-NAME here: py-jinx, py-mds, ...), run with $PY.
 #
-#   tools/fuzz.sh build               build every target into build/fuzz/
+#   tools/fuzz.sh build               build every C target into build/fuzz/
 #   tools/fuzz.sh replay              run every target once over its seed corpus and its
 #                                     regression inputs (fuzz/corpus/T, fuzz/regressions/T;
 #                                     fuzz/python/corpus/NAME, fuzz/python/regressions/NAME)
@@ -108,11 +108,11 @@ build() {
     say "built $(echo $C_TARGETS | wc -w) targets in $OUT"
 }
 
-# Every seed and regression input of each target, run once: a crash fails.
+# Every seed and regression input of each target, run once: a crash fails.  The Python
+# targets' inputs are all replayed by one process (fuzz/python/run.py replay).
 replay() {
     local t inputs
-    ensure_atheris
-    for t in $TARGETS; do
+    for t in $C_TARGETS; do
         fuzzer "$t"
         inputs=()
         for d in "$SEEDS" "$REGRESSIONS"; do
@@ -126,6 +126,7 @@ replay() {
         fi
         say "$t: ${#inputs[@]} inputs replayed"
     done
+    "$PY" fuzz/python/run.py replay
 }
 
 run_one() {
