@@ -74,9 +74,47 @@ def _read_attrs(path: str) -> dict | None:
     try:
         with open(os.path.join(path, "zarr.json"), "rb") as f:
             meta = json.load(f)
-    except (FileNotFoundError, NotADirectoryError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError, RecursionError):
         return None
-    return meta.get("attributes", {}).get("hpcio")
+    attrs = meta.get("attributes") if isinstance(meta, dict) else None
+    return attrs.get("hpcio") if isinstance(attrs, dict) else None
+
+
+def _read_layout(path: str) -> dict:
+    """The root's ``hpcio`` layout, its shape checked before anything indexes it: a
+    damaged ``zarr.json`` is a corrupt store, not a KeyError deep in the reader."""
+    layout = _read_attrs(path)
+    if layout is None:
+        if not os.path.isdir(path):
+            raise ShardNotFoundError("no Zarr store", path=path)
+        raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
+                          "or the writers were not finalized)", path=path)
+    problem = _layout_problem(layout)
+    if problem:
+        raise CorruptShardError(f"the 'hpcio' layout attribute is damaged: {problem}",
+                                path=os.path.join(path, "zarr.json"))
+    return layout
+
+
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _layout_problem(layout) -> str | None:
+    if not isinstance(layout, dict) or not {"version", "num_samples", "parts", "fields"} <= set(layout):
+        return "not an object with version, num_samples, parts and fields"
+    if not _count(layout["num_samples"]):
+        return f"num_samples {layout['num_samples']!r} is not a count"
+    fields, parts = layout["fields"], layout["parts"]
+    if not isinstance(fields, dict) or not all(
+            isinstance(s, dict) and s.get("storage") in ("fixed", "ragged") and isinstance(s.get("kind"), str)
+            for s in fields.values()):
+        return "fields is not a map of field specs with a storage and a kind"
+    if not isinstance(parts, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str) and _count(p.get("num_samples"))
+            for p in parts):
+        return "parts is not a list of {name, num_samples}"
+    return None
 
 
 def sniff(path) -> bool:
@@ -425,12 +463,7 @@ class Reader(_layout.LayoutReader):
     def __init__(self, path, **options):
         super().__init__(path)
         zarr = _zarr()
-        layout = _read_attrs(self.path)
-        if layout is None:
-            if not os.path.isdir(self.path):
-                raise ShardNotFoundError("no Zarr store", path=self.path)
-            raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
-                              "or the writers were not finalized)", path=self.path)
+        layout = _read_layout(self.path)
         self.layout = layout
         self.layout_fields = layout["fields"]
         self.fields = list(layout["fields"])
@@ -442,9 +475,7 @@ class Reader(_layout.LayoutReader):
 # --- inspect and verify -----------------------------------------------------------------
 def inspect(path) -> dict:
     """Samples, parts and fields of a Zarr store, from its root layout alone."""
-    layout = _read_attrs(os.fspath(path))
-    if layout is None:
-        raise SchemaError("Zarr group has no 'hpcio' layout attribute", path=path)
+    layout = _read_layout(os.fspath(path))
     return inspect_report(
         NAME, path, samples=layout["num_samples"], shards=len(layout["parts"]),
         fields={k: _layout.describe(spec) for k, spec in layout["fields"].items()},
