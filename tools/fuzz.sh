@@ -57,13 +57,15 @@ ensure_atheris() {
 print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["fuzz"])')
 }
 
-# The command that runs target $1 with libFuzzer's flags, its seed and regression folders.
+# The command that runs target $1 with libFuzzer's flags, its seed and regression folders,
+# its dictionary and the longest input it is given.
 fuzzer() {
     case $1 in
         py-*) FUZZER=("$PY" fuzz/python/run.py "${1#py-}")
               SEEDS=fuzz/python/corpus/${1#py-} REGRESSIONS=fuzz/python/regressions/${1#py-}
-              MAX_LEN=16384 ;;
-        *) FUZZER=("$OUT/$1") SEEDS=fuzz/corpus/$1 REGRESSIONS=fuzz/regressions/$1 MAX_LEN=8192 ;;
+              DICT=fuzz/python/dicts/hpcio.dict MAX_LEN=16384 ;;
+        *) FUZZER=("$OUT/$1") SEEDS=fuzz/corpus/$1 REGRESSIONS=fuzz/regressions/$1
+           DICT=fuzz/dicts/$1.dict MAX_LEN=8192 ;;
     esac
 }
 
@@ -133,7 +135,7 @@ run_one() {
     local t=$1 seconds=$2 dict=()
     fuzzer "$t"
     mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
-    [ -f "fuzz/dicts/$t.dict" ] && dict=(-dict="fuzz/dicts/$t.dict")
+    [ -f "$DICT" ] && dict=(-dict="$DICT")
     nice -n "$FUZZ_NICE" "${FUZZER[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
         -max_len="$MAX_LEN" -print_final_stats=1 "${dict[@]}" -artifact_prefix="$OUT/crashes/$t/" \
         "$OUT/corpus/$t" "$SEEDS" >"$OUT/$t.log" 2>&1
