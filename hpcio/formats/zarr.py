@@ -100,16 +100,26 @@ def _count(value) -> bool:
     return type(value) is int and value >= 0
 
 
+def _spec_ok(spec) -> bool:
+    if not isinstance(spec, dict) or spec.get("storage") not in ("fixed", "ragged") \
+            or not isinstance(spec.get("kind"), str):
+        return False
+    if spec["storage"] == "ragged":
+        return True
+    try:  # a fixed field's values are cast to its dtype
+        return isinstance(spec.get("dtype"), str) and np.dtype(spec["dtype"]) is not None
+    except (TypeError, ValueError):
+        return False
+
+
 def _layout_problem(layout) -> str | None:
     if not isinstance(layout, dict) or not {"version", "num_samples", "parts", "fields"} <= set(layout):
         return "not an object with version, num_samples, parts and fields"
     if not _count(layout["num_samples"]):
         return f"num_samples {layout['num_samples']!r} is not a count"
     fields, parts = layout["fields"], layout["parts"]
-    if not isinstance(fields, dict) or not all(
-            isinstance(s, dict) and s.get("storage") in ("fixed", "ragged") and isinstance(s.get("kind"), str)
-            for s in fields.values()):
-        return "fields is not a map of field specs with a storage and a kind"
+    if not isinstance(fields, dict) or not all(map(_spec_ok, fields.values())):
+        return "fields is not a map of field specs with a storage, a kind and (fixed) a dtype"
     if not isinstance(parts, list) or not all(
             isinstance(p, dict) and isinstance(p.get("name"), str) and _count(p.get("num_samples"))
             for p in parts):
