@@ -9,6 +9,7 @@ as fuzz/python/targets.py says.  Run from the repository root:
 ``python fuzz/make_seeds.py [c] [python]`` (replaces the corpora named, default both).
 """
 
+import decimal
 import hashlib
 import io
 import json
@@ -187,6 +188,21 @@ def rich_sample(i):
     return {**sample(i), "arr": np.arange(i + 1, dtype=np.int16).reshape(1, -1), "label": i % 3}
 
 
+def mds_encodings_seed(top):
+    """An MDS shard with the encodings the plain seeds lack: numbers as text, images,
+    typed arrays, lists of bytes."""
+    from PIL import Image
+
+    columns = {"si": "str_int", "sf": "str_float", "sd": "str_decimal", "jpg": "jpeg", "png": "png",
+               "half": "float16", "big": "uint64", "arr": "ndarray:int16:2", "parts": "list[bytes]"}
+    with hpcio.open_writer(top, format="mds", columns=columns) as w:
+        for i in range(2):
+            img = Image.new("RGB", (4, 4), (40 * i, 80, 120))
+            w.write({"si": i, "sf": i / 4, "sd": decimal.Decimal(i) / 8, "jpg": img, "png": img, "half": i / 2,
+                     "big": 2**63 + i, "arr": np.array([i, -i], np.int16), "parts": [b"a" * i, b"b"]})
+    return packed(top, targets.TARGETS["mds"].files)
+
+
 def python_seeds(tmp):
     """The inputs of the atheris targets (fuzz/python/targets.py), one per real dataset."""
     out = {name: [] for name in targets.TARGETS}
@@ -213,14 +229,17 @@ def python_seeds(tmp):
                 for i in range(3):
                     w.write(rich_sample(i))
         out["mds"].append(packed(top, files["mds"].files))
+    out["mds"].append(mds_encodings_seed(tmp / "mds-encodings"))
 
-    for fmt in ("webdataset", "msgpack", "zarr"):
+    tar_fields = ("id", "text", "meta", "arr", "label")  # a tar member costs 1 KiB at least
+    for fmt, count in (("webdataset", 2), ("msgpack", 3), ("zarr", 3)):
         top = tmp / fmt
         with hpcio.open_writer(top, format=fmt) as w:
-            for i in range(3):
-                s = rich_sample(i) if fmt != "zarr" else {
-                    "id": i, "text": "t" * i, "vec": np.full(3, i / 2, np.float32)}
-                w.write(s)
+            for i in range(count):
+                if fmt == "zarr":
+                    w.write({"id": i, "text": "t" * i, "vec": np.full(3, i / 2, np.float32)})
+                else:
+                    w.write({k: v for k, v in rich_sample(i).items() if fmt != "webdataset" or k in tar_fields})
         out[fmt].append(packed(top, files[fmt].files))
     # the tar without its padding to 10 KiB: the members, then the two zero blocks
     tar = out["webdataset"][0].rstrip(b"\0")
