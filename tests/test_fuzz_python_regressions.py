@@ -30,7 +30,8 @@ def test_fuzz_input_gives_a_result_or_an_hpcio_error(target, path):
 
 
 @pytest.mark.parametrize("target", sorted(targets.TARGETS))
-def test_seeds_read_without_error(target):
+def test_seeds_read_without_error(target, monkeypatch):
     """The seeds are real datasets: every one reads, inspects and verifies cleanly."""
+    monkeypatch.setattr(targets, "allowing_errors", lambda fn, *args: fn(*args))
     for path in sorted((FUZZ / "corpus" / target).iterdir()):
         targets.TARGETS[target](path.read_bytes())
