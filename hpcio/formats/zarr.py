@@ -106,6 +106,9 @@ def _spec_ok(spec) -> bool:
         return False
     if spec["storage"] == "ragged":
         return True
+    shape = spec.get("shape")
+    if spec["kind"] == "ndarray" and not (isinstance(shape, list) and all(map(_count, shape))):
+        return False
     try:  # a fixed field's values are cast to its dtype
         return isinstance(spec.get("dtype"), str) and np.dtype(spec["dtype"]) is not None
     except (TypeError, ValueError):
@@ -119,7 +122,7 @@ def _layout_problem(layout) -> str | None:
         return f"num_samples {layout['num_samples']!r} is not a count"
     fields, parts = layout["fields"], layout["parts"]
     if not isinstance(fields, dict) or not all(map(_spec_ok, fields.values())):
-        return "fields is not a map of field specs with a storage, a kind and (fixed) a dtype"
+        return "fields is not a map of field specs with a storage, a kind and (fixed) a dtype and shape"
     if not isinstance(parts, list) or not all(
             isinstance(p, dict) and isinstance(p.get("name"), str) and _count(p.get("num_samples"))
             for p in parts):
