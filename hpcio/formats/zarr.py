@@ -501,5 +501,5 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every sample of every part; zarr compares the checksums of the shard
     indexes as it reads them, and a mismatch is reported as a damaged array."""
     return verify_samples(NAME, path, lambda: Reader(path),
-                          lambda p: (_read_attrs(os.fspath(p)) or {"parts": []})["parts"],
+                          lambda p: _read_layout(os.fspath(p))["parts"],
                           max_errors=max_errors)
