@@ -5,8 +5,9 @@
 # make test-openmpi  conversion and staging under Debian's Open MPI, against the mpich wheel
 # make test-slurm    every slurm/ script submitted to a real Slurm started on this machine
 #                    (tools/slurm/cluster.sh; needs root), which is stopped afterwards
-# make fuzz          the C kernels' libFuzzer targets built (clang, ASan, UBSan), every
-#                    committed input replayed, then each target fuzzed for FUZZ_SECONDS
+# make fuzz          the C kernels' libFuzzer targets built (clang, ASan, UBSan) and the
+#                    Python parsers' atheris targets, every committed input replayed, then
+#                    each target fuzzed for FUZZ_SECONDS
 # Each target sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv

@@ -1,12 +1,15 @@
-"""Write the seed corpus of the libFuzzer targets (fuzz/corpus/TARGET/) from real shards.
+"""Write the seed corpora of the fuzz targets from real shards: the libFuzzer targets'
+(fuzz/corpus/TARGET/) and the Python parsers' atheris targets (fuzz/python/corpus/TARGET/).
 
 Small MDS (plain, ``sample::zstd``, ``sample::blosc2``), JINX (with a zstd index and a
 BINX sidecar), WebDataset and JSON-lines datasets are written with hpcio's writers, then
 cut into the inputs each target reads: its parameter bytes (see fuzz/targets/*.c)
-followed by the shard bytes it parses.  Run from the repository root:
-``python fuzz/make_seeds.py`` (replaces the corpus).
+followed by the shard bytes it parses; a Python target gets the files it reads, packed
+as fuzz/python/targets.py says.  Run from the repository root:
+``python fuzz/make_seeds.py [c] [python]`` (replaces the corpora named, default both).
 """
 
+import decimal
 import hashlib
 import io
 import json
@@ -19,10 +22,16 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 import hpcio
 from hpcio._core import _jinx
+from hpcio.staging import manifest
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+FUZZ = Path(__file__).resolve().parent
+CORPUS = FUZZ / "corpus"
+sys.path.insert(0, str(FUZZ / "python"))
+import targets  # noqa: E402  (fuzz/python/targets.py: how a Python target packs its files)
 COLUMNS = {"id": "int", "text": "str", "meta": "json", "blob": "bytes", "score": "float32"}
 
 
@@ -166,11 +175,103 @@ def seeds(tmp):
     return out
 
 
-def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        found = seeds(Path(tmp))
+def packed(top, names):
+    """The input of a Python target reading ``names`` under ``top`` (absent files left
+    empty, trailing ones dropped)."""
+    contents = [(top / name).read_bytes() if (top / name).exists() else b"" for name in names]
+    while contents and not contents[-1]:
+        contents.pop()
+    return targets.join_files(contents)
+
+
+def rich_sample(i):
+    return {**sample(i), "arr": np.arange(i + 1, dtype=np.int16).reshape(1, -1), "label": i % 3}
+
+
+def mds_encodings_seed(top):
+    """An MDS shard with the encodings the plain seeds lack: numbers as text, images,
+    typed arrays, lists of bytes."""
+    from PIL import Image
+
+    columns = {"si": "str_int", "sf": "str_float", "sd": "str_decimal", "jpg": "jpeg", "png": "png",
+               "half": "float16", "big": "uint64", "arr": "ndarray:int16:2", "parts": "list[bytes]"}
+    with hpcio.open_writer(top, format="mds", columns=columns) as w:
+        for i in range(2):
+            img = Image.new("RGB", (4, 4), (40 * i, 80, 120))
+            w.write({"si": i, "sf": i / 4, "sd": decimal.Decimal(i) / 8, "jpg": img, "png": img, "half": i / 2,
+                     "big": 2**63 + i, "arr": np.array([i, -i], np.int16), "parts": [b"a" * i, b"b"]})
+    return packed(top, targets.TARGETS["mds"].files)
+
+
+def python_seeds(tmp):
+    """The inputs of the atheris targets (fuzz/python/targets.py), one per real dataset."""
+    out = {name: [] for name in targets.TARGETS}
+    files = targets.TARGETS
+
+    for n, opts in enumerate(({}, {"encoding": "b64"}, {"encoding": "hex"},
+                              {"compression": "zstd", "index_compression": "zstd", "compress_threshold": 8,
+                               "binary_threshold": 16})):
+        top = tmp / f"jinx{n}"
+        top.mkdir()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # hex: mldataforge could not read the index
+            with hpcio.open_writer(top / "data.jinx", format="jinx", **opts) as w:
+                for i in range(3):
+                    w.write(rich_sample(i))
+        out["jinx"].append(packed(top, files["jinx"].files))
+
+    mds_columns = {**COLUMNS, "arr": "ndarray", "label": "int8"}
+    for n, opts in enumerate(({}, {"compression": "sample::zstd"}, {"compression": "zstd"})):
+        top = tmp / f"mds{n}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with hpcio.open_writer(top, format="mds", columns=mds_columns, **opts) as w:
+                for i in range(3):
+                    w.write(rich_sample(i))
+        out["mds"].append(packed(top, files["mds"].files))
+    out["mds"].append(mds_encodings_seed(tmp / "mds-encodings"))
+
+    tar_fields = ("id", "text", "meta", "arr", "label")  # a tar member costs 1 KiB at least
+    for fmt, count in (("webdataset", 2), ("msgpack", 3), ("zarr", 3)):
+        top = tmp / fmt
+        with hpcio.open_writer(top, format=fmt) as w:
+            for i in range(count):
+                if fmt == "zarr":
+                    w.write({"id": i, "text": "t" * i, "vec": np.full(3, i / 2, np.float32)})
+                else:
+                    w.write({k: v for k, v in rich_sample(i).items() if fmt != "webdataset" or k in tar_fields})
+        out[fmt].append(packed(top, files[fmt].files))
+    # the tar without its padding to 10 KiB: the members, then the two zero blocks
+    tar = out["webdataset"][0].rstrip(b"\0")
+    out["webdataset"][0] = tar + bytes(-len(tar) % 512 + 1024)
+
+    (tmp / "jsonl").mkdir()
+    with hpcio.open_writer(tmp / "jsonl" / "data.jsonl", format="jsonl") as w:
+        for i in range(3):
+            w.write({k: v for k, v in sample(i).items() if k != "blob"})
+    out["jsonl"].append(packed(tmp / "jsonl", files["jsonl"].files))
+
+    for arr in (np.arange(5, dtype="<i2"), np.ones((2, 3), dtype=">f4", order="F"), np.array(["ab", "c"])):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        out["npy"].append(buf.getvalue())
+
+    staged = tmp / "staged"
+    staged.mkdir()
+    record = manifest.FileRecord("a/shard.00000.mds", 301, manifest.Digest("xxh3_64", "c91ac5dbf83c05be"), 17)
+    manifest.write_manifest(staged, manifest.Manifest(
+        "/src/data", [record], created="2026-01-01T00:00:00Z", host="node1", job_id="42",
+        links=[manifest.LinkRecord("a/latest", "shard.00000.mds")]), ".tmp", durable=False)
+    journal = manifest.Journal(staged, 0, durable=False)
+    journal.append(record)
+    journal.close()
+    out["manifest"].append(packed(staged, files["manifest"].files))
+    return out
+
+
+def write_corpus(root, found):
     for target, inputs in found.items():
-        directory = CORPUS / target
+        directory = root / target
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         for data in inputs:
@@ -178,5 +279,17 @@ def main():
         print(f"{target}: {len(inputs)} seeds, {sum(map(len, inputs))} bytes")
 
 
+def main(argv):
+    which = set(argv[1:]) or {"c", "python"}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "c" in which:
+            (tmp / "c").mkdir()
+            write_corpus(CORPUS, seeds(tmp / "c"))
+        if "python" in which:
+            (tmp / "py").mkdir()
+            write_corpus(FUZZ / "python" / "corpus", python_seeds(tmp / "py"))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -205,7 +205,14 @@ def _snappy_framed_compress(data, level):
 
 def _snappy_framed_decompress(data, limit):
     snappy = _optional("snappy", "python-snappy")
-    out = snappy.StreamDecompressor().decompress(bytes(data))
+    # The decompressor keeps an incomplete last chunk for a next call and returns what it
+    # has: a value whose chunks do not end exactly at its end is truncated, not shorter.
+    data, at = bytes(data), 0
+    while at + 4 <= len(data):
+        at += 4 + int.from_bytes(data[at + 1:at + 4], "little")
+    if at != len(data):
+        raise DecodeError("snappy stream is truncated")
+    out = snappy.StreamDecompressor().decompress(data)
     if len(out) > limit:
         raise _over("snappy", limit)
     return out
@@ -225,6 +232,8 @@ def _lz4_decompress(data, limit):
     out = dec.decompress(bytes(data), max_length=limit + 1)
     if len(out) > limit:
         raise _over("lz4", limit)
+    if not dec.eof:
+        raise DecodeError("lz4 stream is truncated")
     return out
 
 

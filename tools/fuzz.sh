@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # libFuzzer targets for the C kernels' byte parsers (fuzz/targets/*.c), built with clang
 # under AddressSanitizer and UndefinedBehaviorSanitizer against csrc/, libzstd and the
-# C-Blosc2 that setup.py links.
+# C-Blosc2 that setup.py links; and atheris targets for the Python byte parsers
+# (fuzz/python/targets.py, named py-NAME here: py-jinx, py-mds, ...), run with $PY.
 #
-#   tools/fuzz.sh build               build every target into build/fuzz/
+#   tools/fuzz.sh build               build every C target into build/fuzz/
 #   tools/fuzz.sh replay              run every target once over its seed corpus and its
-#                                     regression inputs (fuzz/corpus/T, fuzz/regressions/T)
+#                                     regression inputs (fuzz/corpus/T, fuzz/regressions/T;
+#                                     fuzz/python/corpus/NAME, fuzz/python/regressions/NAME)
 #   tools/fuzz.sh run SECONDS [T...]  fuzz each target (default: all) for SECONDS, from its
 #                                     seeds; the corpus grows in build/fuzz/corpus/T, and
 #                                     a crash is left as build/fuzz/crashes/T/crash-*
 #   tools/fuzz.sh ci                  build, replay, then every target for FUZZ_CI_SECONDS
-#                                     (default 20) seconds
+#                                     (default 20) seconds, two at a time
 #
 # Environment: FUZZ_JOBS (targets fuzzed at once, default 1), CC (default clang), PY (the
-# Python whose blosc2 wheel provides C-Blosc2, default .venv/bin/python), FUZZ_NICE
-# (niceness of the fuzzers, default 15).  Nothing is downloaded but clang itself, with
-# apt-get when it is missing and this runs as root.
+# Python whose blosc2 wheel provides C-Blosc2 and that runs the atheris targets, default
+# .venv/bin/python), FUZZ_NICE (niceness of the fuzzers, default 15).  Nothing is
+# downloaded but clang itself, with apt-get when it is missing and this runs as root, and
+# atheris (the `fuzz` extra of pyproject.toml), with pip into $PY when it is missing.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."
@@ -24,7 +27,9 @@ CC=${CC:-clang}
 PY=${PY:-.venv/bin/python}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 FUZZ_NICE=${FUZZ_NICE:-15}
-TARGETS=$(cd fuzz/targets && ls *.c | sed 's/\.c$//')
+C_TARGETS=$(cd fuzz/targets && ls *.c | sed 's/\.c$//')
+PY_TARGETS=$(cd fuzz/python/corpus && ls | sed 's/^/py-/')
+TARGETS="$C_TARGETS $PY_TARGETS"
 
 say() { printf 'fuzz: %s\n' "$*"; }
 
@@ -42,6 +47,26 @@ ensure_clang() {
         echo "fuzz: $CC cannot build libFuzzer targets; install clang and libclang-rt-dev" >&2
         exit 1
     fi
+}
+
+ensure_atheris() {
+    "$PY" -c 'import atheris' >/dev/null 2>&1 && return
+    say "installing the fuzz extra (atheris) into $PY with pip"
+    # shellcheck disable=SC2046
+    "$PY" -m pip install -q $("$PY" -c 'import tomllib
+print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["fuzz"])')
+}
+
+# The command that runs target $1 with libFuzzer's flags, its seed and regression folders,
+# its dictionary and the longest input it is given.
+fuzzer() {
+    case $1 in
+        py-*) FUZZER=("$PY" fuzz/python/run.py "${1#py-}")
+              SEEDS=fuzz/python/corpus/${1#py-} REGRESSIONS=fuzz/python/regressions/${1#py-}
+              DICT=fuzz/python/dicts/hpcio.dict MAX_LEN=16384 ;;
+        *) FUZZER=("$OUT/$1") SEEDS=fuzz/corpus/$1 REGRESSIONS=fuzz/regressions/$1
+           DICT=fuzz/dicts/$1.dict MAX_LEN=8192 ;;
+    esac
 }
 
 # C-Blosc2 as setup.py finds it, the blosc2 wheel's copy, else a system libblosc2 known to
@@ -77,45 +102,50 @@ build() {
             $(pkg-config --cflags libzstd 2>/dev/null) -c "$c" \
             -o "$OUT/obj/$(basename "$c" .c).o"
     done
-    for t in $TARGETS; do
+    for t in $C_TARGETS; do
         # libblosc2 first, so the kernels and C-Blosc2 share the zstd it exports (setup.py)
         # shellcheck disable=SC2086
         "$CC" "${flags[@]}" -o "$OUT/$t" "fuzz/targets/$t.c" "$OUT"/obj/*.o $BLOSC_LIBS $zstd
     done
-    say "built $(echo $TARGETS | wc -w) targets in $OUT"
+    say "built $(echo $C_TARGETS | wc -w) targets in $OUT"
 }
 
-# Every seed and regression input of each target, run once: a crash fails.
+# Every seed and regression input of each target, run once: a crash fails.  The Python
+# targets' inputs are all replayed by one process (fuzz/python/run.py replay).
 replay() {
     local t inputs
-    for t in $TARGETS; do
+    for t in $C_TARGETS; do
+        fuzzer "$t"
         inputs=()
-        for d in "fuzz/corpus/$t" "fuzz/regressions/$t"; do
+        for d in "$SEEDS" "$REGRESSIONS"; do
             [ -d "$d" ] && inputs+=("$d"/*)
         done
         [ ${#inputs[@]} -eq 0 ] && continue
-        if ! "$OUT/$t" -runs=0 "${inputs[@]}" >"$OUT/$t.replay.log" 2>&1; then
-            grep -E 'ERROR|SUMMARY|contract broken|Running' "$OUT/$t.replay.log" | tail -n 5 >&2
+        if ! "${FUZZER[@]}" -runs=0 "${inputs[@]}" >"$OUT/$t.replay.log" 2>&1; then
+            grep -E 'ERROR|SUMMARY|contract broken|Running|Error:' "$OUT/$t.replay.log" | tail -n 5 >&2
             echo "fuzz: $t crashed on a committed input (see $OUT/$t.replay.log)" >&2
             exit 1
         fi
         say "$t: ${#inputs[@]} inputs replayed"
     done
+    "$PY" fuzz/python/run.py replay
 }
 
 run_one() {
     local t=$1 seconds=$2 dict=()
+    fuzzer "$t"
     mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
-    [ -f "fuzz/dicts/$t.dict" ] && dict=(-dict="fuzz/dicts/$t.dict")
-    nice -n "$FUZZ_NICE" "$OUT/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -max_len=8192 -print_final_stats=1 "${dict[@]}" -artifact_prefix="$OUT/crashes/$t/" \
-        "$OUT/corpus/$t" "fuzz/corpus/$t" >"$OUT/$t.log" 2>&1
+    [ -f "$DICT" ] && dict=(-dict="$DICT")
+    nice -n "$FUZZ_NICE" "${FUZZER[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+        -max_len="$MAX_LEN" -print_final_stats=1 "${dict[@]}" -artifact_prefix="$OUT/crashes/$t/" \
+        "$OUT/corpus/$t" "$SEEDS" >"$OUT/$t.log" 2>&1
 }
 
 run() {
     local seconds=$1 failed=0 t
     shift
     local todo=("$@")
+    ensure_atheris
     [ ${#todo[@]} -eq 0 ] && read -r -a todo <<<"$(echo $TARGETS)"
     local pids=() names=()
     for t in "${todo[@]}"; do
@@ -131,7 +161,7 @@ run() {
         else
             failed=1
             echo "fuzz: $t found a crash (see $OUT/$t.log and $OUT/crashes/$t/):" >&2
-            grep -E 'ERROR|SUMMARY|contract broken' "$OUT/$t.log" | head -n 5 >&2
+            grep -E 'ERROR|SUMMARY|contract broken|Uncaught|Error:' "$OUT/$t.log" | head -n 5 >&2
         fi
     done
     return $failed
@@ -142,5 +172,5 @@ case ${1:-} in
     replay) replay ;;
     run) shift; run "$@" ;;
     ci) build; replay; FUZZ_JOBS=${FUZZ_JOBS_CI:-2} run "${FUZZ_CI_SECONDS:-20}" ;;
-    *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

@@ -265,7 +265,13 @@ def _parse_npy_header(header: bytes) -> tuple:
         raise ValueError(f"garbled .npy header {text!r}") from None
     if dtype.hasobject:
         raise ValueError(".npy value holds Python objects (pickles are refused)")
-    return shape, fortran, dtype, math.prod(shape)  # Python ints: a huge shape cannot wrap
+    count = math.prod(shape)  # Python ints: a huge shape cannot wrap
+    if count > _MAX_ITEMS:  # only items of 0 bytes get this far with a small value
+        raise ValueError(f".npy header declares shape {shape}: more items than an array holds")
+    return shape, fortran, dtype, count
+
+
+_MAX_ITEMS = np.iinfo(np.intp).max
 
 
 def encode_value(kind: str, value, *, field=None, sample=None, path=None) -> bytes:

@@ -74,9 +74,60 @@ def _read_attrs(path: str) -> dict | None:
     try:
         with open(os.path.join(path, "zarr.json"), "rb") as f:
             meta = json.load(f)
-    except (FileNotFoundError, NotADirectoryError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError, RecursionError):
         return None
-    return meta.get("attributes", {}).get("hpcio")
+    attrs = meta.get("attributes") if isinstance(meta, dict) else None
+    return attrs.get("hpcio") if isinstance(attrs, dict) else None
+
+
+def _read_layout(path: str) -> dict:
+    """The root's ``hpcio`` layout, its shape checked before anything indexes it: a
+    damaged ``zarr.json`` is a corrupt store, not a KeyError deep in the reader."""
+    layout = _read_attrs(path)
+    if layout is None:
+        if not os.path.isdir(path):
+            raise ShardNotFoundError("no Zarr store", path=path)
+        raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
+                          "or the writers were not finalized)", path=path)
+    problem = _layout_problem(layout)
+    if problem:
+        raise CorruptShardError(f"the 'hpcio' layout attribute is damaged: {problem}",
+                                path=os.path.join(path, "zarr.json"))
+    return layout
+
+
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _spec_ok(spec) -> bool:
+    if not isinstance(spec, dict) or spec.get("storage") not in ("fixed", "ragged") \
+            or not isinstance(spec.get("kind"), str):
+        return False
+    if spec["storage"] == "ragged":
+        return True
+    shape = spec.get("shape")
+    if spec["kind"] == "ndarray" and not (isinstance(shape, list) and all(map(_count, shape))):
+        return False
+    try:  # a fixed field's values are cast to its dtype
+        return isinstance(spec.get("dtype"), str) and np.dtype(spec["dtype"]) is not None
+    except (TypeError, ValueError):
+        return False
+
+
+def _layout_problem(layout) -> str | None:
+    if not isinstance(layout, dict) or not {"version", "num_samples", "parts", "fields"} <= set(layout):
+        return "not an object with version, num_samples, parts and fields"
+    if not _count(layout["num_samples"]):
+        return f"num_samples {layout['num_samples']!r} is not a count"
+    fields, parts = layout["fields"], layout["parts"]
+    if not isinstance(fields, dict) or not all(map(_spec_ok, fields.values())):
+        return "fields is not a map of field specs with a storage, a kind and (fixed) a dtype and shape"
+    if not isinstance(parts, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str) and _count(p.get("num_samples"))
+            for p in parts):
+        return "parts is not a list of {name, num_samples}"
+    return None
 
 
 def sniff(path) -> bool:
@@ -425,12 +476,7 @@ class Reader(_layout.LayoutReader):
     def __init__(self, path, **options):
         super().__init__(path)
         zarr = _zarr()
-        layout = _read_attrs(self.path)
-        if layout is None:
-            if not os.path.isdir(self.path):
-                raise ShardNotFoundError("no Zarr store", path=self.path)
-            raise SchemaError("Zarr group has no 'hpcio' layout attribute (not written by hpcio, "
-                              "or the writers were not finalized)", path=self.path)
+        layout = _read_layout(self.path)
         self.layout = layout
         self.layout_fields = layout["fields"]
         self.fields = list(layout["fields"])
@@ -442,9 +488,7 @@ class Reader(_layout.LayoutReader):
 # --- inspect and verify -----------------------------------------------------------------
 def inspect(path) -> dict:
     """Samples, parts and fields of a Zarr store, from its root layout alone."""
-    layout = _read_attrs(os.fspath(path))
-    if layout is None:
-        raise SchemaError("Zarr group has no 'hpcio' layout attribute", path=path)
+    layout = _read_layout(os.fspath(path))
     return inspect_report(
         NAME, path, samples=layout["num_samples"], shards=len(layout["parts"]),
         fields={k: _layout.describe(spec) for k, spec in layout["fields"].items()},
@@ -457,5 +501,5 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
     """Decode every sample of every part; zarr compares the checksums of the shard
     indexes as it reads them, and a mismatch is reported as a damaged array."""
     return verify_samples(NAME, path, lambda: Reader(path),
-                          lambda p: (_read_attrs(os.fspath(p)) or {"parts": []})["parts"],
+                          lambda p: _read_layout(os.fspath(p))["parts"],
                           max_errors=max_errors)

@@ -53,6 +53,9 @@ JOURNAL_GLOB = ".hpcio-journal.*.jsonl"
 # A file being written is named ``<name>.tmp.<job>`` until it is complete and renamed.
 TMP_MARK = ".tmp."
 MANIFEST_VERSION = 1
+# What parsing a damaged manifest or journal line raises: bad JSON, a missing key, a value
+# of the wrong type (a list where an object belongs has no .get), nesting too deep.
+_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, RecursionError)
 WHOLE_FILE_ALGOS = ("xxh64", "xxh3_64")
 TREE_ALGO = "xxh3_64-tree"
 
@@ -215,7 +218,7 @@ def read_manifest(directory: str | os.PathLike) -> Manifest | None:
             host=data.get("host", ""), job_id=data.get("job_id"), tool=data.get("tool", ""),
             links=links,
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except _MALFORMED as exc:
         if isinstance(exc, CorruptShardError):
             raise
         raise CorruptShardError(f"not a valid staging manifest: {exc!r}", path=path) from None
@@ -262,7 +265,7 @@ def read_journals(directory: str | os.PathLike) -> dict[str, FileRecord]:
             for line in f:
                 try:
                     rec = FileRecord.from_json(json.loads(line))
-                except (ValueError, KeyError, TypeError):
+                except _MALFORMED:
                     continue
                 records[rec.path] = rec
     return records

@@ -235,3 +235,15 @@ def test_jinx_sidecar_batch_is_bounded_together(tmp_path):
     with pytest.raises(DecompressionLimitError, match="one batch") as info:
         ds.reader.read_field([0, 1, 2, 3], "text")
     assert info.value.sample == 2 and info.value.path.endswith(".binx")
+
+
+@pytest.mark.parametrize("name", codecs.codec_names())
+def test_every_codec_refuses_a_truncated_stream(name):
+    """A value cut short is a DecodeError, never the part decoded so far (lz4 and framed
+    snappy decompressors return that and wait for more)."""
+    codec = codecs.get_codec(name)
+    data = bytes(range(256)) * 64
+    stream = codec.compress(data)
+    assert codec.decompress(stream, len(data)) == data
+    with pytest.raises(DecodeError):
+        codec.decompress(stream[:len(stream) - 3], len(data))

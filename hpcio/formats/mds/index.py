@@ -74,11 +74,15 @@ class _ShardInfo:
 
 def _loads(raw):
     """JSON from bytes: orjson, or Python's json for what orjson refuses (NaN, huge
-    integers) and for its exact error messages."""
+    integers) and for its exact error messages.  Nesting too deep for json's recursion
+    is a JSONDecodeError like any other malformed document."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(bytes(raw))
+        try:
+            return json.loads(bytes(raw))
+        except RecursionError:
+            raise json.JSONDecodeError("arrays and objects nested too deep", "", 0) from None
 
 
 _CONFIG_KEYS = ("column_encodings", "column_names", "column_sizes")
