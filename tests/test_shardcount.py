@@ -7,7 +7,7 @@ from hpcio.bench.shardcount import markdown, sharded_datasets
 
 
 def test_sharded_datasets_scale_the_shard_count(tmp_path):
-    datasets = sharded_datasets("text", 600, str(tmp_path), formats=("mds", "webdataset"), multiples=(1, 4),
+    datasets = sharded_datasets("text", 600, str(tmp_path), formats=("mds", "webdataset", "jinx"), multiples=(1, 4),
                                 base=2, log=lambda _m: None)
     counts = {}
     for d in datasets:
@@ -16,6 +16,7 @@ def test_sharded_datasets_scale_the_shard_count(tmp_path):
             counts[d.name] = len(ds.reader.shard_sizes() or [1])
     assert counts["mds-x4"] >= 3 * counts["mds-x1"] >= 6
     assert counts["webdataset-x4"] == 4 * counts["webdataset-x1"] == 8
+    assert counts["jinx-x4"] >= 2 * counts["jinx-x1"] >= 4
 
 
 def test_markdown_reports_the_spread_over_shard_counts():
