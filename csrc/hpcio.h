@@ -64,6 +64,22 @@ hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *
                           const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
                           uint64_t *out_offsets, hpcio_error *err);
 
+/* ---- records of a batch across shards (offsets.c) ------------------------------------
+ * Sample j of a batch is record local[j] of shard shard[j].  tables[k] is shard k's
+ * offset table, counts[k] + 1 little-endian u32 entries already checked to be
+ * non-decreasing and within the shard (NULL: the shard is not open), bases[k] its bytes
+ * (sizes[k] of them).  hpcio_batch_extents writes each record's extent [starts[j], ends[j]):
+ * a shard not open is HPCIO_E_ARG, a record past counts[k] HPCIO_E_RANGE, err->item = j.
+ * hpcio_batch_gather copies record j to out + out_offsets[j] (out_cap bytes in all), in
+ * batch order; records of shards whose base is NULL are left for the caller to read. */
+hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
+                                 size_t nshards, const int64_t *shard, const uint64_t *local,
+                                 size_t m, uint64_t *starts, uint64_t *ends, hpcio_error *err);
+hpcio_status hpcio_batch_gather(const uint8_t *const *bases, const uint64_t *sizes,
+                                size_t nshards, const int64_t *shard, const uint64_t *starts,
+                                const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
+                                const uint64_t *out_offsets, hpcio_error *err);
+
 /* ---- MDS record columns (columns.c) ---------------------------------------------------
  * An MDS record holds one little-endian u32 size per variable-size column (in column
  * order), then every column's bytes in column order.  fixed[c] is column c's size, or -1
@@ -199,6 +215,10 @@ hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpc
  * *probed = regions probed; returns the cheap ones.  Touches only pages not touched
  * before by this thread count correctly: probe a fresh mapping. */
 int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed);
+
+/* Bytes of base[0..size) (a mapping of a file, page aligned) whose pages are in the page
+ * cache (mincore); -1 when the kernel cannot say. */
+int64_t hpcio_map_resident(const uint8_t *base, uint64_t size);
 
 /* ---- newline scanning (scan.c) -------------------------------------------------------
  * Record starts of the lines in buf[0..len): out[0] = 0, out[k] = byte after the k-th

@@ -60,3 +60,28 @@ int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed
     }
     return cheap;
 }
+
+/* Pages asked about per mincore call: the answer vector stays on the stack. */
+#define RESIDENT_CHUNK 4096
+
+int64_t hpcio_map_resident(const uint8_t *base, uint64_t size)
+{
+    unsigned char vec[RESIDENT_CHUNK];
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t cached = 0, step;
+
+    if (page <= 0)
+        return -1;
+    step = (uint64_t)page * RESIDENT_CHUNK;
+    for (uint64_t at = 0; at < size; at += step) {
+        uint64_t len = size - at < step ? size - at : step;
+        size_t pages = (size_t)((len + (uint64_t)page - 1) / (uint64_t)page);
+
+        if (mincore((void *)(base + at), (size_t)len, vec) != 0)
+            return -1;
+        for (size_t p = 0; p < pages; p++)
+            cached += vec[p] & 1;
+    }
+    cached *= (uint64_t)page;
+    return (int64_t)(cached < size ? cached : size);
+}

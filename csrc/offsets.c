@@ -91,3 +91,58 @@ hpcio_status hpcio_gather(const uint8_t *src, uint64_t src_len, const uint64_t *
     }
     return HPCIO_OK;
 }
+
+hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
+                                 size_t nshards, const int64_t *shard, const uint64_t *local,
+                                 size_t m, uint64_t *starts, uint64_t *ends, hpcio_error *err)
+{
+    for (size_t j = 0; j < m; j++) {
+        const int64_t k = shard[j];
+        const uint8_t *table;
+
+        if (HPCIO_UNLIKELY(k < 0 || (uint64_t)k >= nshards || tables[k] == NULL))
+            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1, "shard %lld is not open",
+                              (long long)k);
+        if (HPCIO_UNLIKELY(local[j] >= counts[k]))
+            return hpcio_fail(err, HPCIO_E_RANGE, (int64_t)j, -1,
+                              "record %llu out of range: shard %lld has %llu records",
+                              (unsigned long long)local[j], (long long)k,
+                              (unsigned long long)counts[k]);
+        table = tables[k] + 4 * (size_t)local[j];
+        starts[j] = hpcio_load_le32(table);
+        ends[j] = hpcio_load_le32(table + 4);
+    }
+    return HPCIO_OK;
+}
+
+hpcio_status hpcio_batch_gather(const uint8_t *const *bases, const uint64_t *sizes,
+                                size_t nshards, const int64_t *shard, const uint64_t *starts,
+                                const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
+                                const uint64_t *out_offsets, hpcio_error *err)
+{
+    for (size_t j = 0; j < m; j++) {
+        const int64_t k = shard[j];
+        const uint64_t a = starts[j], b = ends[j];
+
+        if (HPCIO_UNLIKELY(k < 0 || (uint64_t)k >= nshards))
+            return hpcio_fail(err, HPCIO_E_ARG, (int64_t)j, -1, "shard %lld is not open",
+                              (long long)k);
+        if (bases[k] == NULL)
+            continue; /* read from the file by the caller */
+        if (HPCIO_UNLIKELY(b < a))
+            return hpcio_fail(err, HPCIO_E_CORRUPT, (int64_t)j, (int64_t)a,
+                              "record range ends at byte %llu before it starts",
+                              (unsigned long long)b);
+        if (HPCIO_UNLIKELY(b > sizes[k]))
+            return hpcio_fail(err, HPCIO_E_TRUNCATED, (int64_t)j, (int64_t)a,
+                              "record ends at byte %llu, past the end of the shard (%llu bytes)",
+                              (unsigned long long)b, (unsigned long long)sizes[k]);
+        if (HPCIO_UNLIKELY(out_offsets[j] > out_cap || b - a > out_cap - out_offsets[j]))
+            return hpcio_fail(err, HPCIO_E_BUFFER, (int64_t)j, (int64_t)a,
+                              "output buffer of %llu bytes too small",
+                              (unsigned long long)out_cap);
+        if (b > a)
+            memcpy(out + out_offsets[j], bases[k] + a, (size_t)(b - a));
+    }
+    return HPCIO_OK;
+}

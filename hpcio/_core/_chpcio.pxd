@@ -88,9 +88,17 @@ cdef extern from "hpcio.h" nogil:
                                     size_t m, uint8_t *dst, uint64_t dst_cap, uint64_t max_gap,
                                     uint64_t max_request, int depth, uint64_t *requests,
                                     uint64_t *bytes, hpcio_error *err)
+    hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
+                                     size_t nshards, const int64_t *shard, const uint64_t *local,
+                                     size_t m, uint64_t *starts, uint64_t *ends, hpcio_error *err)
+    hpcio_status hpcio_batch_gather(const uint8_t *const *bases, const uint64_t *sizes,
+                                    size_t nshards, const int64_t *shard, const uint64_t *starts,
+                                    const uint64_t *ends, size_t m, uint8_t *out, uint64_t out_cap,
+                                    const uint64_t *out_offsets, hpcio_error *err)
     hpcio_status hpcio_start_writeback(int fd, uint64_t offset, uint64_t nbytes, hpcio_error *err)
 
     int hpcio_map_probe(const uint8_t *base, uint64_t size, int regions, int *probed)
+    int64_t hpcio_map_resident(const uint8_t *base, uint64_t size)
 
     hpcio_status hpcio_scan_lines(const uint8_t *buf, uint64_t len, uint64_t base,
                                   uint64_t *out, size_t cap, size_t *count,

@@ -59,6 +59,8 @@ class MappedShard:
     def probe_pages(self, regions: int = 8) -> tuple[int, int]:
         """``(cheap, probed)``: of up to ``regions`` cached 2 MiB regions, how many map
         1 MiB or more with one page fault.  Call it on a fresh mapping."""
+    def resident_bytes(self) -> int:
+        """Bytes of the file in the page cache (mincore over the mapping)."""
     def gather(self, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *,
                sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
         """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""
@@ -72,3 +74,21 @@ def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: s
 
 def read_extents(fds, paths, file, offsets, lengths, out, dst, *, max_gap: int = 0,
                  max_request: int = 0, depth: int = 1) -> tuple[int, int]: ...
+
+class ShardTable:
+    """The open shards of a dataset as C arrays, for batch reads across shards in one
+    GIL-free call (records copied from their bytes, or read as planned requests)."""
+    nshards: int
+    def __init__(self, nshards: int) -> None: ...
+    def attach(self, k: int, buf, count: int, fd: int, path: str | None, planned: bool) -> None:
+        """Shard ``k``: its bytes (count, offset table, records), descriptor and path."""
+    def detach(self, k: int) -> None:
+        """Forget shard ``k`` (before it is closed)."""
+    def shrunk(self, shards: NDArray[np.int64]) -> tuple[int, int] | None:
+        """``(shard, size)`` of the first of ``shards`` whose file shrank, or None."""
+    def extents(self, shard: NDArray[np.int64], local: NDArray[np.uint64]
+                ) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+        """Byte extents of record ``local[j]`` of shard ``shard[j]``."""
+    def read(self, shard: NDArray[np.int64], starts: NDArray[np.uint64], ends: NDArray[np.uint64],
+             depth: int = 1, max_gap: int = 0) -> tuple[bytearray, NDArray[np.uint64]]:
+        """The records back to back in batch order: ``(data, m+1 positions)``."""

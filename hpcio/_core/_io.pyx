@@ -18,7 +18,7 @@ from posix.unistd cimport SEEK_END, close as c_close, lseek
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
-    hpcio_map_probe, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_start_writeback,
+    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_start_writeback,
     hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
@@ -452,6 +452,18 @@ cdef class MappedShard:
                 cheap = hpcio_map_probe(&data[0], data.shape[0], regions, &probed)
         return cheap, probed
 
+    def resident_bytes(self):
+        """Bytes of the file in the page cache (``mincore`` over the mapping); the size
+        when the kernel cannot say (the mapping is then read as if cached)."""
+        self._check_open()
+        cdef int64_t got = 0
+        cdef const uint8_t[::1] data
+        if self.size:
+            data = self._map
+            with nogil:
+                got = hpcio_map_resident(&data[0], data.shape[0])
+        return self.size if got < 0 else got
+
     def gather(self, starts, ends, *, sample_base=None):
         """Copy many records back to back in one GIL-free call: (data, m+1 positions)."""
         self._check_open()
@@ -518,3 +530,4 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
         err.item = -1  # the extent's position is not a sample number: the caller knows which
         check(st, &err, path, -1, -1)
     return requests, nbytes
+include "_io_batch.pxi"

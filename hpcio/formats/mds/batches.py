@@ -9,6 +9,7 @@ the results are put back in the order asked for.  :class:`_BatchReads` is a part
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from itertools import chain
 
@@ -17,9 +18,20 @@ import numpy as np
 from ..._core import _records
 from ...columns import VarColumn, ViewColumn
 from ...codecs import MAX_DECODED_ENV
-from ...errors import CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError
+from ...errors import (CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError,
+                       ShardChangedError)
 from .compression import Compression
 from .shards import _OpenShard
+
+READ_PATHS = ("auto", "map", "planned")
+# Planned reads of a batch (read_path "planned", or "auto" on a shard mostly not cached):
+# requests in flight at once, and the gap between two records below which they are read
+# as one request (a request costs more than reading a few pages it does not need).
+_PLANNED_DEPTH = 8
+_PLANNED_GAP = 16 << 10
+# "auto" copies a shard's records from its mapping when at least this share of its file is
+# in the page cache when it is opened.
+_CACHED_SHARE = 0.9
 
 
 class _BatchReads:
@@ -202,6 +214,10 @@ class _BatchReads:
         m = len(ids)
         if m == 0:
             return None
+        if self._batch_table() is not None:
+            values = self._columns_across_shards(ids, cols, as_samples)
+            if values is not None:
+                return values
         groups, order = self._shard_groups(ids)
         budget = _Budget(self.limit)
         if len(groups) > 8 and m < 8 * len(groups):
@@ -221,6 +237,95 @@ class _BatchReads:
             else:
                 values = [[col[j] for j in inv] for col in values]
         return values
+
+    # --- one compiled read of a batch across shards ---------------------------------------
+    def _batch_table(self):
+        """The ShardTable of the open shards, or None when batches are read shard by shard:
+        with ``zero_copy`` (values view each shard's own bytes) or records compressed one
+        by one (decompressed per shard)."""
+        table = self.__dict__.get("_table", False)
+        if table is False:
+            from ..._core import _io
+
+            per_sample = any(s.compression is not None and s.compression.per_sample for s in self.shards)
+            table = None if self.zero_copy or per_sample or not self.shards else _io.ShardTable(len(self.shards))
+            self._table = table
+            self._attached = np.zeros(len(self.shards), bool)
+            self._in_memory = self.cache_dir is None and any(s.whole_shard for s in self.shards)
+        return table
+
+    def _attach(self, k: int, sh: _OpenShard) -> None:
+        """Enter a newly opened shard in the batch table, choosing how batches read it."""
+        table = self._batch_table()
+        if table is None:
+            return
+        planned = False
+        if sh.mapped is not None and self.read_path != "map":
+            planned = (self.read_path == "planned" or sh.pread_values
+                       or sh.mapped.resident_bytes() < _CACHED_SHARE * sh.size)
+        table.attach(k, sh.buf, sh.n, sh.mapped.fd if sh.mapped is not None else -1, sh.path, planned)
+        self._attached[k] = True
+
+    def _detach(self, k: int) -> None:
+        if self.__dict__.get("_table"):
+            self._table.detach(k)
+            self._attached[k] = False
+
+    def _columns_across_shards(self, ids: np.ndarray, cols: list[int], as_samples: bool) -> list | None:
+        """:meth:`_read_columns` in one compiled read whatever the number of shards the
+        batch touches: the records located, size-checked and copied (or read as planned
+        requests) back to back in request order, then sliced once.  None when the batch
+        touches more shards than may be open at once."""
+        from ..._core import _index
+
+        shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
+        touched = np.unique(shard_of)
+        if not self._open_all(touched):
+            return None
+        shrunk = self._table.shrunk(touched)
+        if shrunk is not None:
+            k, size = shrunk
+            raise ShardChangedError(
+                f"shard shrank to {size} bytes while open ({self.shards[k].raw_bytes} bytes when opened): "
+                "it was truncated or rewritten in place under the reader; reopen the dataset",
+                path=self._shard_path(k), offset=size, sample=int(ids[np.argmax(shard_of == k)]))
+        starts, ends = self._table.extents(shard_of, local)
+        try:
+            buf, pos = self._table.read(shard_of, starts, ends, _PLANNED_DEPTH, _PLANNED_GAP)
+        except HpcioError as exc:
+            item = getattr(exc, "batch_item", None)
+            if item is None:
+                raise
+            raise _relocated(exc, int(ids[item])) from None
+        pos = pos.astype(np.int64, copy=False)
+
+        def locate(j):
+            k = int(shard_of[j])
+            sh = self._shard(k)
+            return sh.path, int(starts[j]) if sh.in_file else None, int(ids[j])
+
+        decode = self._layout.samples if as_samples else self._layout.columns
+        return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+
+    def _open_all(self, touched: np.ndarray) -> bool:
+        """Open the shards ``touched`` that are not open, keeping those that are: False
+        when they are more than may be open at once."""
+        missing = touched[~self._attached[touched]]
+        if not len(missing):
+            return True
+        caches = (self._maps, self._mem)
+        if len(touched) > (min(self.max_open, self.max_decompressed) if self._in_memory else self.max_open):
+            return False
+        for k in touched.tolist():  # the most recently used: not evicted for the missing
+            for cache in caches:
+                if k in cache:
+                    cache.move_to_end(k)
+        for k in missing.tolist():
+            self._shard(k)
+        return bool(self._attached[touched].all())
+
+    def _shard_path(self, k: int) -> str:
+        return os.path.join(self.directory, self.shards[k].file_basename)
 
     def _shard_groups(self, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
         """Samples ``ids`` (int64, non-empty) grouped by shard: ``(groups, order)``.
@@ -374,6 +479,15 @@ def _limit_message(exc: DecompressionLimitError) -> str:
     """The message of a limit error, its location left out, with how to raise the limit."""
     message = str(exc).rsplit(" (", 1)[0] if exc.path is not None or exc.sample is not None else str(exc)
     return f"{message}; a larger limit: max_decoded_bytes= or ${MAX_DECODED_ENV} (trusted data only)"
+
+
+def _relocated(exc: HpcioError, sample: int) -> HpcioError:
+    """``exc`` raised again naming ``sample`` (a batch kernel knows only the position)."""
+    message = str(exc).rsplit(" (", 1)[0] if exc.path is not None or exc.offset is not None else str(exc)
+    new = type(exc)(message, path=exc.path, offset=exc.offset, sample=sample)
+    if getattr(exc, "errno", None) is not None:
+        new.errno = exc.errno
+    return new
 
 
 def _inverse(order: np.ndarray) -> np.ndarray:

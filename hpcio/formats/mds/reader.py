@@ -15,6 +15,7 @@ into a ``cache_dir`` the caller names; the reader never writes beside the datase
 from __future__ import annotations
 
 import bisect
+import errno
 import functools
 import os
 import struct
@@ -25,9 +26,9 @@ from itertools import chain
 import numpy as np
 
 from ... import codecs as _codec_table
-from ...errors import CorruptShardError, ShardNotFoundError, UnsupportedValueError
+from ...errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from .. import base
-from .batches import _BatchReads, _Budget
+from .batches import READ_PATHS, _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
@@ -69,6 +70,9 @@ class Reader(_BatchReads, base.Reader):
         unless the caller names it.
     max_open
         Most memory-mapped shards kept open at once (least recently used are closed).
+        Each holds a descriptor; when the process runs out of descriptors, the reader
+        closes its older half and keeps to the lower bound.  A shuffled batch touching
+        more shards than this is read shard by shard, reopening them.
     max_decompressed
         Most whole-shard decompressed shards kept in memory at once.
     decode_images
@@ -89,12 +93,22 @@ class Reader(_BatchReads, base.Reader):
         mapped shard or decompressed batch instead of copies: fastest for large binary
         values, but memoryviews cannot be pickled (e.g. sent back by DataLoader workers)
         and keep their shard mapped while alive.
+    read_path
+        How a batch (``get_batch``, a shuffled pass) reads the records of a mapped shard:
+        ``"map"`` copies them from the mapping, ``"planned"`` reads them from the file as
+        planned requests (sorted by file and offset, neighbours coalesced, several in
+        flight: for cold or high-latency storage, where the mapping would take its page
+        faults one at a time), ``"auto"`` (default) decides per shard when it is opened:
+        the mapping when at least 90% of the shard's file is in the page cache and its
+        records are not read value by value (see ``_OpenShard.pread_values``), else
+        planned reads.  The rule looks at the shard's own file (``mincore``), nothing else.
     """
 
-    def __init__(self, path, *, cache_dir=None, max_open: int = 256, max_decompressed: int = 8,
+    def __init__(self, path, *, cache_dir=None, max_open: int = 1024, max_decompressed: int = 8,
                  decode_images: bool = False, allow_pickle: bool = False,
                  validate_hashes: bool | str = False, decode_threads: int = 1,
-                 max_decoded_bytes: int | str | None = None, zero_copy: bool = False):
+                 max_decoded_bytes: int | str | None = None, zero_copy: bool = False,
+                 read_path: str = "auto"):
         from ..._core import _index  # noqa: F401  (a broken build fails here, on open)
 
         self.directory = _dataset_dir(path)
@@ -124,6 +138,9 @@ class Reader(_BatchReads, base.Reader):
                 "code from the file: pass allow_pickle=True only for data you trust",
                 path=os.path.join(self.directory, INDEX_NAME),
             )
+        if read_path not in READ_PATHS:
+            raise InvalidArgumentError(f"read_path must be one of {', '.join(READ_PATHS)}, got {read_path!r}")
+        self.read_path = read_path
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
         self._counted = 0  # shards before this one have had their counts checked
@@ -224,7 +241,7 @@ class Reader(_BatchReads, base.Reader):
                 path = self._cached_raw(info, path)
             elif self.validate_hashes:
                 self._check_hash(info, path)
-            mapped = _io.MappedShard(path)
+            mapped = self._map_file(path)
             try:
                 sh = _OpenShard(info, path, mapped.buffer(), mapped, base_id, in_file=True)
             except BaseException:
@@ -233,8 +250,28 @@ class Reader(_BatchReads, base.Reader):
             cache, bound = self._maps, self.max_open
         cache[k] = sh
         if len(cache) > bound:
-            cache.popitem(last=False)[1].close()
+            old, evicted = cache.popitem(last=False)
+            self._detach(old)
+            evicted.close()
+        self._attach(k, sh)
         return sh
+
+    def _map_file(self, path: str):
+        """``path`` mapped; out of descriptors, the older half of the open shards are
+        closed and ``max_open`` lowered to what remains, once."""
+        from ..._core import _io
+
+        try:
+            return _io.MappedShard(path)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or len(self._maps) < 2:
+                raise
+        self.max_open = len(self._maps) // 2
+        while len(self._maps) > self.max_open:
+            old, evicted = self._maps.popitem(last=False)
+            self._detach(old)
+            evicted.close()
+        return _io.MappedShard(path)
 
     def _decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -399,7 +436,9 @@ class Reader(_BatchReads, base.Reader):
     def close(self) -> None:
         for cache in (self._maps, self._mem):
             while cache:
-                cache.popitem()[1].close()
+                k, sh = cache.popitem()
+                self._detach(k)
+                sh.close()
 
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
