@@ -80,8 +80,9 @@ def inspect(path) -> dict:
 
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
-    """Decode every member of every sample; ``hashes_checked`` counts the tar header
-    checksums compared (a damaged header ends the check of the dataset)."""
+    """Check every shard against its ``hashes.json`` entry, then decode every member of
+    every sample; ``hashes_checked`` counts the shard hashes and the tar header checksums
+    compared (a damaged header ends the check of the dataset)."""
     headers = []
 
     def open_reader():
@@ -89,6 +90,6 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
         headers.append(sum(s.headers for s in reader.shards))
         return reader
 
-    report = verify_samples(NAME, path, open_reader, list_shards, max_errors=max_errors)
-    report["hashes_checked"] = sum(headers)
+    report = verify_samples(NAME, path, open_reader, list_shards, max_errors=max_errors, manifest=True)
+    report["hashes_checked"] += sum(headers)
     return report

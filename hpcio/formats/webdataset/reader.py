@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from ..base import Reader as _Reader
+from .._checksums import validate_files
 from ..base import locate, project, sample_starts
 from ..tar_gzip import is_gzip_name, open_decompressed
 from .members import _member_key, decode_member
@@ -129,24 +130,32 @@ class Reader(_Reader):
         Where gzip-compressed shards (``.tar.gz``, ``.tgz``) are kept decompressed for
         later readers; without it each is decompressed into an anonymous temporary file
         (under ``TMPDIR``) for the reader's lifetime.
+    validate_hashes
+        True: check every shard against the xxh3_64 its ``hashes.json`` records (a
+        shard no manifest names is not checked) before reading, raising
+        :class:`~hpcio.errors.ChecksumMismatchError` naming the shard; ``"xxh3_64"``
+        also requires every shard to have one.
     """
 
     def __init__(self, path, key_dots: int = 0, decode: bool = True,
                  sidecars: Sequence | None = None, include_key: bool = False,
-                 cache_dir=None, **options):
+                 cache_dir=None, validate_hashes: bool | str = False, **options):
         self.path = os.fspath(path) if not isinstance(path, (list, tuple)) else str(path[0])
         self.key_dots = key_dots
         self.decode = decode
         self.include_key = include_key
         self.shards: list[_Shard] = []
         try:
-            for p in list_shards(path):
+            paths = list_shards(path)
+            validate_files(paths, validate_hashes)
+            for p in paths:
                 self.shards.append(_Shard(p, key_dots, cache_dir))
         except BaseException:
             self.close()
             raise
         self.cum = sample_starts([len(s) for s in self.shards])
-        self.sidecars = [Reader(p, key_dots=key_dots, decode=decode) for p in (sidecars or [])]
+        self.sidecars = [Reader(p, key_dots=key_dots, decode=decode, validate_hashes=validate_hashes)
+                         for p in (sidecars or [])]
         for side in self.sidecars:
             if len(side) != len(self):
                 raise CorruptShardError(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from ..._paths import check_relative_name, resolve_inside
 from ...errors import OptionError, SchemaError, ShardNotFoundError, UnsupportedValueError
 from .. import _nested
+from .._checksums import MANIFEST_NAME, Manifest, manifest_path
 from ..base import FileWriter, PendingFiles
 from .members import member_suffix
 
@@ -37,6 +38,11 @@ class Writer(FileWriter):
         The sharded-writing hook (:mod:`hpcio.formats.base`): every sample goes into the
         single shard ``shard-<shard_id>.tar`` (no roll-over); :meth:`index_part` then
         describes it for :func:`merge_index`.
+    hashes
+        ``["xxh3_64"]`` (None, the default): the xxh3_64 of every shard is recorded in
+        ``hashes.json`` beside the shards (:mod:`hpcio.formats._checksums`), which
+        ``validate_hashes=True`` and ``hpcio verify`` check; ``[]`` writes the tars alone.
+        The tars are the same either way.
 
     A sample's key is its ``__key__`` field when present, else its position
     (``%09d``; under the hook ``<shard_id>-<position>``, so keys stay unique over the
@@ -46,10 +52,11 @@ class Writer(FileWriter):
 
     def __init__(self, path, max_count: int = 10_000, max_size: int = 1 << 30,
                  pattern: str = SHARD_PATTERN, start_shard: int = 0,
-                 shard_id: int | None = None, num_shards: int | None = None, **options):
+                 shard_id: int | None = None, num_shards: int | None = None, hashes=None, **options):
         super().__init__(path)
         if options:
             raise OptionError(f"unknown WebDataset writer options: {', '.join(options)}")
+        self.manifest = Manifest(hashes, "WebDataset")
         self.shard_id = shard_id
         if shard_id is not None:
             max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
@@ -68,7 +75,7 @@ class Writer(FileWriter):
         final = os.path.join(self.path, self.pattern % self.shard_number)
         self.shard_number += 1
         self.shard_names.append(os.path.basename(final))
-        self.file = open(self.pending.add(final), "wb")
+        self.open_file(final)
         self.shard_count = 0
         self.shard_size = 0
 
@@ -128,25 +135,37 @@ class Writer(FileWriter):
         with self.aborting():
             if self.file is not None:
                 self._finish_shard()
-            self.pending.publish()
+            # under the hook merge_index writes the manifest of every rank's shard
+            self.publish(None if self.shard_id is not None else manifest_path(self.path, False))
 
     def index_part(self) -> dict | None:
         """The shard written under the sharded-writing hook (file name and sample count);
         None when no sample was written (the shard has no file)."""
         if not self.shard_names:
             return None
-        return {"file": self.shard_names[0], "samples": self.count}
+        part = {"file": self.shard_names[0], "samples": self.count}
+        entry = self.manifest.files.get(self.shard_names[0])
+        return part if entry is None else {**part, "hashes": entry}
 
 
 def merge_index(directory, parts, **options) -> None:
     """The sharded-writing hook's last step: WebDataset has no dataset index (readers
-    list the ``.tar`` files), so this only checks that every shard a part names exists.
-    Shards that received no sample (None) have no file."""
+    list the ``.tar`` files), so this checks that every shard a part names exists and
+    writes the ``hashes.json`` of the shards whose parts carry their hashes.  Shards that
+    received no sample (None) have no file."""
     directory = os.fspath(directory)
+    manifest = Manifest(None, "WebDataset")
     for part in parts:
         if part is None:
             continue
         path = resolve_inside(directory, part["file"], what="WebDataset shard name", source=directory)
         if not os.path.isfile(path):
             raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)
-
+        if "hashes" in part:
+            manifest.files[os.path.basename(path)] = part["hashes"]
+    data = manifest.encode(os.path.join(directory, MANIFEST_NAME))
+    if data is not None:
+        pending = PendingFiles()
+        with open(pending.add(os.path.join(directory, MANIFEST_NAME)), "wb") as f:
+            f.write(data)
+        pending.publish()
