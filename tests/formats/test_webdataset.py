@@ -100,6 +100,7 @@ def test_read_by_webdataset_library(tmp_path):
 
     samples = [typed_sample(i) for i in range(6)]
     write(tmp_path / "ds", samples, max_count=4)
+    assert (tmp_path / "ds" / "hashes.json").is_file()  # beside the tars webdataset reads unchanged
     urls = [str(tmp_path / "ds" / f"shard-{i:06d}.tar") for i in range(2)]
     got = list(wds.WebDataset(urls, shardshuffle=False))
     assert len(got) == 6
