@@ -251,6 +251,7 @@ class Writer(base.Writer):
         self.level = compression_level
         self._out = _AtomicFile(self.path)
         self._plain = _AtomicFile(self.path + ".plain") if self.codec else None
+        self._hashes = None
         self._f = (self._plain or self._out).__enter__()
         if self.codec is None:
             self._f = self.manifest.wrap(self._f)
@@ -278,18 +279,23 @@ class Writer(base.Writer):
                 codec = _codecs_table.get_codec(self.codec)
                 stored = self.manifest.wrap(self._out.__enter__())
                 stored.write(codec.compress(data, self.level))
-            self._out.__exit__(None, None, None)
-            self._f = None
             if isinstance(stored, HashedFile):
+                # written whole before the file is published, which it follows
                 self.manifest.record(self.path, stored)
                 target = manifest_path(self.path, single_file=True)
-                _atomic_write(target, self.manifest.encode(target))
+                self._hashes = _AtomicFile(target)
+                self._hashes.__enter__().write(self.manifest.encode(target))
+                self._hashes.f.close()
+            self._out.__exit__(None, None, None)
+            if self._hashes is not None:
+                self._hashes.__exit__(None, None, None)
+            self._f = None
 
     def abort(self) -> None:
         if self._f is None:
             return
         self._f = None
-        for atomic in (self._plain, self._out):
+        for atomic in (self._plain, self._out, self._hashes):
             if atomic is not None:
                 atomic.discard()
 
