@@ -239,7 +239,7 @@ def test_inspect_prints_the_report(run_hpcio, small_msgpack):
 def test_verify_exit_codes(run_hpcio, small_msgpack):
     proc = run_hpcio("verify", small_msgpack)
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout == "OK: 3 samples in 2 shards, 3 records decoded, 0 hashes checked\n"
+    assert proc.stdout == "OK: 3 samples in 2 shards, 3 records decoded, 2 hashes checked\n"
     shard = os.path.join(small_msgpack, "shard-000001.msgpack")
     with open(shard, "r+b") as f:
         data = f.read().replace(b"t2", b"\xff2")
@@ -247,13 +247,15 @@ def test_verify_exit_codes(run_hpcio, small_msgpack):
         f.write(data)
     proc = run_hpcio("verify", small_msgpack)
     assert proc.returncode == 1
-    assert proc.stdout == "FAILED (1 problems listed): 3 samples in 2 shards, 2 records decoded, 0 hashes checked\n"
-    assert proc.stderr.startswith(f"BAD  invalid MessagePack data: 'utf-8' codec can't decode byte 0xff")
+    assert proc.stdout == "FAILED (2 problems listed): 3 samples in 2 shards, 2 records decoded, 2 hashes checked\n"
+    mismatch, bad = proc.stderr.splitlines()
+    assert mismatch.startswith("BAD  xxh3_64 mismatch: hashes.json says ")
+    assert bad.startswith(f"BAD  invalid MessagePack data: 'utf-8' codec can't decode byte 0xff")
     assert proc.stderr.endswith(f"({shard}, byte offset 0, sample 2)\n")
     proc = run_hpcio("verify", "--json", small_msgpack)
     report = json.loads(proc.stdout)
     assert (proc.returncode, report["ok"], report["checked"]) == (1, False, 2)
-    assert [(e["path"], e["offset"], e["sample"]) for e in report["errors"]] == [(shard, 0, 2)]
+    assert [(e["path"], e["offset"], e["sample"]) for e in report["errors"]] == [(shard, 0, None), (shard, 0, 2)]
 
 
 def test_a_damaged_dataset_is_a_report_not_a_traceback(run_hpcio, tmp_path):

@@ -208,7 +208,7 @@ def test_inspect_and_verify_missing_dataset(run_hpcio, tmp_path, command):
 
 # --- the library's own surfaces -------------------------------------------------------------
 def test_unknown_keyword_options_are_typed(jsonl, tmp_path):
-    with pytest.raises(hpcio.OptionError, match=r"^unknown jsonl reader option 'cache_dirr'; valid options: cache_dir$"):
+    with pytest.raises(hpcio.OptionError, match=r"^unknown jsonl reader option 'cache_dirr'; valid options: cache_dir, validate_hashes$"):
         hpcio.open(jsonl, cache_dirr=str(tmp_path))
     with pytest.raises(hpcio.OptionError, match=r"^unknown mds writer option 'colums'; valid options: .*columns"):
         hpcio.open_writer(tmp_path / "w", format="mds", colums={"id": "int"})

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import shutil
 
 import numpy as np
-import xxhash
 
 from .._core._io import start_writeback
 from .._durable import fsync_dir
+from .._hashing import file_digest
 
 __all__ = [
     "staging_path",
@@ -88,19 +87,6 @@ def write_json_atomic(path: str, obj) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path))
-
-
-def file_digest(path: str) -> str:
-    """xxh3-64 of a file's bytes, as hex.
-
-    The file is hashed through a read-only mapping: a shard just written is in the page
-    cache, and reading it into buffers would copy it once more into fresh memory."""
-    h = xxhash.xxh3_64()
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                h.update(m)
-    return h.hexdigest()
 
 
 def _walk_files(root: str):

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
+from ._checksums import verify_files
 from .reports import InspectReport, VerifyReport, problem
 
 __all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "sample_starts", "locate", "by_shard",
@@ -305,17 +306,39 @@ class Writer(abc.ABC):
 class FileWriter(Writer):
     """Base for writers that write one output file at a time: ``file`` is the file being
     written (None between files), written under a temporary name held by ``pending``
-    (:class:`PendingFiles`) until ``close`` publishes it."""
+    (:class:`PendingFiles`) until ``close`` publishes it.  A writer that sets
+    ``manifest`` (:class:`~hpcio.formats._checksums.Manifest`) has each file opened by
+    :meth:`open_file` hashed as it is written, and :meth:`publish` adds the manifest."""
 
     file = None
     pending: PendingFiles
+    manifest = None
+    _final: str | None = None
+
+    def open_file(self, final: str):
+        """Start writing the output file ``final`` under its temporary name."""
+        file = open(self.pending.add(final), "wb")
+        self.file = file if self.manifest is None else self.manifest.wrap(file)
+        self._final = final
+        return self.file
 
     def close_file(self) -> None:
         """Close the file being written, if one is open (it counts as closed even when
         its last flush fails)."""
         file, self.file = self.file, None
         if file is not None:
+            if self.manifest is not None:
+                self.manifest.record(self._final, file)
             file.close()
+
+    def publish(self, manifest_at: str | None = None) -> None:
+        """Publish the files written, then (last, so a visible manifest always finds its
+        files) the manifest of their hashes at ``manifest_at``."""
+        data = None if self.manifest is None or manifest_at is None else self.manifest.encode(manifest_at)
+        if data is not None:
+            with open(self.pending.add(manifest_at), "wb") as f:
+                f.write(data)
+        self.pending.publish()
 
     def abort(self) -> None:
         try:
@@ -462,13 +485,17 @@ class Verification:
             return self.decode(reader)
 
 
-def verify_samples(fmt: str, path, open_reader, list_shards, *, max_errors: int = 1000) -> VerifyReport:
+def verify_samples(fmt: str, path, open_reader, list_shards, *, max_errors: int = 1000,
+                   manifest: bool = False) -> VerifyReport:
     """The report of a format whose verify is decoding every sample: ``open_reader()``
     opens the dataset, ``list_shards(path)`` names its shard files (HpcioError when
-    there are none, then counted as 0)."""
+    there are none, then counted as 0).  With ``manifest`` the files are first checked
+    against their hash manifest (:mod:`hpcio.formats._checksums`)."""
     try:
-        shards = len(list_shards(path))
+        files = list_shards(path)
     except HpcioError:
-        shards = 0
-    check = Verification(fmt, path, max_errors=max_errors, shards=shards)
+        files = []
+    check = Verification(fmt, path, max_errors=max_errors, shards=len(files))
+    if manifest:
+        verify_files(check, files, path)
     return check.decode_dataset(open_reader)

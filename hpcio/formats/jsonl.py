@@ -30,6 +30,7 @@ from .._core._records import loads_exact
 from ..errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from ..registry import Capabilities
 from . import _values, base
+from ._checksums import HashedFile, Manifest, manifest_path, validate_files
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "SUFFIXES", "inspect", "verify"]
 
@@ -89,12 +90,18 @@ class Reader(base.Reader):
     cache_dir
         Where to keep the decompressed bytes and the line index between opens;
         ``None`` keeps both in memory only.
+    validate_hashes
+        True: check the file (as stored, compressed or not) against the xxh3_64 its
+        ``<file>.hashes.json`` records before reading, raising
+        :class:`~hpcio.errors.ChecksumMismatchError` naming it; ``"xxh3_64"`` also
+        requires the manifest.
     """
 
-    def __init__(self, path, cache_dir=None):
+    def __init__(self, path, cache_dir=None, validate_hashes: bool | str = False):
         super().__init__(path)
         if not os.path.isfile(self.path):
             raise ShardNotFoundError("no such JSONL file", path=self.path)
+        validate_files([self.path], validate_hashes)
         self._mm = None
         _, codec = _codec_of(self.path)
         st = os.stat(self.path)
@@ -226,10 +233,15 @@ class Writer(base.Writer):
     numpy arrays and scalars are written as JSON lists and numbers (they read back as
     such).  ``bytes`` have no JSON form and raise :class:`UnsupportedValueError`.
     The file appears only when :meth:`close` succeeds.
+
+    ``hashes``: ``["xxh3_64"]`` (None, the default) records the xxh3_64 of the file as
+    stored in ``<file>.hashes.json`` beside it (:mod:`hpcio.formats._checksums`), for
+    ``validate_hashes=True`` and ``hpcio verify``; ``[]`` writes the file alone.
     """
 
-    def __init__(self, path, compression_level: int | None = None):
+    def __init__(self, path, compression_level: int | None = None, hashes=None):
         super().__init__(path)
+        self.manifest = Manifest(hashes, "JSONL")
         known, self.codec = _codec_of(self.path)
         if not known:
             raise InvalidArgumentError(
@@ -239,7 +251,10 @@ class Writer(base.Writer):
         self.level = compression_level
         self._out = _AtomicFile(self.path)
         self._plain = _AtomicFile(self.path + ".plain") if self.codec else None
+        self._hashes = None
         self._f = (self._plain or self._out).__enter__()
+        if self.codec is None:
+            self._f = self.manifest.wrap(self._f)
 
     def write(self, sample: Mapping) -> None:
         try:
@@ -255,23 +270,32 @@ class Writer(base.Writer):
         if self._f is None:
             return
         with self.aborting():
-            if self.codec is None:
-                self._out.__exit__(None, None, None)
-            else:
+            stored = self._f
+            if self.codec is not None:
                 self._f.flush()
                 with open(self._plain.tmp, "rb") as src:
                     data = src.read()
                 self._plain.discard()
                 codec = _codecs_table.get_codec(self.codec)
-                self._out.__enter__().write(codec.compress(data, self.level))
-                self._out.__exit__(None, None, None)
+                stored = self.manifest.wrap(self._out.__enter__())
+                stored.write(codec.compress(data, self.level))
+            if isinstance(stored, HashedFile):
+                # written whole before the file is published, which it follows
+                self.manifest.record(self.path, stored)
+                target = manifest_path(self.path, single_file=True)
+                self._hashes = _AtomicFile(target)
+                self._hashes.__enter__().write(self.manifest.encode(target))
+                self._hashes.f.close()
+            self._out.__exit__(None, None, None)
+            if self._hashes is not None:
+                self._hashes.__exit__(None, None, None)
             self._f = None
 
     def abort(self) -> None:
         if self._f is None:
             return
         self._f = None
-        for atomic in (self._plain, self._out):
+        for atomic in (self._plain, self._out, self._hashes):
             if atomic is not None:
                 atomic.discard()
 
@@ -291,5 +315,6 @@ def inspect(path) -> dict:
 
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
-    """Decompress the file and parse every line."""
-    return base.verify_samples(NAME, path, lambda: Reader(path), lambda p: [p], max_errors=max_errors)
+    """Check the file against its hash manifest, then decompress it and parse every line."""
+    return base.verify_samples(NAME, path, lambda: Reader(path), lambda p: [os.fspath(p)], max_errors=max_errors,
+                               manifest=True)

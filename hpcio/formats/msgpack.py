@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _values
+from ._checksums import Manifest, manifest_path, validate_files
 from .base import BatchReader
 from .base import (PendingFiles, files_bytes, inspect_report, locate,
                    sample_starts, shard_files, verify_samples)
@@ -131,12 +132,19 @@ def build_index(buf, *, path=None, sample_base: int = 0) -> np.ndarray:
 
 
 class Writer(FileWriter):
-    """Writes ``path/shard-%06d.msgpack`` (or one file when ``path`` ends in ``.msgpack``)."""
+    """Writes ``path/shard-%06d.msgpack`` (or one file when ``path`` ends in ``.msgpack``).
 
-    def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, **options):
+    ``hashes``: ``["xxh3_64"]`` (None, the default) records the xxh3_64 of every file in
+    a manifest beside them (``hashes.json`` in the directory, ``<file>.hashes.json`` beside
+    a single file; :mod:`hpcio.formats._checksums`) for ``validate_hashes=True`` and
+    ``hpcio verify``; ``[]`` writes the MessagePack files alone, the same bytes either way.
+    """
+
+    def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, hashes=None, **options):
         super().__init__(path)
         if options:
             raise OptionError(f"unknown MessagePack writer options: {', '.join(options)}")
+        self.manifest = Manifest(hashes, "MessagePack")
         _msgpack()
         self.single = self.path.endswith((".msgpack", ".mpk"))
         self.pending = PendingFiles(None if self.single else self.path)
@@ -147,7 +155,7 @@ class Writer(FileWriter):
     def _open(self):
         final = self.path if self.single else os.path.join(self.path, SHARD_PATTERN % self.number)
         self.number += 1
-        self.file = open(self.pending.add(final), "wb")
+        self.open_file(final)
         self.file_count = self.file_size = 0
 
     def write(self, sample: Mapping) -> None:
@@ -167,17 +175,23 @@ class Writer(FileWriter):
             if self.file is None and not self.pending:
                 self._open()
             self.close_file()
-            self.pending.publish()
+            self.publish(manifest_path(self.path, self.single))
 
 
 class Reader(BatchReader):
-    """Random-access reader of MessagePack map streams (a file or a directory of them)."""
+    """Random-access reader of MessagePack map streams (a file or a directory of them).
 
-    def __init__(self, path, **options):
+    ``validate_hashes=True`` checks every file against the xxh3_64 its hash manifest
+    records before reading (:class:`~hpcio.errors.ChecksumMismatchError` naming the file);
+    ``"xxh3_64"`` also requires every file to have one.
+    """
+
+    def __init__(self, path, validate_hashes: bool | str = False, **options):
         from .._core import _io
 
         super().__init__(path)
         self.paths = list_files(self.path)
+        validate_files(self.paths, validate_hashes)
         self.maps, self.files, self.offsets = [], [], []
         counts = []
         try:
@@ -226,5 +240,6 @@ def inspect(path) -> dict:
 
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
-    """Decode every map of every file (the offset index already walked their structure)."""
-    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)
+    """Check every file against its hash manifest entry, then decode every map of every
+    file (the offset index already walked their structure)."""
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors, manifest=True)

@@ -58,7 +58,7 @@ class References:
         return bytes(index.data(m))
 
     def _shard(self, shard: str) -> tuple:
-        from ..formats.webdataset import _Shard
+        from ..formats.webdataset.reader import _Shard
 
         path = self.path(shard)
         entry = self._tars.get(path)

@@ -23,6 +23,7 @@ import pytest
 
 import hpcio
 from hpcio.errors import CapabilityError, HpcioError, IndexOutOfRangeError
+from hpcio.formats._checksums import MANIFEST_NAME
 from hpcio.formats.reports import InspectReport, VerifyProblem, VerifyReport
 from hpcio.registry import check_format, format_hook
 
@@ -78,10 +79,12 @@ def replace_bytes(path, old: bytes, new: bytes) -> list[str]:
 
 
 def stored_bytes(path) -> int:
-    """Bytes of the files of the dataset at ``path`` (a file, or a directory tree)."""
+    """Bytes of the data files of the dataset at ``path`` (a file, or a directory tree;
+    hash manifests, which inspect does not count, left out)."""
     if os.path.isfile(path):
         return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(root, n)) for root, _dirs, names in os.walk(path) for n in names)
+    return sum(os.path.getsize(os.path.join(root, n)) for root, _dirs, names in os.walk(path) for n in names
+               if n != MANIFEST_NAME)
 
 
 class FormatTests:
@@ -101,7 +104,8 @@ class FormatTests:
     expected_inspect: dict | None = None      # shards, fields and details of inspect()
     expected_hashes_checked: int = 0
     corruption: tuple[bytes, bytes] | None = None  # (value bytes, same-length damage)
-    expected_problem: dict | None = None      # the one error verify reports then
+    expected_problem: dict | None = None      # the error verify reports then for the value
+    expected_hash_problem: dict | None = None  # the one it reports first for the file's hash
 
     # --- hooks a subclass may override -------------------------------------------------
     def make_sample(self, i: int) -> dict:
@@ -246,9 +250,11 @@ class FormatTests:
         report = self.hook("verify")(path)
         assert (report["ok"], report["samples"], report["checked"]) == (
             False, self.REPORT_SAMPLES, self.REPORT_SAMPLES - 1)
+        expected = [self.expected_problem] if self.expected_hash_problem is None else [
+            self.expected_hash_problem, self.expected_problem]
         assert report["errors"] == [{
             key: value.replace("{file}", bad).replace("{path}", path) if isinstance(value, str) else value
-            for key, value in self.expected_problem.items()}]
+            for key, value in problem.items()} for problem in expected]
 
     def test_sniff(self, written):
         assert hpcio.sniff_format(written).NAME == self.format_name

@@ -72,13 +72,13 @@ FORMATS = {
                         covered=r"shard\.\d+\.mds$"),
     "mds-blosc2": _Format("mds", None, {"size_limit": 700, "compression": "sample::blosc2"},
                           covered=r"shard\.\d+\.mds$"),
-    "jinx": _Format("jinx", "data.jinx"),
-    "webdataset": _Format("webdataset"),
+    "jinx": _Format("jinx", "data.jinx", covered=r"\.[bj]inx$"),
+    "webdataset": _Format("webdataset", covered=r"\.tar$"),
     "zarr": _Format("zarr", covered=r"/c/"),
     "hdf5": _Format("hdf5"),
     "parquet": _Format("parquet"),  # page CRCs: the footer is not covered
-    "msgpack": _Format("msgpack"),
-    "jsonl": _Format("jsonl", "data.jsonl", binary=False),
+    "msgpack": _Format("msgpack", covered=r"\.msgpack$"),
+    "jsonl": _Format("jsonl", "data.jsonl", binary=False, covered=r"\.jsonl$"),
 }
 
 

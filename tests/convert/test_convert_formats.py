@@ -200,7 +200,7 @@ def test_webdataset_output_reads_in_webdataset(converted, tmp_path):
     assert sorted(r[:3] for r in rows) == _expected_rows()
     keys = [r[3] for r in rows]
     assert len(set(keys)) == N and keys[0] == "000000-000000000"
-    assert sorted(os.listdir(out)) == [f"shard-{k:06d}.tar" for k in range(summary["num_shards"])]
+    assert sorted(os.listdir(out)) == ["hashes.json"] + [f"shard-{k:06d}.tar" for k in range(summary["num_shards"])]
 
 
 def test_zarr_output_reads_in_zarr(converted, tmp_path):

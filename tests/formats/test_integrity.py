@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import hpcio
-from hpcio.errors import CorruptShardError, DecodeError, HpcioError
+from hpcio.errors import ChecksumMismatchError, CorruptShardError, DecodeError, HpcioError
 from hpcio.formats import mds
 
 
@@ -198,3 +198,124 @@ def test_an_unknown_compression_in_a_shard_header_is_a_corrupt_shard(tmp_path):
     flip(shard, at, ord("s") ^ ord("t"))  # sample::zstd -> sample::ztd... still JSON
     with pytest.raises(CorruptShardError, match="the shard's embedded config: unknown MDS compression 'sample::zttd'"):
         hpcio.open(path)[0]
+
+
+# --- JINX, WebDataset, MessagePack, JSON Lines: hashes hpcio keeps -------------------------
+KEPT = {  # format -> (dataset name, writer options, data file named in the errors)
+    "jinx": ("d.jinx", {}, "d.jinx"),
+    "webdataset": ("w", {"max_count": 10}, "w/shard-000000.tar"),
+    "msgpack": ("m", {"max_count": 10}, "m/shard-000000.msgpack"),
+    "jsonl": ("j.jsonl", {}, "j.jsonl"),
+}
+
+
+def kept_samples(n=20):
+    return [{"id": i, "text": f"text {i} " * 3} for i in range(n)]
+
+
+def write_kept(tmp_path, fmt, **options):
+    name, defaults, data = KEPT[fmt]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    with hpcio.open_writer(tmp_path / name, format=fmt, **{**defaults, **options}) as w:
+        for s in kept_samples():
+            w.write(s)
+    return str(tmp_path / name), str(tmp_path / data)
+
+
+def expected_mismatch(fmt, data):
+    """The message of the ChecksumMismatchError the damaged ``data`` file must raise."""
+    import orjson
+    import xxhash
+
+    raw = open(data, "rb").read()
+    if fmt == "jinx":
+        fo = int(raw[:-1].rsplit(b"\n", 1)[1])
+        footer = orjson.loads(raw[fo:].split(b"\n", 1)[0])
+        want = footer.pop("hash").split(":", 1)[1]
+        got = xxhash.xxh3_64(raw[:fo] + orjson.dumps(footer)).hexdigest()
+        return (f"xxh3_64 mismatch: the footer's hash says {want}, bytes [0, {fo}) and the footer hash to {got} "
+                f"({data}, byte offset 0)")
+    manifest = os.path.join(os.path.dirname(data), "hashes.json") if fmt != "jsonl" else data + ".hashes.json"
+    want = json.load(open(manifest))["files"][os.path.basename(data)]["hashes"]["xxh3_64"]
+    got = xxhash.xxh3_64(raw).hexdigest()
+    return (f"xxh3_64 mismatch: {os.path.basename(manifest)} says {want}, bytes [0, {len(raw)}) of the file "
+            f"hash to {got} ({data}, byte offset 0)")
+
+
+@pytest.mark.parametrize("fmt", KEPT)
+def test_hashes_are_recorded_by_default_and_reads_are_unchanged(tmp_path, fmt):
+    path, _ = write_kept(tmp_path, fmt)
+    assert [dict(s) for s in hpcio.open(path, validate_hashes=True)] == kept_samples()
+    assert [dict(s) for s in hpcio.open(path, validate_hashes="xxh3_64")] == kept_samples()
+    report = hpcio.registry.get_format(fmt).verify(path)
+    assert report["ok"] and report["hashes_checked"] >= (2 if fmt in ("webdataset", "msgpack") else 1)
+
+
+@pytest.mark.parametrize("fmt", KEPT)
+def test_a_flipped_byte_is_caught_by_verify_and_validate_hashes(tmp_path, fmt):
+    path, data = write_kept(tmp_path, fmt)
+    flip(data, open(data, "rb").read().index(b"text 3 ") + 2, 0x01)  # "text" -> "teyt": still valid
+    assert dict(hpcio.open(path)[3])["text"] != "text 3 " * 3  # read back wrong, no error
+    message = expected_mismatch(fmt, data)
+    report = hpcio.registry.get_format(fmt).verify(path)
+    assert not report["ok"]
+    assert report["errors"][0] == {"path": data, "offset": 0, "sample": None, "type": "ChecksumMismatchError",
+                                   "error": message}
+    with pytest.raises(ChecksumMismatchError) as info:
+        hpcio.open(path, validate_hashes=True)
+    assert str(info.value) == message and info.value.path == data
+
+
+@pytest.mark.parametrize("fmt", KEPT)
+def test_hashes_opt_out_writes_the_same_data_files_alone(tmp_path, fmt):
+    with_hashes, _ = write_kept(tmp_path / "a", fmt)
+    without, _ = write_kept(tmp_path / "b", fmt, hashes=[])
+    verify = hpcio.registry.get_format(fmt).verify
+    files = 2 if os.path.isdir(without) else 1  # 20 samples, 10 a shard
+    assert verify(with_hashes)["hashes_checked"] - verify(without)["hashes_checked"] == files
+    with pytest.raises(CorruptShardError, match="records no xxh3_64 hash|no hash manifest records"):
+        hpcio.open(without, validate_hashes="xxh3_64")
+    assert [dict(s) for s in hpcio.open(without, validate_hashes=True)] == kept_samples()
+    if fmt == "jinx":  # the footer loses its hash and nothing else
+        ours, plain = open(with_hashes, "rb").read(), open(without, "rb").read()
+        assert ours.split(b"\n")[:-3] == plain.split(b"\n")[:-3]
+        footer = json.loads(ours.split(b"\n")[-3])
+        del footer["hash"]
+        assert footer == json.loads(plain.split(b"\n")[-3])
+        return
+    directory = without if os.path.isdir(without) else os.path.dirname(without)
+    manifest = "hashes.json" if os.path.isdir(without) else os.path.basename(without) + ".hashes.json"
+    data_files = sorted(os.listdir(directory))
+    assert sorted(os.listdir(os.path.join(tmp_path, "a", os.path.relpath(directory, tmp_path / "b")))) == sorted(
+        data_files + [manifest])
+    for name in data_files:
+        other = os.path.join(tmp_path, "a", os.path.relpath(os.path.join(directory, name), tmp_path / "b"))
+        assert open(other, "rb").read() == open(os.path.join(directory, name), "rb").read(), name
+
+
+def test_jinx_sidecar_hash_names_the_sidecar(tmp_path):
+    path = str(tmp_path / "s.jinx")
+    with hpcio.open_writer(path, format="jinx", binary_threshold=8) as w:
+        for i in range(10):
+            w.write({"id": i, "blob": bytes(range(i, i + 30))})
+    binx = str(tmp_path / "s.binx")
+    flip(binx, 5)
+    report = hpcio.registry.get_format("jinx").verify(path)
+    assert report["errors"][0]["path"] == binx and report["errors"][0]["type"] == "ChecksumMismatchError"
+    assert report["errors"][0]["error"].startswith("xxh3_64 mismatch: the footer's binx_hash says ")
+    with pytest.raises(ChecksumMismatchError, match=r"bytes \[0, \d+\) of the sidecar hash to"):
+        hpcio.open(path, validate_hashes=True)
+
+
+def test_parallel_webdataset_conversion_records_every_shard(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": f"text {i}"}) + "\n" for i in range(40)))
+    hpcio.convert(str(src), str(tmp_path / "out"), to="webdataset", num_shards=4)
+    manifest = json.load(open(tmp_path / "out" / "hashes.json"))
+    assert sorted(manifest["files"]) == [f"shard-{i:06d}.tar" for i in range(4)]
+    report = hpcio.registry.get_format("webdataset").verify(str(tmp_path / "out"))
+    assert report["ok"] and report["hashes_checked"] == 4 + 80  # shard hashes, tar headers
+    os.remove(tmp_path / "out" / "shard-000002.tar")
+    report = hpcio.registry.get_format("webdataset").verify(str(tmp_path / "out"))
+    assert [e["error"] for e in report["errors"]] == [
+        f"hashes.json names 'shard-000002.tar', which is missing ({tmp_path / 'out' / 'hashes.json'})"]

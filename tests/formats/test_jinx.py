@@ -593,7 +593,7 @@ def test_footer_settings_a_join_cannot_use(tmp_path):
 
 
 def test_corrupt_npy_header(tmp_path):
-    p = _write(tmp_path / "a.jinx", [{"a": np.arange(3.0)}])
+    p = _write(tmp_path / "a.jinx", [{"a": np.arange(3.0)}], hashes=[])  # the value's own error, alone
     data = p.read_bytes()
     stored = orjson.loads(data.split(b"\n")[0])["a.npy"]
     npy = _jinx.a85decode(stored)
@@ -611,7 +611,7 @@ def test_corrupt_npy_header(tmp_path):
 
 def test_corrupt_pt_value_is_reported_only_when_unpickled(tmp_path):
     torch = pytest.importorskip("torch")
-    p = _write(tmp_path / "a.jinx", [{"w": torch.arange(4)}])
+    p = _write(tmp_path / "a.jinx", [{"w": torch.arange(4)}], hashes=[])  # no file hash to catch it
     data = p.read_bytes()
     stored = orjson.loads(data.split(b"\n")[0])["w.pt"]
     broken = _jinx.a85encode(b"\x01" * 4 + _jinx.a85decode(stored)[4:])
@@ -702,7 +702,7 @@ def test_not_found():
 
 
 def test_verify_reports_bad_values(tmp_path):
-    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40, hashes=[])
     assert jinx.verify(p) == {"format": "jinx", "path": str(p), "ok": True, "samples": 3, "shards": 1,
                               "checked": 3, "hashes_checked": 0, "errors": []}
     binx = p.with_suffix(".binx")
@@ -724,7 +724,7 @@ def test_inspect_report(tmp_path):
 
 
 def test_verify_report_schema_and_max_errors(tmp_path):
-    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
+    p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40, hashes=[])
     binx = p.with_suffix(".binx")
     binx.write_bytes(binx.read_bytes()[:70])
     report = jinx.verify(p, max_errors=1)
@@ -757,7 +757,7 @@ def test_cli_verify_and_inspect(tmp_path, capsys):
 
     p = _write(tmp_path / "a.jinx", SIDECAR_SAMPLES, binary_threshold=40)
     assert main(["verify", str(p)]) == 0
-    assert capsys.readouterr().out == "OK: 3 samples in 1 shards, 3 records decoded, 0 hashes checked\n"
+    assert capsys.readouterr().out == "OK: 3 samples in 1 shards, 3 records decoded, 2 hashes checked\n"
     assert main(["verify", str(p), "--allow-pickle", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["checked"] == 3
     assert main(["inspect", str(p), "--json"]) == 0

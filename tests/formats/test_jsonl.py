@@ -47,7 +47,12 @@ class TestJsonl(_JsonlTests):
     report_path = "ds.jsonl"
     expected_inspect = {"shards": 1, "fields": {"id": "int", "text": "str", "meta": "json"},
                         "details": {"compression": None, "decoded_bytes": 180}}
+    expected_hashes_checked = 1  # ds.jsonl.hashes.json
     corruption = (b'{"i":3}', b'{"i":3!')
+    expected_hash_problem = {
+        "path": "{path}", "offset": 0, "sample": None, "type": "ChecksumMismatchError",
+        "error": "xxh3_64 mismatch: ds.jsonl.hashes.json says e1c24a273e9b0017, bytes [0, 180) of the file hash to "
+                 "858dc76227bcc32d ({path}, byte offset 0)"}
     expected_problem = {
         "path": "{path}", "offset": 108, "sample": 3, "type": "CorruptShardError",
         "error": "garbled JSON line: unexpected character, expected ',' or '}': line 1 column 34 "
@@ -134,5 +139,6 @@ def test_verify_a_truncated_compressed_file(tmp_path):
         f.truncate(os.path.getsize(path) // 2)
     report = jsonl.verify(path)
     assert (report["ok"], report["samples"], report["checked"]) == (False, 0, 0)
-    [error] = report["errors"]
+    [mismatch, error] = report["errors"]
+    assert mismatch["type"] == "ChecksumMismatchError" and mismatch["error"].startswith("file is ")
     assert error["path"] == path and error["type"] == "DecodeError", error

@@ -16,7 +16,12 @@ class TestMsgpackFormat(FormatTests):
     writer_options = {"max_count": 20}
     report_options = {"max_count": 2}
     expected_inspect = {"shards": 3, "fields": {"id": "int", "text": "str", "meta": "json"}, "details": {}}
+    expected_hashes_checked = 3  # the shard hashes of hashes.json
     corruption = (b"t3", b"\xff3")  # not UTF-8
+    expected_hash_problem = {
+        "path": "{file}", "offset": 0, "sample": None, "type": "ChecksumMismatchError",
+        "error": "xxh3_64 mismatch: hashes.json says eb5ce16a1ccec1eb, bytes [0, 44) of the file hash to "
+                 "5de79a761b728131 ({file}, byte offset 0)"}
     expected_problem = {
         "path": "{file}", "offset": 22, "sample": 3, "type": "CorruptShardError",
         "error": "invalid MessagePack data: 'utf-8' codec can't decode byte 0xff in position 0: "

@@ -24,8 +24,11 @@ class TestWebDatasetFormat(FormatTests):
     report_options = {"max_count": 2}
     expected_inspect = {"shards": 3, "fields": {"id": "id", "meta": "json", "text": "text"},
                         "details": {"members": 15}}
-    expected_hashes_checked = 15  # tar header checksums
+    expected_hashes_checked = 18  # tar header checksums and the 3 shard hashes of hashes.json
     corruption = (b'{"i":3}', b'{"i":3!')
+    expected_hash_problem = {"path": "{file}", "offset": 0, "sample": None, "type": "ChecksumMismatchError",
+                             "error": "xxh3_64 mismatch: hashes.json says c6485b4a0c98c3b2, bytes [0, 10240) "
+                                      "of the file hash to 64eaafbd8a7ee0a6 ({file}, byte offset 0)"}
     expected_problem = {"path": "{file}", "offset": None, "sample": 3, "type": "DecodeError",
                         "error": "field 'meta' is not valid JSON: Expecting ',' delimiter: line 1 column 7 (char 6) ({file}, sample 3)"}
 
@@ -85,10 +88,10 @@ def test_equal_input_gives_equal_bytes(tmp_path):
 def test_count_and_size_rollover(tmp_path):
     samples = [{"blob": bytes(3000)} for _ in range(10)]
     write(tmp_path / "c", samples, max_count=4)
-    assert sorted(os.listdir(tmp_path / "c")) == [f"shard-{i:06d}.tar" for i in range(3)]
+    assert sorted(os.listdir(tmp_path / "c")) == ["hashes.json"] + [f"shard-{i:06d}.tar" for i in range(3)]
     # each sample is 512 header + 3072 data: two fit under 8000 bytes
     write(tmp_path / "s", samples, max_size=8000)
-    assert len(os.listdir(tmp_path / "s")) == 5
+    assert len(os.listdir(tmp_path / "s")) == 5 + 1  # and hashes.json
     assert len(hpcio.open(tmp_path / "s")) == 10
 
 
@@ -97,6 +100,7 @@ def test_read_by_webdataset_library(tmp_path):
 
     samples = [typed_sample(i) for i in range(6)]
     write(tmp_path / "ds", samples, max_count=4)
+    assert (tmp_path / "ds" / "hashes.json").is_file()  # beside the tars webdataset reads unchanged
     urls = [str(tmp_path / "ds" / f"shard-{i:06d}.tar") for i in range(2)]
     got = list(wds.WebDataset(urls, shardshuffle=False))
     assert len(got) == 6
@@ -244,6 +248,7 @@ def test_verify_reports_a_damaged_header(tmp_path):
         f.write(b"0000000")
     report = wdsfmt.verify(path)
     assert report["ok"] is False and report["checked"] == 0
-    [error] = report["errors"]
+    [mismatch, error] = report["errors"]
+    assert (mismatch["path"], mismatch["type"]) == (shard, "ChecksumMismatchError")
     assert (error["path"], error["offset"], error["type"]) == (shard, 1024, "CorruptShardError")
     assert error["error"].startswith("bad tar header checksum: stored 0, computed ")

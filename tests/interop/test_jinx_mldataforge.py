@@ -62,6 +62,18 @@ def _target(name: str) -> str:
     return "ds" if "shard_size" in CONFIGS[name] else "ds.jinx"
 
 
+def _write_hpcio(directory: Path, name: str, **extra) -> None:
+    directory.mkdir(parents=True)
+    cwd = os.getcwd()
+    os.chdir(directory)  # relative paths, so the shard_prev/next footers compare equal
+    try:
+        with hpcio.open_writer(_target(name), format="jinx", **CONFIGS[name], **extra) as w:
+            for s in S.make_samples(N, **SAMPLE_OPTIONS.get(name, {})):
+                w.write(s)
+    finally:
+        os.chdir(cwd)
+
+
 def run_mdf(interop: str, jobs: list[dict]) -> list[dict]:
     proc = subprocess.run(
         [interop, str(TOOL)],
@@ -83,16 +95,10 @@ def exchange(tmp_path_factory, interop_python):
 
     for name, opts in CONFIGS.items():
         hp, md = base / "hpcio" / name, base / "mdf" / name
-        hp.mkdir(parents=True)
         md.mkdir(parents=True)
-        cwd = os.getcwd()
-        os.chdir(hp)  # relative paths, so the shard_prev/next footers compare equal
-        try:
-            with hpcio.open_writer(_target(name), format="jinx", **opts) as w:
-                for s in S.make_samples(N, **SAMPLE_OPTIONS.get(name, {})):
-                    w.write(s)
-        finally:
-            os.chdir(cwd)
+        _write_hpcio(hp, name)  # with the footer hashes hpcio records by default
+        if name in IDENTICAL:
+            _write_hpcio(base / "hpcio-no-hashes" / name, name, hashes=[])
         add(("write", name), {"op": "write", "path": _target(name), "cwd": str(md), "options": opts,
                               "n": N, **SAMPLE_OPTIONS.get(name, {})})
         for lazy in (False, True):
@@ -134,11 +140,39 @@ def expected(n=N, name=None):
     return [S.to_jsonable(s) for s in S.make_samples(n, **SAMPLE_OPTIONS.get(name, {}))]
 
 
+def _files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("name", IDENTICAL)
+def test_default_output_adds_only_the_footer_hashes(exchange, name):
+    """hpcio's default files are mldataforge's but for the footer's ``binx_hash`` and
+    ``hash``, appended last (the footer offset line is the same: it points before them)."""
+    base, res = exchange
+    hp, md = base / "hpcio" / name, base / "mdf" / name
+    assert _files(hp) == _files(md)
+    for rel in _files(hp):
+        ours, theirs = (hp / rel).read_bytes(), (md / rel).read_bytes()
+        if rel.endswith(".binx"):
+            assert ours == theirs, rel
+            continue
+        *our_lines, our_footer, our_offset, _ = ours.split(b"\n")
+        *their_lines, their_footer, their_offset, _ = theirs.split(b"\n")
+        assert (our_lines, our_offset) == (their_lines, their_offset), rel
+        footer = json.loads(our_footer)
+        assert footer.pop("hash").startswith("xxh3_64:")
+        assert footer.pop("binx_hash", "xxh3_64:").startswith("xxh3_64:")
+        assert footer == json.loads(their_footer), rel
+    report = jinx.verify(str(hp / _target(name)))
+    assert report["ok"] and report["hashes_checked"] == len(_files(hp))  # a hash per .jinx and .binx
+
+
 @pytest.mark.parametrize("name", IDENTICAL)
 def test_uncompressed_output_is_byte_identical(exchange, name):
+    """With ``hashes=[]`` hpcio writes mldataforge's bytes exactly."""
     base, res = exchange
     assert res[("write", name)] == {"ok": True}
-    hp, md = base / "hpcio" / name, base / "mdf" / name
+    hp, md = base / "hpcio-no-hashes" / name, base / "mdf" / name
     hp_files = sorted(str(p.relative_to(hp)) for p in hp.rglob("*") if p.is_file())
     md_files = sorted(str(p.relative_to(md)) for p in md.rglob("*") if p.is_file())
     assert hp_files == md_files

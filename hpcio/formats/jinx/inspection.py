@@ -51,9 +51,11 @@ def _shard_summary(shard: Shard) -> dict:
 
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
-    """Decode every value of every sample of a JINX file or shard directory.
+    """Check the hashes the footers record, then decode every value of every sample of a
+    JINX file or shard directory.
 
-    A file whose footer or index is bad is reported once and skipped; every bad sample
+    A file whose footer or index is bad is reported once and skipped; a hash mismatch is
+    reported once per file (``hashes_checked`` counts the hashes compared); every bad sample
     is reported on its own and checking goes on.  ``checked`` counts the samples
     decoded in full; ``errors`` keeps the first ``max_errors`` problems.  ``.pt`` values
     are read and decompressed but only unpickled (``torch.load``) with ``allow_pickle``,
@@ -81,6 +83,10 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> Verif
             continue
         try:
             report["samples"] += shard.num_samples
+            try:
+                report["hashes_checked"] += shard.check_hashes()
+            except HpcioError as exc:
+                fail(exc)
             for i in range(shard.num_samples):
                 try:
                     shard.materialize(shard.raw(i), i, unpickle=allow_pickle)

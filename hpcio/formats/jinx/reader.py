@@ -11,7 +11,7 @@ import numpy as np
 from ... import codecs as _codecs_table
 from ..._core import _codecs as _zstd_kernels
 from ..._core import _jinx
-from ...errors import DecompressionLimitError
+from ...errors import CorruptShardError, DecompressionLimitError
 from .. import base
 from .sample import JinxSample
 from .shard import Shard, shard_paths
@@ -40,10 +40,15 @@ class Reader(base.Reader):
     max_decoded_bytes
         Most bytes one read may decompress: one value, or the sidecar values of one
         batch together (a byte size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).
+    validate_hashes
+        True: check every file (and sidecar) against the xxh3_64 its footer records
+        before reading, raising :class:`~hpcio.errors.ChecksumMismatchError` naming it;
+        files without one are not checked.  ``"xxh3_64"`` also requires the hash.
     """
 
     def __init__(self, path, lazy: bool = True, split: str | None = None,
-                 encoding: str | None = None, max_decoded_bytes: int | str | None = None):
+                 encoding: str | None = None, max_decoded_bytes: int | str | None = None,
+                 validate_hashes: bool | str = False):
         super().__init__(path)
         self.lazy = lazy
         self.shards: list[Shard] = []
@@ -55,6 +60,9 @@ class Reader(base.Reader):
                     shard.close()
                     continue
                 self.shards.append(shard)
+                if validate_hashes and not shard.check_hashes() and validate_hashes is not True:
+                    raise CorruptShardError(f"the JINX footer records no {validate_hashes} hash",
+                                            path=shard.path, offset=shard.footer_offset)
         except BaseException:
             for s in self.shards:
                 s.close()

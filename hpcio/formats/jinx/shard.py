@@ -16,7 +16,9 @@ import orjson
 from ... import codecs as _codecs_table
 from ..._core import _io, _jinx
 from ..._core._records import loads_exact
+from ..._hashing import DEFAULT_HASH, file_digest, new_hash
 from ...errors import (
+    ChecksumMismatchError,
     CorruptShardError,
     DecodeError,
     ShardNotFoundError,
@@ -28,6 +30,9 @@ from .values import COMPRESSIONS, ENCODINGS, NUMPY_SCALARS, TYPED_LIST, decompre
 NAME = "jinx"
 SHARD_GLOB = "shard-*.jinx"
 SHARD_TEMPLATE = "shard-{:05d}.jinx"
+# How hpcio spells the footer's ``hash`` and ``binx_hash``: a value without it is some
+# other writer's and is not checked.
+HASH_PREFIX = f"{DEFAULT_HASH}:"
 # What decoding a typed value raises for bytes that are not of its type.
 _VALUE_ERRORS = (ValueError, TypeError, EOFError, IndexError, OverflowError, RecursionError)
 
@@ -157,6 +162,36 @@ class Shard:
     def index_key(self) -> str:
         """The footer key holding the index (``index.npy``, ``index.npy.zst``, ``index.npy.bin``)."""
         return next(k for k in self.footer if k.startswith("index" + self.ext_sep))
+
+    # --- hashes -------------------------------------------------------------------------
+    def check_hashes(self) -> int:
+        """Compare the hashes the footer records (``hash``: the sample lines, then the
+        footer as written without ``hash``; ``binx_hash``: the sidecar) with the bytes;
+        returns how many were compared, raises ChecksumMismatchError at one that differs."""
+        want = self.footer.get("hash")
+        if not (isinstance(want, str) and want.startswith(HASH_PREFIX)):
+            return 0
+        fo = self.footer_offset
+        h = new_hash()
+        h.update(self.buf[:fo])
+        h.update(orjson.dumps({k: v for k, v in self.footer.items() if k != "hash"}))
+        got = HASH_PREFIX + h.hexdigest()
+        if got != want:
+            raise ChecksumMismatchError(
+                f"{DEFAULT_HASH} mismatch: the footer's hash says {want[len(HASH_PREFIX):]}, bytes [0, {fo}) "
+                f"and the footer hash to {got[len(HASH_PREFIX):]}", path=self.path, offset=0)
+        want = self.footer.get("binx_hash")
+        if not (isinstance(want, str) and want.startswith(HASH_PREFIX)):
+            return 1
+        if not os.path.exists(self.binx_path):
+            raise ShardNotFoundError("JINX sidecar not found (the footer records its hash)", path=self.binx_path)
+        got = HASH_PREFIX + file_digest(self.binx_path)
+        if got != want:
+            size = os.path.getsize(self.binx_path)
+            raise ChecksumMismatchError(
+                f"{DEFAULT_HASH} mismatch: the footer's binx_hash says {want[len(HASH_PREFIX):]}, bytes [0, {size}) "
+                f"of the sidecar hash to {got[len(HASH_PREFIX):]}", path=self.binx_path, offset=0)
+        return 2
 
     # --- sidecar ------------------------------------------------------------------------
     def sidecar(self) -> memoryview:

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import orjson
 
+from ..._hashing import new_hash, recorded_hashes
 from ...errors import InvalidArgumentError, UnsupportedValueError
 from .. import base
 from .encoder import Encoder, Passthrough
 from .sample import JinxSample
-from .shard import SHARD_TEMPLATE, sidecar_path
+from .shard import HASH_PREFIX, SHARD_TEMPLATE, sidecar_path
 from .values import ENCODINGS, canonical_compression, compress, encoder
 
 
 class ShardWriter:
-    """Writes one JINX file (and its sidecar) under temporary names."""
+    """Writes one JINX file (and its sidecar) under temporary names, hashing both as
+    they are written when ``options.hashes`` asks (see :meth:`footer_hashes`)."""
 
     def __init__(self, path: str, options: Options):
         self.path = path
@@ -33,6 +35,8 @@ class ShardWriter:
         self.offsets = array("Q", [0])
         self.current = 0
         self.bin = None
+        self.hash = new_hash() if options.hashes else None
+        self.bin_hash = new_hash() if options.hashes else None
 
     @property
     def num_samples(self) -> int:
@@ -43,11 +47,16 @@ class ShardWriter:
             self.bin = open(self.tmp_binx, "wb", buffering=1 << 20)
         offset = self.bin.tell()
         self.bin.write(data)
+        if self.bin_hash is not None:
+            self.bin_hash.update(data)
         return {"offset": offset, "length": len(data)}
 
     def write_line(self, line: bytes) -> None:
         self.file.write(line)
         self.file.write(b"\n")
+        if self.hash is not None:
+            self.hash.update(line)
+            self.hash.update(b"\n")
         self.current += len(line) + 1
         self.offsets.append(self.current)
 
@@ -91,11 +100,24 @@ class ShardWriter:
             footer["shard_next"] = shard_next
         if split:
             footer["split"] = split
+        self.footer_hashes(footer)
         self.file.write(orjson.dumps(footer))
         self.file.write(f"\n{self.current}\n".encode())
         self.file.close()
         if self.bin is not None:
             self.bin.close()
+
+    def footer_hashes(self, footer: dict) -> None:
+        """Add the hashes to ``footer``, last: ``binx_hash``, the xxh3_64 of the sidecar
+        (when there is one), then ``hash`` (mldataforge's own footer field, which its
+        writer leaves unset and its reader ignores), the xxh3_64 of the sample lines
+        followed by the footer as written without ``hash``; both as ``"xxh3_64:<hex>"``."""
+        if self.hash is None:
+            return
+        if self.bin is not None:
+            footer["binx_hash"] = HASH_PREFIX + self.bin_hash.hexdigest()
+        self.hash.update(orjson.dumps(footer))
+        footer["hash"] = HASH_PREFIX + self.hash.hexdigest()
 
     def publish(self) -> None:
         # the sidecar first: a visible .jinx always finds the values it points to
@@ -122,7 +144,7 @@ class Options:
     """The writer settings and the value encoding rules that depend on them."""
 
     def __init__(self, compression, index_compression, compress_threshold, compress_ratio,
-                 encoding, binary_threshold, ext_sep):
+                 encoding, binary_threshold, ext_sep, hashes=()):
         self.compression = canonical_compression(compression)
         self.index_compression = canonical_compression(index_compression)
         if encoding is None and binary_threshold is None:
@@ -143,6 +165,7 @@ class Options:
         self.encoding = encoding
         self.binary_threshold = binary_threshold
         self.ext_sep = ext_sep
+        self.hashes = recorded_hashes(hashes, "JINX")
         inf = math.inf
         self.short_limit = min(
             compress_threshold if self.compression is not None else inf,
@@ -189,6 +212,11 @@ class Writer(base.Writer):
         A split name recorded in every footer.
     ext_sep
         The key suffix separator (``.``).
+    hashes
+        ``["xxh3_64"]`` (None, the default): every footer records the xxh3_64 of its file
+        (``hash``) and of its sidecar (``binx_hash``), which ``validate_hashes=True`` and
+        ``hpcio verify`` check and mldataforge's reader ignores; ``[]`` records none, for
+        files byte-identical to mldataforge's.
     shard_id, num_shards
         The sharded-writing hook (:mod:`hpcio.formats.base`): ``path`` is a directory and
         every sample goes into ``shard-<shard_id>.jinx`` (no size roll-over), whose footer
@@ -202,13 +230,13 @@ class Writer(base.Writer):
 
     def __init__(self, path, compression=None, index_compression=None, compress_threshold=64,
                  compress_ratio=1.0, encoding="a85", binary_threshold=None, shard_size=None,
-                 split=None, ext_sep=".", shard_id=None, num_shards=None):
+                 split=None, ext_sep=".", shard_id=None, num_shards=None, hashes=None):
         super().__init__(path)
         self._hook = None if shard_id is None else (int(shard_id), int(num_shards or shard_id + 1))
         if self._hook is not None:
             shard_size = None
         self.opts = Options(compression, index_compression, compress_threshold, compress_ratio,
-                            encoding, binary_threshold, ext_sep)
+                            encoding, binary_threshold, ext_sep, hashes)
         self.shard_size = shard_size
         self.split = split
         self._done: list[ShardWriter] = []
