@@ -516,10 +516,13 @@ class _Job:
         writer.clock.lap("plan")
         written = 0
         try:
-            for round_shards in rounds:
+            if plan.order == "seeded" and len(rounds) > 1:
+                # Every round of a seeded plan draws on every block of the sources.
+                writer.spill_rounds(comm, rounds, plan, buffer_bytes=self.round_bytes // 4)
+            for number, round_shards in enumerate(rounds):
                 if jobstate.stop_requested(comm):
                     break
-                writer.write_round(comm, round_shards, plan)
+                writer.write_round(comm, round_shards, plan, number)
                 written += len(round_shards)
             writer.close()
             bar.finish()

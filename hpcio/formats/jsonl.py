@@ -19,6 +19,7 @@ Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from collections.abc import Mapping, Sequence
 
@@ -59,24 +60,58 @@ def sniff(path) -> bool:
     return os.path.isfile(path) and _codec_of(path)[0]
 
 
-def _index_lines(buf) -> tuple[np.ndarray, np.ndarray]:
+# Bytes of a file indexed at a time: the pages of each part are unmapped once indexed,
+# so opening a file larger than memory keeps no more than this of it resident.
+INDEX_CHUNK_BYTES = 16 << 20
+
+
+def _index_lines(data, drop_pages=lambda: None) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of the non-blank lines of ``data`` (bytes-like with
+    ``find``/``rfind``), indexed in parts of whole lines of about :data:`INDEX_CHUNK_BYTES`;
+    ``drop_pages()`` is called after each part."""
+    size = len(data)
+    parts = []
+    at = 0
+    while at < size:
+        end = min(size, at + INDEX_CHUNK_BYTES)
+        if not hasattr(data, "rfind"):
+            end = size
+        elif end < size:  # end the part after a newline; a longer line makes it longer
+            newline = data.rfind(b"\n", at, end)
+            if newline < 0:
+                newline = data.find(b"\n", end)
+            end = size if newline < 0 else newline + 1
+        parts.append(_index_part(data, at, end))
+        drop_pages()
+        at = end
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    starts = np.concatenate([p[0] for p in parts])
+    ends = np.concatenate([p[1] for p in parts])
+    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+
+
+def _index_part(data, at: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_index_lines` of ``data[at:end]``, which ends after a newline or at the end."""
     from .._core import _index
 
-    bounds = _index.scan_lines(buf)
-    starts, ends = bounds[:-1], bounds[1:]
-    if not len(starts):
-        return starts, ends
-    view = np.frombuffer(buf, dtype=np.uint8)
-    # a JSON line starts with its value; only lines starting with whitespace can be blank
-    first = view[starts.astype(np.intp)]
-    maybe = np.flatnonzero(np.isin(first, np.frombuffer(b" \t\r\n", dtype=np.uint8)))
-    if maybe.size:
-        blank = [int(i) for i in maybe if not bytes(view[starts[i]:ends[i]]).strip()]
-        if blank:
-            keep = np.ones(len(starts), dtype=bool)
-            keep[blank] = False
-            starts, ends = starts[keep], ends[keep]
-    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+    with memoryview(data) as whole, whole[at:end] as buf:
+        bounds = _index.scan_lines(buf, at)
+        starts, ends = bounds[:-1], bounds[1:]
+        if not len(starts):
+            return starts, ends
+        view = np.frombuffer(buf, dtype=np.uint8)
+        # a JSON line starts with its value; only lines starting with whitespace can be blank
+        first = view[(starts - at).astype(np.intp)]
+        maybe = np.flatnonzero(np.isin(first, np.frombuffer(b" \t\r\n", dtype=np.uint8)))
+        if maybe.size:
+            blank = [int(i) for i in maybe if not bytes(view[starts[i] - at:ends[i] - at]).strip()]
+            if blank:
+                keep = np.ones(len(starts), dtype=bool)
+                keep[blank] = False
+                starts, ends = starts[keep], ends[keep]
+        del view, first
+    return starts, ends
 
 
 class Reader(base.Reader):
@@ -126,7 +161,7 @@ class Reader(base.Reader):
             bounds = np.load(index_path)
             self.starts, self.ends = bounds[0], bounds[1]
         else:
-            self.starts, self.ends = _index_lines(self.buf)
+            self.starts, self.ends = _index_lines(self._mm if self._mm is not None else self.buf, self.drop_pages)
             if index_path is not None:
                 os.makedirs(cache_dir, exist_ok=True)
                 with _AtomicFile(index_path) as f:
@@ -139,6 +174,10 @@ class Reader(base.Reader):
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def drop_pages(self) -> None:
+        if self._mm is not None:
+            self._mm.madvise(mmap.MADV_DONTNEED)
 
     def sample_nbytes(self) -> np.ndarray:
         """Bytes of every line (the converter balances shards with them)."""
