@@ -313,7 +313,7 @@ def convert(
 class _Measured:
     """What measuring the sources found, the same on every rank."""
 
-    by_source: dict  # source -> (sample sizes, block starts)
+    by_source: dict  # source -> (sample sizes, block starts, shared index)
     first_id: np.ndarray  # the global id of each source's first sample (and the total)
     block_first: np.ndarray  # the global id of the first sample of every block, ascending
 
@@ -409,7 +409,8 @@ class _Job:
         return expand_sources(self.src, self.from_format)
 
     def measure(self, sources: list[Source], readers: ReaderCache) -> _Measured:
-        """Every rank sizes a share of the sources; the shares are exchanged."""
+        """Every rank sizes a share of the sources; the shares are exchanged, with the
+        indexes the readers built (so that no other rank reads a source to build it)."""
         comm = self.comm
 
         def measure_share():
@@ -417,12 +418,14 @@ class _Job:
             for i in range(comm.rank, len(sources), comm.size):
                 reader = readers.get(i)
                 sizes = measure_source(sources[i], reader=reader)
-                out[i] = (sizes, block_starts(reader, sizes))
+                out[i] = (sizes, block_starts(reader, sizes),
+                          reader.shared_index() if comm.size > 1 else None)
             return out
 
-        by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        by_source: dict[int, tuple] = {}
         for part in _collective(comm, measure_share, root_only=False):
             by_source.update(part)
+        readers.shared = {i: shared for i, (_sizes, _starts, shared) in by_source.items() if shared is not None}
         counts = np.array([len(by_source[i][0]) for i in range(len(sources))], dtype=np.int64)
         first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         block_first = np.concatenate(

@@ -124,9 +124,12 @@ class Reader(base.Reader):
     cache_dir
         Where to keep the decompressed bytes and the line index between opens;
         ``None`` keeps both in memory only.
+    shared_index
+        The :meth:`shared_index` of a reader of the same file, which this one then does
+        not build again (every rank of a conversion opens the file).
     """
 
-    def __init__(self, path, cache_dir=None):
+    def __init__(self, path, cache_dir=None, shared_index=None):
         super().__init__(path)
         if not os.path.isfile(self.path):
             raise ShardNotFoundError("no such JSONL file", path=self.path)
@@ -157,7 +160,9 @@ class Reader(base.Reader):
                 else:
                     self.buf = memoryview(b"")
         index_path = None if cache_dir is None else os.path.join(cache_dir, key + ".lines.npy")
-        if index_path is not None and os.path.exists(index_path):
+        if shared_index is not None:
+            self.starts, self.ends = shared_index
+        elif index_path is not None and os.path.exists(index_path):
             bounds = np.load(index_path)
             self.starts, self.ends = bounds[0], bounds[1]
         else:
@@ -174,6 +179,10 @@ class Reader(base.Reader):
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def shared_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The line index: start and end offsets of every line."""
+        return self.starts, self.ends
 
     def drop_pages(self) -> None:
         if self._mm is not None:

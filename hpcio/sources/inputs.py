@@ -78,10 +78,13 @@ def load_libraries(names) -> None:
     registry.load_libraries(names - set(_SOURCE_ONLY))
 
 
-def open_reader(source: "Source", reader_options: dict | None = None):
-    """A reader of ``source``: its format's reader given the reader options, wrapped in a
+def open_reader(source: "Source", reader_options: dict | None = None, shared_index=None):
+    """A reader of ``source``: its format's reader given the reader options (and the
+    ``shared_index`` of another reader of it, if any), wrapped in a
     :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
     field_options, options = split_options(reader_options)
+    if shared_index is not None:
+        options["shared_index"] = shared_index
     reader = source_format(source.format).Reader(source.path, **options)
     try:
         decoder = FieldDecoder(field_options, source.path, source.format, reader)
@@ -216,13 +219,15 @@ class ReaderCache:
         self.limit = limit
         self.reader_options = dict(reader_options or {})
         self._open: OrderedDict[int, object] = OrderedDict()
+        # source index -> the shared_index() of a reader of it opened elsewhere
+        self.shared: dict[int, object] = {}
 
     def get(self, index: int):
         reader = self._open.get(index)
         if reader is not None:
             self._open.move_to_end(index)
             return reader
-        reader = open_reader(self.sources[index], self.reader_options)
+        reader = open_reader(self.sources[index], self.reader_options, self.shared.get(index))
         self._open[index] = reader
         if len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)
