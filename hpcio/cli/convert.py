@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import ByteSizeError, OptionError
-from ..units import parse_bytes
+from ..units import format_bytes, parse_bytes
 from ._parser import new_parser
 
 HELP = "convert datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), on one or many MPI ranks"
@@ -173,6 +173,8 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
     if spans:
         print("seconds per phase" + (" (fastest-slowest rank)" if summary["ranks"] > 1 else "") + ": "
               + ", ".join(spans), file=stream)
+    if summary.get("peak_rss_bytes"):
+        print(f"peak resident memory (largest rank): {format_bytes(max(summary['peak_rss_bytes']))}", file=stream)
     if summary.get("shards_kept"):
         print(f"resumed: kept {summary['shards_kept']} complete shards, wrote {summary['shards_written']}", file=stream)
     if summary.get("filtered"):

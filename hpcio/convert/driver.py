@@ -48,7 +48,7 @@ from . import jobstate
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .affinity import share_node_cpus
-from .clock import PhaseClock
+from .clock import PhaseClock, peak_rss_bytes
 from .faults import write_report
 from .progress import Progress
 from .resume import (
@@ -289,7 +289,8 @@ def convert(
         The summary (same on every rank): shard and sample counts, bad samples,
         bytes, ranks, and seconds from the moment every rank had the sources listed and
         their formats' libraries imported; ``phases``, each rank's seconds in each
-        phase of that time (:class:`PhaseClock`).
+        phase of that time (:class:`PhaseClock`); ``peak_rss_bytes``, each rank's
+        peak resident memory.
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
@@ -538,7 +539,7 @@ class _Job:
 
     def publish(self, clock: PhaseClock, plan) -> dict | None:
         """Merge and publish the dataset on rank 0; returns its summary there (None on
-        the other ranks) with every rank's phases."""
+        the other ranks) with every rank's phases and peak memory."""
         comm = self.comm
         comm.barrier()
         clock.lap("wait")
@@ -551,9 +552,10 @@ class _Job:
             clock.lap("merge")
         # Gathered after the merge, so rank 0's own time includes it; the other ranks'
         # clocks stopped when they reached this point.
-        phases = comm.gather(clock.seconds)
+        ranks = comm.gather((clock.seconds, peak_rss_bytes()))
         if comm.rank == 0:
-            summary["phases"] = {name: [round(p[name], 4) for p in phases] for name in PhaseClock.PHASES}
+            summary["phases"] = {name: [round(p[name], 4) for p, _rss in ranks] for name in PhaseClock.PHASES}
+            summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
 
 
