@@ -371,6 +371,7 @@ class _Job:
             measured = self.measure(sources, readers)
             clock.lap("measure")
             plan, sizes = _collective(comm, lambda: self.make_plan(sources, measured))
+            measured.by_source.clear()  # the sizes are in ``sizes`` now
             kept = self.complete_shards(plan.num_shards)
         except BaseException:
             readers.close()

@@ -19,7 +19,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["RoundSpill", "RoundShare", "Piece"]
+__all__ = ["RoundSpill", "RoundShare", "Piece", "PASS_SAMPLES"]
+
+# Global ids a pass ahead of the rounds looks at at a time: it keeps a few bytes per
+# sample of the sources, and arrays of this many.
+PASS_SAMPLES = 1 << 20
 
 # A piece: the global ids of a run of samples of one round, their shards, the
 # ``(position in the run, sample)`` read and the ``(global id, BadSample)`` that failed.
@@ -52,15 +56,11 @@ class RoundSpill:
     def path(self, t: int) -> str:
         return os.path.join(self.directory, f"round-{t:06d}.pickle")
 
-    def fill(self, shares: list[RoundShare], read_runs) -> None:
-        """Read every round's share with ``read_runs(gids, shard_of, blocks)`` (which yields
-        :data:`Piece` s) in one pass in source order, and file each piece by round."""
-        gids = np.concatenate([s.gids for s in shares])
-        shard_of = np.concatenate([s.shard_of for s in shares])
-        blocks = np.concatenate([s.blocks for s in shares])
-        round_of = np.repeat(np.arange(len(shares), dtype=np.int64), [len(s.gids) for s in shares])
-        order = np.argsort(gids, kind="stable")
-        gids, shard_of, blocks, round_of = gids[order], shard_of[order], blocks[order], round_of[order]
+    def fill(self, gids: np.ndarray, shard_of: np.ndarray, blocks: np.ndarray, round_of: np.ndarray,
+             read_runs) -> None:
+        """Read the samples ``gids`` (ascending, of the rounds ``round_of``) with
+        ``read_runs(gids, shard_of, blocks)``, which yields :data:`Piece` s, and file each
+        piece by round.  Called for consecutive parts of one pass; then :meth:`finish`."""
         at = 0
         for run_gids, run_shards, pairs, bad in read_runs(gids, shard_of, blocks):
             rounds = round_of[at : at + len(run_gids)]
@@ -80,6 +80,9 @@ class RoundSpill:
                 failed[round_list[int(np.searchsorted(run_gids, item[0]))]].append(item)
             for t in present:
                 self._add(t, (run_gids[members[t]], run_shards[members[t]], read[t], failed[t]))
+
+    def finish(self) -> None:
+        """Write what is still buffered."""
         self._flush()
 
     def _add(self, t: int, piece: Piece) -> None:

@@ -11,6 +11,7 @@ staging directory with its index part (:mod:`.resume`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -27,7 +28,7 @@ from . import plan as planning
 from ._comm import Comm
 from .exchange import exchange_parcels
 from .faults import BadSample, bad_sample_from
-from .spill import Piece, RoundShare, RoundSpill
+from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
 
 __all__ = ["ShardWriter", "SLOW_SHARD_ENV"]
@@ -125,11 +126,31 @@ class ShardWriter:
     def spill_rounds(self, comm: Comm, rounds: list[list[int]], plan, buffer_bytes: int) -> None:
         """Read this rank's share of every round once, in source order, into the round's
         file (:mod:`.spill`); :meth:`write_round` then reads the file, not the sources."""
-        shares = [self.round_share(comm, round_shards, plan)[0] for round_shards in rounds]
+        # A rank's share of a round is a contiguous range of the round's global ids: the
+        # pass keeps those ranges and each sample's shard, not every round's ids.
+        first, last = np.zeros(len(rounds), np.int64), np.full(len(rounds), -1, np.int64)
+        shard_of_id = np.full(len(self.sizes), -1, np.int32)
+        round_of_shard = np.full(plan.num_shards + 1, -1, np.int32)  # [-1]: no shard
+        for t, round_shards in enumerate(rounds):
+            share, _owner = self.round_share(comm, round_shards, plan)
+            if len(share.gids):
+                first[t], last[t] = share.gids[0], share.gids[-1]
+            for k in round_shards:
+                shard_of_id[plan.shard(k)] = k
+            round_of_shard[round_shards] = t
         self.spill = RoundSpill(os.path.join(state_dir(self.staging), "tmp", f"spill-{comm.rank:06d}"),
                                 len(rounds), buffer_bytes)
+        read_runs = functools.partial(self.read_runs, portable=True, run_bytes=buffer_bytes)
         with gc_paused():
-            self.spill.fill(shares, lambda *run: self.read_runs(*run, portable=True, run_bytes=buffer_bytes))
+            for start in range(0, len(shard_of_id), PASS_SAMPLES):
+                ids = np.arange(start, min(start + PASS_SAMPLES, len(shard_of_id)), dtype=np.int64)
+                shards = shard_of_id[ids]
+                round_of = round_of_shard[shards]
+                keep = (round_of >= 0) & (ids >= first[round_of]) & (ids <= last[round_of])
+                gids = ids[keep]
+                blocks = np.searchsorted(self.block_first, gids, side="right") - 1
+                self.spill.fill(gids, shards[keep].astype(np.int64), blocks, round_of[keep], read_runs)
+            self.spill.finish()
         self.clock.lap("read")
 
     def write_round(self, comm: Comm, round_shards: list[int], plan, number: int = 0) -> None:
