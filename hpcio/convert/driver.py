@@ -7,8 +7,9 @@
 3. Each rank writes whole shards, shard ``todo[rank::size]``, in rounds of a bounded
    size (:func:`.plan.write_rounds`).  In a round every rank reads one contiguous share of
    the round's samples (:func:`.plan.read_shares`), so each block of the sources (a
-   Parquet row group) is read by one rank once, not by every rank for every shard; it
-   maps and filters them, and the samples are exchanged so each rank holds its shards'
+   Parquet row group) is read by one rank once, not by every rank for every shard; in
+   a seeded plan of several rounds the shares of every round are read once, ahead of
+   the rounds, into a file per round (:mod:`.spill`).  The rank maps and filters them, and the samples are exchanged so each rank holds its shards'
    (as the records the shards' writers store, for formats with the encoded-record hook).
    The format's writer puts each shard into a private temporary directory; or, for
    formats with the placed-record hook too, every rank writes its records straight into
@@ -272,8 +273,9 @@ def convert(
         Seed of the sample-to-shard assignment.
     round_bytes
         Bytes of samples each rank reads, exchanges and holds in one round (default
-        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB).  Each block of the sources is read
-        once per round, so larger rounds read less; smaller ones use less memory.
+        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB): smaller rounds use less memory.
+        A seeded conversion of several rounds reads the sources once, ahead of the
+        rounds, into a file per round in the staging directory (:mod:`.spill`).
     writer_options
         Further keyword arguments for the output format's writer.
     reader_options

@@ -201,7 +201,7 @@ BLOCK_BYTES = 16 << 20
 def block_starts(reader, sizes: np.ndarray) -> np.ndarray:
     """First sample of each block of a source: the units its format decodes whole (Parquet
     row groups), else runs of about :data:`BLOCK_BYTES` of ``sizes``.  A conversion reads
-    each block on one rank, once per round."""
+    each block on one rank."""
     starts = reader.block_starts()
     if starts is not None:
         return np.asarray(starts, dtype=np.int64)
