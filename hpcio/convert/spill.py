@@ -41,8 +41,9 @@ class RoundSpill:
     """The files of one rank's rounds under ``directory``: filled once, read round by round.
 
     Pieces are buffered in memory up to ``buffer_bytes`` (pickled) and then appended to
-    their rounds' files, so a pass opens each file a bounded number of times however
-    many blocks it reads."""
+    their rounds' files: a pass opens each file once per buffer's worth of samples, not
+    once per block it reads.  The files are the job's own, unpickled by the rank that
+    wrote them."""
 
     def __init__(self, directory: str, rounds: int, buffer_bytes: int):
         self.directory = directory
