@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import registry
 from ..errors import FormatSniffError, HpcioError, ShardNotFoundError, UnknownFormatError
-from ..options import check_options, option_names
+from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
@@ -56,7 +56,7 @@ def check_reader_options(reader_options, format: str | None = None) -> None:
                 modules.append(registry.get_format(name))
             except (HpcioError, ImportError):
                 continue  # a format that cannot load reads no source
-    valid = dict.fromkeys(name for module in modules for name in option_names(module.Reader))
+    valid = dict.fromkeys(name for module in modules for name in reader_option_names(module.Reader))
     what = "reader" if format is None else f"{modules[0].NAME} reader"
     check_options(dict(reader_options or {}), [*valid, *FIELD_OPTIONS], what)
 
