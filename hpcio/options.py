@@ -43,10 +43,16 @@ def check_options(options: Mapping, valid: Iterable[str], what: str) -> None:
         raise OptionError(f"unknown {what} option {unknown[0]!r}; valid options: {names}")
 
 
+def reader_option_names(reader) -> list[str]:
+    """The options a user may give the reader class ``reader``: not ``shared_index``,
+    which the converter hands from one rank's reader to another's."""
+    return option_names(reader, skip=("path", "shared_index"))
+
+
 def check_reader_options(module, options: Mapping, extra: Iterable[str] = ()) -> None:
     """Refuse options the reader of format ``module`` does not take (``extra``: further
     names the caller handles itself)."""
-    check_options(options, [*option_names(module.Reader), *extra], f"{module.NAME} reader")
+    check_options(options, [*reader_option_names(module.Reader), *extra], f"{module.NAME} reader")
 
 
 def check_writer_options(module, options: Mapping, skip: Iterable[str] = ("path",)) -> None:

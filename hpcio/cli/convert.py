@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import ByteSizeError, OptionError
-from ..units import parse_bytes
+from ..units import format_bytes, parse_bytes
 from ._parser import new_parser
 
 HELP = "convert datasets into shards (MDS, JINX, WebDataset, Zarr, HDF5), on one or many MPI ranks"
@@ -104,8 +104,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
     run.add_argument("--round-size", dest="round_bytes", type=byte_size, metavar="BYTES",
                      help="samples each rank reads, exchanges and holds at a time (default 512MiB, or "
-                          "$HPCIO_CONVERT_ROUND_BYTES); every block of the sources, such as a Parquet "
-                          "row group, is read once per round")
+                          "$HPCIO_CONVERT_ROUND_BYTES); in a seeded conversion of several rounds the "
+                          "sources are read once, ahead of the rounds, into a file per round")
     run.add_argument("--no-progress", action="store_true", help="no progress display")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -173,6 +173,8 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
     if spans:
         print("seconds per phase" + (" (fastest-slowest rank)" if summary["ranks"] > 1 else "") + ": "
               + ", ".join(spans), file=stream)
+    if summary.get("peak_rss_bytes"):
+        print(f"peak resident memory (largest rank): {format_bytes(max(summary['peak_rss_bytes']))}", file=stream)
     if summary.get("shards_kept"):
         print(f"resumed: kept {summary['shards_kept']} complete shards, wrote {summary['shards_written']}", file=stream)
     if summary.get("filtered"):

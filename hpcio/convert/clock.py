@@ -1,10 +1,25 @@
-"""Where a conversion's time goes: each rank's wall seconds in each phase of the job."""
+"""Where a conversion's time and memory go: each rank's wall seconds in each phase of the
+job, and its peak resident memory."""
 
 from __future__ import annotations
 
+import resource
 import time
 
-__all__ = ["PhaseClock"]
+__all__ = ["PhaseClock", "peak_rss_bytes"]
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set: ``VmHWM``, which exec resets (``ru_maxrss``,
+    the fallback, keeps the parent's figure from before the fork)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class PhaseClock:

@@ -7,8 +7,9 @@
 3. Each rank writes whole shards, shard ``todo[rank::size]``, in rounds of a bounded
    size (:func:`.plan.write_rounds`).  In a round every rank reads one contiguous share of
    the round's samples (:func:`.plan.read_shares`), so each block of the sources (a
-   Parquet row group) is read by one rank once, not by every rank for every shard; it
-   maps and filters them, and the samples are exchanged so each rank holds its shards'
+   Parquet row group) is read by one rank once, not by every rank for every shard; in
+   a seeded plan of several rounds the shares of every round are read once, ahead of
+   the rounds, into a file per round (:mod:`.spill`).  The rank maps and filters them, and the samples are exchanged so each rank holds its shards'
    (as the records the shards' writers store, for formats with the encoded-record hook).
    The format's writer puts each shard into a private temporary directory; or, for
    formats with the placed-record hook too, every rank writes its records straight into
@@ -48,7 +49,7 @@ from . import jobstate
 from . import plan as planning
 from ._comm import Comm, get_comm
 from .affinity import share_node_cpus
-from .clock import PhaseClock
+from .clock import PhaseClock, peak_rss_bytes
 from .faults import write_report
 from .progress import Progress
 from .resume import (
@@ -272,8 +273,9 @@ def convert(
         Seed of the sample-to-shard assignment.
     round_bytes
         Bytes of samples each rank reads, exchanges and holds in one round (default
-        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB).  Each block of the sources is read
-        once per round, so larger rounds read less; smaller ones use less memory.
+        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB): smaller rounds use less memory.
+        A seeded conversion of several rounds reads the sources once, ahead of the
+        rounds, into a file per round in the staging directory (:mod:`.spill`).
     writer_options
         Further keyword arguments for the output format's writer.
     reader_options
@@ -289,7 +291,8 @@ def convert(
         The summary (same on every rank): shard and sample counts, bad samples,
         bytes, ranks, and seconds from the moment every rank had the sources listed and
         their formats' libraries imported; ``phases``, each rank's seconds in each
-        phase of that time (:class:`PhaseClock`).
+        phase of that time (:class:`PhaseClock`); ``peak_rss_bytes``, each rank's
+        peak resident memory.
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
@@ -313,7 +316,7 @@ def convert(
 class _Measured:
     """What measuring the sources found, the same on every rank."""
 
-    by_source: dict  # source -> (sample sizes, block starts)
+    by_source: dict  # source -> (sample sizes, block starts, shared index)
     first_id: np.ndarray  # the global id of each source's first sample (and the total)
     block_first: np.ndarray  # the global id of the first sample of every block, ascending
 
@@ -370,6 +373,7 @@ class _Job:
             measured = self.measure(sources, readers)
             clock.lap("measure")
             plan, sizes = _collective(comm, lambda: self.make_plan(sources, measured))
+            measured.by_source.clear()  # the sizes are in ``sizes`` now
             kept = self.complete_shards(plan.num_shards)
         except BaseException:
             readers.close()
@@ -409,7 +413,8 @@ class _Job:
         return expand_sources(self.src, self.from_format)
 
     def measure(self, sources: list[Source], readers: ReaderCache) -> _Measured:
-        """Every rank sizes a share of the sources; the shares are exchanged."""
+        """Every rank sizes a share of the sources; the shares are exchanged, with the
+        indexes the readers built (so that no other rank reads a source to build it)."""
         comm = self.comm
 
         def measure_share():
@@ -417,12 +422,14 @@ class _Job:
             for i in range(comm.rank, len(sources), comm.size):
                 reader = readers.get(i)
                 sizes = measure_source(sources[i], reader=reader)
-                out[i] = (sizes, block_starts(reader, sizes))
+                out[i] = (sizes, block_starts(reader, sizes),
+                          reader.shared_index() if comm.size > 1 else None)
             return out
 
-        by_source: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        by_source: dict[int, tuple] = {}
         for part in _collective(comm, measure_share, root_only=False):
             by_source.update(part)
+        readers.shared = {i: shared for i, (_sizes, _starts, shared) in by_source.items() if shared is not None}
         counts = np.array([len(by_source[i][0]) for i in range(len(sources))], dtype=np.int64)
         first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         block_first = np.concatenate(
@@ -516,10 +523,13 @@ class _Job:
         writer.clock.lap("plan")
         written = 0
         try:
-            for round_shards in rounds:
+            if plan.order == "seeded" and len(rounds) > 1:
+                # Every round of a seeded plan draws on every block of the sources.
+                writer.spill_rounds(comm, rounds, plan, buffer_bytes=self.round_bytes // 4)
+            for number, round_shards in enumerate(rounds):
                 if jobstate.stop_requested(comm):
                     break
-                writer.write_round(comm, round_shards, plan)
+                writer.write_round(comm, round_shards, plan, number)
                 written += len(round_shards)
             writer.close()
             bar.finish()
@@ -532,7 +542,7 @@ class _Job:
 
     def publish(self, clock: PhaseClock, plan) -> dict | None:
         """Merge and publish the dataset on rank 0; returns its summary there (None on
-        the other ranks) with every rank's phases."""
+        the other ranks) with every rank's phases and peak memory."""
         comm = self.comm
         comm.barrier()
         clock.lap("wait")
@@ -545,9 +555,10 @@ class _Job:
             clock.lap("merge")
         # Gathered after the merge, so rank 0's own time includes it; the other ranks'
         # clocks stopped when they reached this point.
-        phases = comm.gather(clock.seconds)
+        ranks = comm.gather((clock.seconds, peak_rss_bytes()))
         if comm.rank == 0:
-            summary["phases"] = {name: [round(p[name], 4) for p in phases] for name in PhaseClock.PHASES}
+            summary["phases"] = {name: [round(p[name], 4) for p, _rss in ranks] for name in PhaseClock.PHASES}
+            summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
 
 

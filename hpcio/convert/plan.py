@@ -206,8 +206,9 @@ def write_rounds(shards: list[int], shard_bytes: np.ndarray, ranks: int, round_b
     Rank ``r`` writes ``shards[r::ranks]``; a round is a run of ``shards`` whose length is
     a multiple of ``ranks``, so every rank keeps its shards.  In each round every rank
     reads its share of the round's samples once (:func:`read_shares`) and they are
-    exchanged, so a sample's block of the sources is read once per round, not once per
-    shard; a rank holds about a round's bytes at a time.
+    exchanged, so a sample's block of the sources is read once per round (once in all,
+    when the rounds are read ahead, :mod:`.spill`), not once per shard; a rank holds
+    about a round's bytes at a time.
 
     >>> write_rounds([0, 1, 2, 3, 4], np.array([10, 10, 10, 10, 10]), 2, 10)
     [[0, 1], [2, 3], [4]]

@@ -11,9 +11,11 @@ staging directory with its index part (:mod:`.resume`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,7 @@ from . import plan as planning
 from ._comm import Comm
 from .exchange import exchange_parcels
 from .faults import BadSample, bad_sample_from
+from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
 
 __all__ = ["ShardWriter", "SLOW_SHARD_ENV"]
@@ -69,9 +72,12 @@ class ShardWriter:
         # and the opens many, and the records are sent to the owners instead.
         self.places = self.encodes and hasattr(fmt, "record_layout")
         self.placed_run_bytes = placed_run_bytes
+        self.spill: RoundSpill | None = None
 
     def close(self):
         self.readers.close()
+        if self.spill is not None:
+            self.spill.close()
 
     def _bad(self, exc, gid: int, stage: str, shard: int) -> tuple[int, BadSample]:
         """The record of a failed sample (``gid`` its global id), or BadSampleError."""
@@ -103,8 +109,8 @@ class ShardWriter:
                 bad.append(self._bad(exc, gid, "read", int(shards[k])))
         return out
 
-    def write_round(self, comm: Comm, round_shards: list[int], plan) -> None:
-        """Collective: every rank calls it with the same round."""
+    def round_share(self, comm: Comm, round_shards: list[int], plan) -> tuple[RoundShare, dict]:
+        """This rank's contiguous share of the round's samples, and each shard's owner."""
         lengths = [len(plan.shard(k)) for k in round_shards]
         gids = np.concatenate([plan.shard(k) for k in round_shards])
         shard_of = np.repeat(np.asarray(round_shards, dtype=np.int64), lengths)
@@ -115,6 +121,42 @@ class ShardWriter:
         blocks = np.searchsorted(self.block_first, gids, side="right") - 1
         cuts = planning.read_shares(blocks, self.sizes[gids], comm.size)
         lo, hi = int(cuts[comm.rank]), int(cuts[comm.rank + 1])
+        return RoundShare(gids[lo:hi], shard_of[lo:hi], blocks[lo:hi]), owner
+
+    def spill_rounds(self, comm: Comm, rounds: list[list[int]], plan, buffer_bytes: int) -> None:
+        """Read this rank's share of every round once, in source order, into the round's
+        file (:mod:`.spill`); :meth:`write_round` then reads the file, not the sources."""
+        # A rank's share of a round is a contiguous range of the round's global ids: the
+        # pass keeps those ranges and each sample's shard, not every round's ids.
+        first, last = np.zeros(len(rounds), np.int64), np.full(len(rounds), -1, np.int64)
+        shard_of_id = np.full(len(self.sizes), -1, np.int32)
+        round_of_shard = np.full(plan.num_shards + 1, -1, np.int32)  # [-1]: no shard
+        for t, round_shards in enumerate(rounds):
+            share, _owner = self.round_share(comm, round_shards, plan)
+            if len(share.gids):
+                first[t], last[t] = share.gids[0], share.gids[-1]
+            for k in round_shards:
+                shard_of_id[plan.shard(k)] = k
+            round_of_shard[round_shards] = t
+        self.spill = RoundSpill(os.path.join(state_dir(self.staging), "tmp", f"spill-{comm.rank:06d}"),
+                                len(rounds), buffer_bytes)
+        read_runs = functools.partial(self.read_runs, portable=True, run_bytes=buffer_bytes)
+        with gc_paused():
+            for start in range(0, len(shard_of_id), PASS_SAMPLES):
+                ids = np.arange(start, min(start + PASS_SAMPLES, len(shard_of_id)), dtype=np.int64)
+                shards = shard_of_id[ids]
+                round_of = round_of_shard[shards]
+                keep = (round_of >= 0) & (ids >= first[round_of]) & (ids <= last[round_of])
+                gids = ids[keep]
+                blocks = np.searchsorted(self.block_first, gids, side="right") - 1
+                self.spill.fill(gids, shards[keep].astype(np.int64), blocks, round_of[keep], read_runs)
+            self.spill.finish()
+        self.clock.lap("read")
+
+    def write_round(self, comm: Comm, round_shards: list[int], plan, number: int = 0) -> None:
+        """Collective: every rank calls it with the same round (``number`` counts the
+        rounds from 0)."""
+        share, owner = self.round_share(comm, round_shards, plan)
         parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
         encoded = self.encodes and comm.size > 1
@@ -123,7 +165,9 @@ class ShardWriter:
         # A round's samples all stay alive until written: collections meanwhile would
         # scan them and free nothing.
         with gc_paused():
-            self._read_share(comm.rank, gids[lo:hi], shard_of[lo:hi], blocks[lo:hi], owner, parcels, encoded)
+            pieces = (self.spill.pieces(number) if self.spill is not None
+                      else self.read_runs(share.gids, share.shard_of, share.blocks))
+            self._route(comm.rank, pieces, owner, parcels, encoded)
             self.clock.lap("read")
             fixed = {}
             if encoded:
@@ -244,17 +288,32 @@ class ShardWriter:
                                 placed[k][2] if k in placed else None))
                 for k in round_shards if owner[k] == comm.rank]
 
-    def _read_share(self, rank, gids, shard_of, blocks, owner, parcels, encoded) -> None:
-        """Read, map and filter this rank's samples into the parcels of their shards' owners."""
-        runs = np.flatnonzero(np.diff(blocks)) + 1
-        for run in np.split(np.arange(len(gids)), runs):
+    def read_runs(self, gids, shard_of, blocks, portable: bool = False, run_bytes: int = 0) -> Iterator[Piece]:
+        """Read the samples ``gids`` a block at a time: one :data:`.spill.Piece` per run of a
+        block, or of at most about ``run_bytes`` of it when given.  ``portable`` samples
+        can be pickled (:func:`_portable`).  Once a run is read its reader lets go of the
+        pages it mapped, so a rank's resident memory does not grow with the sources."""
+        edges = np.diff(blocks) != 0
+        if run_bytes > 0 and len(gids):
+            parts = (np.cumsum(self.sizes[gids]) - 1) // run_bytes
+            edges |= np.diff(parts) != 0
+        for run in np.split(np.arange(len(gids)), np.flatnonzero(edges) + 1):
             if not len(run):
                 continue
             src = int(np.searchsorted(self.first_id, gids[run[0]], side="right")) - 1
-            base = int(self.first_id[src])
+            reader = self.readers.get(src)
             bad: list = []
-            for k, sample in self._read(self.readers.get(src), base, gids[run], shard_of[run], bad):
-                gid, shard = int(gids[run[k]]), int(shard_of[run[k]])
+            pairs = self._read(reader, int(self.first_id[src]), gids[run], shard_of[run], bad)
+            if portable:
+                pairs = [(k, _portable(sample)) for k, sample in pairs]
+            reader.drop_pages()
+            yield gids[run], shard_of[run], pairs, bad
+
+    def _route(self, rank, pieces, owner, parcels, encoded) -> None:
+        """Map and filter the samples of ``pieces`` into the parcels of their shards' owners."""
+        for gids, shard_of, pairs, bad in pieces:
+            for k, sample in pairs:
+                gid, shard = int(gids[k]), int(shard_of[k])
                 parcel = parcels[owner[shard]][shard]
                 stage = "read"
                 try:
@@ -273,7 +332,7 @@ class ShardWriter:
                 parcel["samples"].append((gid, sample))
             for gid, rec in bad:
                 parcels[owner[rec.shard]][rec.shard]["bad"].append((gid, rec))
-            self.progress.advance(len(run), int(self.sizes[gids[run]].sum()))
+            self.progress.advance(len(gids), int(self.sizes[gids].sum()))
 
     def write_shard(self, shard: int, parcels: list[dict], fixed: dict) -> tuple[int, dict]:
         """Write ``shard`` into its temporary directory from the parcels every rank read

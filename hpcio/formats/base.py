@@ -141,6 +141,17 @@ class Reader(abc.ABC):
         each out and let go of it, so that only the samples the caller keeps stay alive."""
         return iter(self.read_many(indices, fields))
 
+    def shared_index(self) -> object | None:
+        """What another process opening the same dataset can be given as the reader's
+        ``shared_index`` option so as not to build it again by reading the files (the
+        line index of JSON Lines); None when opening reads nothing to share."""
+        return None
+
+    def drop_pages(self) -> None:
+        """Unmap from this process the pages of the files it maps that were read so far
+        (they stay in the page cache): a pass over a source larger than memory then keeps
+        no more of it resident than it reads at a time."""
+
     def block_starts(self) -> np.ndarray | None:
         """First sample of each unit the format decodes whole (a Parquet row group), when
         reading part of a unit costs as much as reading all of it; None otherwise."""

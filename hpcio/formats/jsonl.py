@@ -19,6 +19,7 @@ Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from collections.abc import Mapping, Sequence
 
@@ -60,24 +61,58 @@ def sniff(path) -> bool:
     return os.path.isfile(path) and _codec_of(path)[0]
 
 
-def _index_lines(buf) -> tuple[np.ndarray, np.ndarray]:
+# Bytes of a file indexed at a time: the pages of each part are unmapped once indexed,
+# so opening a file larger than memory keeps no more than this of it resident.
+INDEX_CHUNK_BYTES = 16 << 20
+
+
+def _index_lines(data, drop_pages=lambda: None) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of the non-blank lines of ``data`` (bytes-like with
+    ``find``/``rfind``), indexed in parts of whole lines of about :data:`INDEX_CHUNK_BYTES`;
+    ``drop_pages()`` is called after each part."""
+    size = len(data)
+    parts = []
+    at = 0
+    while at < size:
+        end = min(size, at + INDEX_CHUNK_BYTES)
+        if not hasattr(data, "rfind"):
+            end = size
+        elif end < size:  # end the part after a newline; a longer line makes it longer
+            newline = data.rfind(b"\n", at, end)
+            if newline < 0:
+                newline = data.find(b"\n", end)
+            end = size if newline < 0 else newline + 1
+        parts.append(_index_part(data, at, end))
+        drop_pages()
+        at = end
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    starts = np.concatenate([p[0] for p in parts])
+    ends = np.concatenate([p[1] for p in parts])
+    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+
+
+def _index_part(data, at: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_index_lines` of ``data[at:end]``, which ends after a newline or at the end."""
     from .._core import _index
 
-    bounds = _index.scan_lines(buf)
-    starts, ends = bounds[:-1], bounds[1:]
-    if not len(starts):
-        return starts, ends
-    view = np.frombuffer(buf, dtype=np.uint8)
-    # a JSON line starts with its value; only lines starting with whitespace can be blank
-    first = view[starts.astype(np.intp)]
-    maybe = np.flatnonzero(np.isin(first, np.frombuffer(b" \t\r\n", dtype=np.uint8)))
-    if maybe.size:
-        blank = [int(i) for i in maybe if not bytes(view[starts[i]:ends[i]]).strip()]
-        if blank:
-            keep = np.ones(len(starts), dtype=bool)
-            keep[blank] = False
-            starts, ends = starts[keep], ends[keep]
-    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+    with memoryview(data) as whole, whole[at:end] as buf:
+        bounds = _index.scan_lines(buf, at)
+        starts, ends = bounds[:-1], bounds[1:]
+        if not len(starts):
+            return starts, ends
+        view = np.frombuffer(buf, dtype=np.uint8)
+        # a JSON line starts with its value; only lines starting with whitespace can be blank
+        first = view[(starts - at).astype(np.intp)]
+        maybe = np.flatnonzero(np.isin(first, np.frombuffer(b" \t\r\n", dtype=np.uint8)))
+        if maybe.size:
+            blank = [int(i) for i in maybe if not bytes(view[starts[i] - at:ends[i] - at]).strip()]
+            if blank:
+                keep = np.ones(len(starts), dtype=bool)
+                keep[blank] = False
+                starts, ends = starts[keep], ends[keep]
+        del view, first
+    return starts, ends
 
 
 class Reader(base.Reader):
@@ -95,9 +130,13 @@ class Reader(base.Reader):
         ``<file>.hashes.json`` records before reading, raising
         :class:`~hpcio.errors.ChecksumMismatchError` naming it; ``"xxh3_64"`` also
         requires the manifest.
+    shared_index
+        The :meth:`shared_index` of a reader of the same file, which this one then does
+        not build again (every rank of a conversion opens the file).
     """
 
-    def __init__(self, path, cache_dir=None, validate_hashes: bool | str = False):
+    def __init__(self, path, cache_dir=None, validate_hashes: bool | str = False,
+                 shared_index=None):
         super().__init__(path)
         if not os.path.isfile(self.path):
             raise ShardNotFoundError("no such JSONL file", path=self.path)
@@ -129,11 +168,13 @@ class Reader(base.Reader):
                 else:
                     self.buf = memoryview(b"")
         index_path = None if cache_dir is None else os.path.join(cache_dir, key + ".lines.npy")
-        if index_path is not None and os.path.exists(index_path):
+        if shared_index is not None:
+            self.starts, self.ends = shared_index
+        elif index_path is not None and os.path.exists(index_path):
             bounds = np.load(index_path)
             self.starts, self.ends = bounds[0], bounds[1]
         else:
-            self.starts, self.ends = _index_lines(self.buf)
+            self.starts, self.ends = _index_lines(self._mm if self._mm is not None else self.buf, self.drop_pages)
             if index_path is not None:
                 os.makedirs(cache_dir, exist_ok=True)
                 with _AtomicFile(index_path) as f:
@@ -146,6 +187,14 @@ class Reader(base.Reader):
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def shared_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The line index: start and end offsets of every line."""
+        return self.starts, self.ends
+
+    def drop_pages(self) -> None:
+        if self._mm is not None:
+            self._mm.madvise(mmap.MADV_DONTNEED)
 
     def sample_nbytes(self) -> np.ndarray:
         """Bytes of every line (the converter balances shards with them)."""

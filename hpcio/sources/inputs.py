@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import registry
 from ..errors import FormatSniffError, HpcioError, ShardNotFoundError, UnknownFormatError
-from ..options import check_options, option_names
+from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
@@ -56,7 +56,7 @@ def check_reader_options(reader_options, format: str | None = None) -> None:
                 modules.append(registry.get_format(name))
             except (HpcioError, ImportError):
                 continue  # a format that cannot load reads no source
-    valid = dict.fromkeys(name for module in modules for name in option_names(module.Reader))
+    valid = dict.fromkeys(name for module in modules for name in reader_option_names(module.Reader))
     what = "reader" if format is None else f"{modules[0].NAME} reader"
     check_options(dict(reader_options or {}), [*valid, *FIELD_OPTIONS], what)
 
@@ -78,10 +78,13 @@ def load_libraries(names) -> None:
     registry.load_libraries(names - set(_SOURCE_ONLY))
 
 
-def open_reader(source: "Source", reader_options: dict | None = None):
-    """A reader of ``source``: its format's reader given the reader options, wrapped in a
+def open_reader(source: "Source", reader_options: dict | None = None, shared_index=None):
+    """A reader of ``source``: its format's reader given the reader options (and the
+    ``shared_index`` of another reader of it, if any), wrapped in a
     :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
     field_options, options = split_options(reader_options)
+    if shared_index is not None:
+        options["shared_index"] = shared_index
     reader = source_format(source.format).Reader(source.path, **options)
     try:
         decoder = FieldDecoder(field_options, source.path, source.format, reader)
@@ -198,7 +201,7 @@ BLOCK_BYTES = 16 << 20
 def block_starts(reader, sizes: np.ndarray) -> np.ndarray:
     """First sample of each block of a source: the units its format decodes whole (Parquet
     row groups), else runs of about :data:`BLOCK_BYTES` of ``sizes``.  A conversion reads
-    each block on one rank, once per round."""
+    each block on one rank."""
     starts = reader.block_starts()
     if starts is not None:
         return np.asarray(starts, dtype=np.int64)
@@ -216,13 +219,15 @@ class ReaderCache:
         self.limit = limit
         self.reader_options = dict(reader_options or {})
         self._open: OrderedDict[int, object] = OrderedDict()
+        # source index -> the shared_index() of a reader of it opened elsewhere
+        self.shared: dict[int, object] = {}
 
     def get(self, index: int):
         reader = self._open.get(index)
         if reader is not None:
             self._open.move_to_end(index)
             return reader
-        reader = open_reader(self.sources[index], self.reader_options)
+        reader = open_reader(self.sources[index], self.reader_options, self.shared.get(index))
         self._open[index] = reader
         if len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)

@@ -433,6 +433,11 @@ class Reader(_BatchReads, base.Reader):
         return self._layout.sample_iterator(memoryview(sh.buf), starts, ends, cols, self.decode_images,
                                             locate, self.zero_copy)
 
+    def drop_pages(self) -> None:
+        """Close the mapped shards (a later read maps its shard again)."""
+        while self._maps:
+            self._maps.popitem()[1].close()
+
     def close(self) -> None:
         for cache in (self._maps, self._mem):
             while cache:

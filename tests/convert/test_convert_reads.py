@@ -1,0 +1,111 @@
+"""What a conversion in several rounds makes storage read from its sources, counted by the
+kernel: the sources are evicted from the page cache before every round, as happens when
+they are larger than memory, and the block input of this process (``ru_inblock``) is the
+count.  A seeded conversion must read a JSON Lines source at most twice (the line index,
+then the samples) and an indexed one once, however many rounds it takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+from convert_helpers import tree_bytes
+
+import hpcio
+from hpcio.bench.pagecache import evict, resident
+from hpcio.convert.writer import ShardWriter
+
+ROUND_BYTES = 1 << 20
+
+
+def _jsonl(path, megabytes: float, words: int = 10) -> str:
+    with open(path, "w") as f:
+        i = 0
+        while f.tell() < megabytes * 1e6:
+            f.write(json.dumps({"id": i, "text": f"document {i} " + "lorem ipsum " * (words + i % 50)}) + "\n")
+            i += 1
+    return str(path)
+
+
+def _block_input_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_inblock * 512
+
+
+def _files(path) -> list[str]:
+    path = str(path)
+    if os.path.isfile(path):
+        return [path]
+    return [os.path.join(path, name) for name in sorted(os.listdir(path))]
+
+
+@pytest.fixture
+def cold_rounds(monkeypatch):
+    """Evict the source before each round (and before reading ahead of the rounds);
+    returns the list of files to evict, to be filled by the test."""
+    files: list[str] = []
+    for name in ("write_round", "spill_rounds"):
+        original = getattr(ShardWriter, name)
+
+        def cold(self, *args, _original=original, **kwargs):
+            evict(files)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(ShardWriter, name, cold)
+    return files
+
+
+def _counted_conversion(src, dst, files: list[str], **options) -> tuple[float, dict]:
+    """Convert ``src`` cold; the bytes read from storage as a multiple of the source's."""
+    evict(files)
+    if resident(files).fraction > 0.01:
+        pytest.skip("this file system keeps the source cached (tmpfs?): no storage reads to count")
+    before = _block_input_bytes()
+    summary = hpcio.convert(src, dst, progress=False, round_bytes=ROUND_BYTES, **options)
+    read = _block_input_bytes() - before
+    if read == 0:
+        pytest.skip("this file system does not count block input")
+    return read / sum(os.path.getsize(f) for f in files), summary
+
+
+def test_a_seeded_jsonl_conversion_reads_its_source_twice_whatever_the_rounds(tmp_path, cold_rounds):
+    src = _jsonl(tmp_path / "raw.jsonl", 6)
+    cold_rounds.append(src)
+    ratio, summary = _counted_conversion(src, tmp_path / "rounds", cold_rounds, to="mds", shard_size=ROUND_BYTES // 2)
+    assert summary["num_shards"] >= 12  # a round holds two shards: six rounds or more
+    assert 0.9 <= ratio <= 2.2, ratio
+    one = hpcio.convert(src, tmp_path / "one", to="mds", shard_size=ROUND_BYTES // 2, progress=False)
+    assert one["samples_written"] == summary["samples_written"]
+    assert tree_bytes(tmp_path / "rounds") == tree_bytes(tmp_path / "one")
+
+
+def test_a_seeded_conversion_of_an_indexed_source_reads_it_once(tmp_path, cold_rounds):
+    mds = tmp_path / "mds"
+    hpcio.convert(_jsonl(tmp_path / "raw.jsonl", 6), mds, to="mds", num_shards=3, order="source", progress=False)
+    cold_rounds.extend(_files(mds))
+    ratio, summary = _counted_conversion(str(mds), tmp_path / "rounds", cold_rounds, to="mds",
+                                         shard_size=ROUND_BYTES // 2)
+    assert summary["num_shards"] >= 12
+    assert 0.9 <= ratio <= 1.1, ratio
+
+
+def _peak_rss(src, dst) -> int:
+    """The largest rank's peak resident memory converting ``src`` in a fresh process."""
+    proc = subprocess.run([sys.executable, "-m", "hpcio.cli.main", "convert", src, str(dst), "--to", "mds",
+                           "--no-progress", "--json", "--round-size", str(ROUND_BYTES),
+                           "--shard-size", str(ROUND_BYTES // 2)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return max(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_the_rounds(tmp_path):
+    # Samples of about 2 KB, so that what the plan keeps per sample weighs little; both
+    # sources larger than the part of a JSON Lines file indexed at a time.
+    small = _peak_rss(_jsonl(tmp_path / "small.jsonl", 20, words=150), tmp_path / "small")
+    large = _peak_rss(_jsonl(tmp_path / "large.jsonl", 60, words=150), tmp_path / "large")
+    # three times the rounds: the source's pages are not kept mapped, nor its samples held
+    assert large - small < 8e6, (small, large)
