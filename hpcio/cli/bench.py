@@ -39,8 +39,9 @@ def add_arguments(parser):
     loader.add_argument("--loader-workers", type=int, action="append", help="num_workers values (default: 0 1 2)")
     loader.add_argument("--loader-batch", type=int, action="append", help="batch sizes (default: 32 256)")
     loader.add_argument("--loader-prefetch", type=int, action="append", help="prefetch_factor values (default: 2 8)")
-    loader.add_argument("--loader-compute", type=float, default=50e-6,
-                        help="emulated compute seconds per sample, slept once per batch (default: %(default)s)")
+    loader.add_argument("--loader-compute", type=float, action="append",
+                        help="emulated compute seconds per sample, slept once per batch; repeat to sweep "
+                             "(default: 5e-05)")
     loader.add_argument("--loader-cache", choices=["cold", "warm"], default="cold",
                         help="cold: evict each dataset's files from the page cache before every epoch "
                              "(checked with mincore), as a first epoch on a parallel filesystem; warm: "
@@ -75,7 +76,8 @@ def _add_cold_arguments(parser) -> None:
     cold.add_argument("--memory-limit", type=_bytes, default=None, metavar="BYTES",
                       help="memory cgroup limit of each reader process (default: none)")
     cold.add_argument("--tier-latency-us", type=int, default=None, metavar="US",
-                      help="read through the emulated tier with this latency per request")
+                      help="read through the emulated tier with this latency per request (with --dataloader: "
+                           "add the tier 'emulated' to the sweep's tiers)")
     cold.add_argument("--tier-bandwidth", type=_bytes, default=0, metavar="BYTES",
                       help="the emulated tier's bandwidth cap in bytes/s (default: none)")
 
@@ -138,7 +140,9 @@ def _loader_options(args) -> dict:
         "workers": tuple(args.loader_workers or (0, 1, 2)),
         "batch_sizes": tuple(args.loader_batch or (32, 256)),
         "prefetch_factors": tuple(args.loader_prefetch or (2, 8)),
-        "compute_per_sample": args.loader_compute,
+        "compute_per_sample": tuple(args.loader_compute or (50e-6,)),
+        "emulated_tier": None if args.tier_latency_us is None else
+        {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth},
         "formats": tuple(args.loader_format or LOADER_FORMATS),
         "cache": args.loader_cache,
     }
