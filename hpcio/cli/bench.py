@@ -100,6 +100,7 @@ def _run_cold(args) -> int:
 
     data = args.data or os.path.join(args.out, "data")
     os.makedirs(data, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
     try:
         limits = cold.device_limits(data)
     except HpcioError as exc:  # tmpfs (/dev/shm) refuses O_DIRECT: the runs still compare
