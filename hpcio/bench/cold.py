@@ -202,6 +202,7 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
         # the reader's CPU seconds, whole process: on a busy machine, bytes per CPU second
         # say how fast it would read with a core of its own, where it is CPU-bound
         "cpu_s": (after_cpu.ru_utime - before_cpu.ru_utime) + (after_cpu.ru_stime - before_cpu.ru_stime),
+        "runqueue_wait_s": rec.get("runqueue_wait_s"),
         "storage_ratio": storage / total if storage is not None and total else None,
         "checksum": rec["checksum"],
     }
@@ -257,6 +258,7 @@ def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limi
                 log(f"{rec['system']:32} {op:14} {rec['samples_per_s']:>12,.0f} samples/s "
                     f"{rec['bytes_per_s'] / 1e6:>8,.0f} MB/s  rss {rec['maxrss_mb']:>7,.0f} MB  "
                     f"anon {rec['anon_peak_mb'] or float('nan'):>7,.0f} MB  cpu {rec['cpu_s']:.1f} s  "
+                    f"waiting for a cpu {rec['runqueue_wait_s'] or float('nan'):.1f} s  "
                     f"storage {rec['storage_ratio'] or float('nan'):.2f}x  resident before "
                     f"{rec['resident_before']:.2f}")
     return records

@@ -285,6 +285,16 @@ class AnonymousPeak:
         return self.peak_kb / 1024
 
 
+def runqueue_wait_s():
+    """Seconds this thread has waited, runnable, for a CPU (``/proc/thread-self/schedstat``):
+    on a busy machine, the part of a run's time the reader did not spend reading."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def io_read_bytes():
     """Bytes this process made the block layer read (``read_bytes`` of /proc/self/io)."""
     try:
@@ -306,6 +316,7 @@ def run(spec):
     t_import = t0 - T_START
     ds = opener(spec["path"], spec.get("options", {}))
     t_open = time.perf_counter()
+    waited = runqueue_wait_s()
     n = spec.get("n") or len(ds)
     checksum = 0
     if op in ("iterate", "iterate-meta") or (op == "shuffle-buffer" and system == "webdataset"):
@@ -375,8 +386,10 @@ def run(spec):
     else:
         raise SystemExit(f"unknown operation {op!r}")
     t_end = time.perf_counter()
+    waited = None if waited is None else runqueue_wait_s() - waited
     return {
         **({"anon_peak_mb": anon.stop()} if anon is not None else {}),
+        "runqueue_wait_s": waited,
         "import_s": t_import,
         "open_s": t_open - t0,
         "op_s": t_end - t_open,
