@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -27,7 +28,14 @@ from .limits import dataset_files
 from .pagecache import evict, resident
 from .runner import WORKER, System, systems_for
 
-__all__ = ["synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold", "run", "markdown"]
+__all__ = ["COLD_OPS", "cold_systems", "synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold",
+           "run", "markdown"]
+
+# Exact shuffle (``shuffle``) against the device's random reads; the block and buffer
+# shuffles (hpcio.bench.worker) against the same reader's ``iterate``, whose access
+# pattern they keep close to.
+COLD_OPS = ("iterate", "shuffle", "shuffle-block", "shuffle-buffer")
+_NEAR_ITERATE = ("shuffle-block", "shuffle-buffer")
 
 # Synthetic samples: sizes (and images per vlm sample) as the demo profiles have them,
 # random (incompressible) payloads.
@@ -108,8 +116,10 @@ def device_limits(directory: str, *, file_bytes: int = 2 << 30, request_bytes: i
         target = os.path.join(tmp, "fio.dat")
         common = [f"--filename={target}", f"--size={file_bytes}", "--direct=1", "--ioengine=libaio",
                   "--name=limit", f"--runtime={seconds}", "--time_based"]
-        subprocess.run(["fio", f"--filename={target}", f"--size={file_bytes}", "--name=fill",
-                        "--rw=write", "--bs=4M", "--direct=1"], capture_output=True, check=True)
+        fill = subprocess.run(["fio", f"--filename={target}", f"--size={file_bytes}", "--name=fill",
+                               "--rw=write", "--bs=4M", "--direct=1"], capture_output=True, text=True)
+        if fill.returncode != 0:
+            raise HpcioError(f"fio cannot write {target} with O_DIRECT: {fill.stderr.strip() or fill.stdout.strip()}")
         seq = _fio([*common, "--rw=read", "--bs=4M", "--iodepth=8"])
         rand = {d: _fio([*common, "--rw=randread", f"--bs={request_bytes}", f"--iodepth={d}"]) for d in depths}
     best = max(rand, key=lambda d: rand[d]["bytes_per_s"])
@@ -165,15 +175,17 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
     before = resident(files)
     tier_before = tier.stats() if tier is not None else None
     spec = {"system": system.system, "op": op, "profile": profile, "path": path,
-            "options": system.options, "meta_fields": META_FIELDS[profile], "n": dataset.samples}
+            "options": system.options, "meta_fields": META_FIELDS[profile], "n": dataset.samples, "anon_peak": True}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     if system.system == "hpcio":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="hpcio-cold-") as tmp:
         env["TMPDIR"] = tmp
+        before_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([system.python, WORKER, json.dumps(spec)], capture_output=True, text=True,
                               env=env, preexec_fn=_join(cgroup_procs))
+        after_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = sum(os.path.getsize(f) for f in files)
     head = {"system": system.label, "dataset": dataset.name, "op": op, "profile": profile,
             "dataset_bytes": total, "resident_before": before.fraction,
@@ -186,7 +198,11 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
         **head, "samples": rec["samples"], "op_s": rec["op_s"],
         "samples_per_s": rec["samples"] / rec["op_s"] if rec["op_s"] else float("inf"),
         "bytes_per_s": total / rec["op_s"] if rec["op_s"] else float("inf"),
-        "maxrss_mb": rec["maxrss_mb"], "storage_bytes": storage,
+        "maxrss_mb": rec["maxrss_mb"], "anon_peak_mb": rec.get("anon_peak_mb"), "storage_bytes": storage,
+        # the reader's CPU seconds, whole process: on a busy machine, bytes per CPU second
+        # say how fast it would read with a core of its own, where it is CPU-bound
+        "cpu_s": (after_cpu.ru_utime - before_cpu.ru_utime) + (after_cpu.ru_stime - before_cpu.ru_stime),
+        "runqueue_wait_s": rec.get("runqueue_wait_s"),
         "storage_ratio": storage / total if storage is not None and total else None,
         "checksum": rec["checksum"],
     }
@@ -201,12 +217,24 @@ def _failure(proc: subprocess.CompletedProcess, cgroup_procs: str | None) -> str
     return f"exit status {proc.returncode}: {tail}"
 
 
-def run(profile: str, target_bytes: int, root: str, *, ops=("iterate", "shuffle"), memory_limit: int | None = None,
+def cold_systems(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
+    """The readers of the cold runs: the warm comparison's, with hpcio's block and buffer
+    shuffles on sharded formats and webdataset's buffer shuffle added."""
+    systems = systems_for(datasets, include_interop)
+    for s in systems:
+        if s.system == "hpcio" and s.dataset.startswith("mds"):
+            s.ops = (*s.ops, "shuffle-block", "shuffle-buffer")
+        elif s.system == "webdataset":
+            s.ops = (*s.ops, "shuffle-buffer")
+    return systems
+
+
+def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limit: int | None = None,
         only=None, include_interop: bool = True, tier_latency_us: int | None = None,
         tier_bandwidth: int = 0, log=print) -> list[dict]:
     """Cold runs of every system on synthetic datasets of ``target_bytes``."""
     datasets = synthetic_datasets(profile, target_bytes, root, log=log)
-    systems = [s for s in systems_for(datasets, include_interop)
+    systems = [s for s in cold_systems(datasets, include_interop)
                if not only or any(word in s.label for word in only)]
     by_name = {d.name: d for d in datasets}
     records = []
@@ -225,31 +253,47 @@ def run(profile: str, target_bytes: int, root: str, *, ops=("iterate", "shuffle"
                 rec["memory_limit"] = memory_limit
                 records.append(rec)
                 if "error" in rec:
-                    log(f"{rec['system']:32} {op:8} failed: {rec['error']}")
+                    log(f"{rec['system']:32} {op:14} failed: {rec['error']}")
                     continue
-                log(f"{rec['system']:32} {op:8} {rec['samples_per_s']:>12,.0f} samples/s "
+                log(f"{rec['system']:32} {op:14} {rec['samples_per_s']:>12,.0f} samples/s "
                     f"{rec['bytes_per_s'] / 1e6:>8,.0f} MB/s  rss {rec['maxrss_mb']:>7,.0f} MB  "
+                    f"anon {rec['anon_peak_mb'] or float('nan'):>7,.0f} MB  cpu {rec['cpu_s']:.1f} s  "
+                    f"waiting for a cpu {rec['runqueue_wait_s'] or float('nan'):.1f} s  "
                     f"storage {rec['storage_ratio'] or float('nan'):.2f}x  resident before "
                     f"{rec['resident_before']:.2f}")
     return records
 
 
-def markdown(limits: dict, records: list[dict]) -> str:
-    """The cold runs as a table, each against the device limit its access pattern meets."""
-    seq, rnd = limits["sequential_bytes_per_s"], limits["random_bytes_per_s"]
-    lines = [f"Device (fio, O_DIRECT): sequential {seq / 1e6:,.0f} MB/s; random "
-             f"{limits['random_request_bytes'] >> 10} KiB reads {rnd / 1e6:,.0f} MB/s at depth "
-             f"{limits['random_best_depth']}.", "",
-             "| profile | system | op | samples/s | MB/s | of device | peak RSS / dataset | storage read / dataset | tier |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def markdown(limits: dict | None, records: list[dict]) -> str:
+    """The cold runs as a table, each against the device limit its access pattern meets
+    (when ``limits`` are known), and the block and buffer shuffles also against the same
+    reader's iterate."""
+    iterate = {(r["profile"], r["system"], str(r["tier"])): r["bytes_per_s"]
+               for r in records if r["op"] == "iterate" and "error" not in r}
+    if limits is None:
+        seq = rnd = None
+        lines = ["Device limits unknown (fio could not read the storage with O_DIRECT).", ""]
+    else:
+        seq, rnd = limits["sequential_bytes_per_s"], limits["random_bytes_per_s"]
+        lines = [f"Device (fio, O_DIRECT): sequential {seq / 1e6:,.0f} MB/s; random "
+                 f"{limits['random_request_bytes'] >> 10} KiB reads {rnd / 1e6:,.0f} MB/s at depth "
+                 f"{limits['random_best_depth']}.", ""]
+    lines += ["| profile | system | op | samples/s | MB/s | of device | of iterate | peak RSS / dataset "
+              "| peak anonymous / dataset | storage read / dataset | MB per CPU s | tier |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
-        limit = seq if r["op"].startswith("iterate") else rnd
+        limit = rnd if r["op"] == "shuffle" else seq
         tier = "local" if r["tier"] is None else f"emulated {r['tier']['latency_us']} us"
         if "error" in r:
-            lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} |||||{tier} |")
+            lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} ||||||||{tier} |")
             continue
         ratio = "-" if r["storage_ratio"] is None else f"{r['storage_ratio']:.2f}"
+        base = iterate.get((r["profile"], r["system"], str(r["tier"])))
+        near = f"{r['bytes_per_s'] / base:.2f}" if r["op"] in _NEAR_ITERATE and base else "-"
+        of_device = "-" if limit is None else f"{r['bytes_per_s'] / limit:.2f}"
+        cpu = f"{r['dataset_bytes'] / 1e6 / r['cpu_s']:,.0f}" if r.get("cpu_s") else "-"
+        anon = f"{r['anon_peak_mb'] * 1e6 / r['dataset_bytes']:.3f}" if r.get("anon_peak_mb") is not None else "-"
         lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['samples_per_s']:,.0f} | "
-                     f"{r['bytes_per_s'] / 1e6:,.0f} | {r['bytes_per_s'] / limit:.2f} | "
-                     f"{r['maxrss_mb'] * 1e6 / r['dataset_bytes']:.3f} | {ratio} | {tier} |")
+                     f"{r['bytes_per_s'] / 1e6:,.0f} | {of_device} | {near} | "
+                     f"{r['maxrss_mb'] * 1e6 / r['dataset_bytes']:.3f} | {anon} | {ratio} | {cpu} | {tier} |")
     return "\n".join(lines) + "\n"

@@ -167,7 +167,8 @@ def throughput_figures(records: list[dict], out_dir: str) -> list[str]:
 
 def loader_figures(rows: list[dict], out_dir: str) -> list[str]:
     """``dataloader_<profile>.png``: accelerator utilisation against ``num_workers``, one
-    panel per (tier, batch size), one line per dataset at its best ``prefetch_factor``."""
+    panel per (tier, batch size), one line per dataset at its best ``prefetch_factor``, at
+    the least compute per sample swept (where the reader is hardest pressed)."""
     ok = [r for r in rows if not r.get("error")]
     plt = _pyplot() if ok else None
     if plt is None:
@@ -175,6 +176,9 @@ def loader_figures(rows: list[dict], out_dir: str) -> list[str]:
     written = []
     for profile in sorted({r["profile"] for r in ok}):
         mine = [r for r in ok if r["profile"] == profile]
+        compute = min(r.get("compute_per_sample_s", 0.0) for r in mine)
+        mine = [r for r in mine if r.get("compute_per_sample_s", 0.0) == compute]
+        label = f", {compute * 1e6:g} µs compute per sample" if "compute_per_sample_s" in mine[0] else ""
         tiers = sorted({r["tier"] for r in mine})
         batches = sorted({r["batch_size"] for r in mine})
         datasets = sorted({r["dataset"] for r in mine})
@@ -203,7 +207,8 @@ def loader_figures(rows: list[dict], out_dir: str) -> list[str]:
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, fontsize=10,
                    bbox_to_anchor=(0.5, 0.96))
-        fig.suptitle(f"{profile}: DataLoader, one shuffled epoch (best prefetch_factor)", fontsize=12, y=0.995)
+        fig.suptitle(f"{profile}: DataLoader, one shuffled epoch{label} (best prefetch_factor)",
+                     fontsize=12, y=0.995)
         fig.tight_layout(rect=(0, 0, 1, 0.91))
         written.append(_save(plt, fig, os.path.join(out_dir, f"dataloader_{profile}.png")))
     return written

@@ -116,16 +116,17 @@ def loader_markdown(rows: list[dict]) -> str:
     out = io.StringIO()
     out.write("\n## DataLoader (calculation-free I/O test)\n\n")
     if rows:
-        out.write(f"Compute emulated by sleeping {rows[0]['compute_per_sample_s'] * 1e6:g} µs per sample "
-                  "once per batch; AU = compute time / wall time of one shuffled epoch, worker start "
-                  f"included; page cache {rows[0].get('cache', 'warm')} (cold: each dataset's files "
-                  "evicted before every epoch).\n\n")
-    out.write("| profile | tier | dataset | workers | batch | prefetch | samples/s | AU |\n")
-    out.write("|---|---|---|---|---|---|---|---|\n")
+        out.write("Compute emulated by sleeping the given µs per sample once per batch; AU = compute "
+                  "time / wall time of one shuffled epoch, worker start included; page cache "
+                  f"{rows[0].get('cache', 'warm')} (cold: each dataset's files evicted before every epoch).\n\n")
+    out.write("| profile | tier | dataset | compute µs | workers | batch | prefetch | samples/s | MB/s | AU |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         value = r.get("error") or _fmt(r["samples_per_s"])
-        out.write(f"| {r['profile']} | {r['tier']} | {r['dataset']} | {r['workers']} | {r['batch_size']} | "
-                  f"{_fmt(r['prefetch_factor'])} | {value} | {r['au']:.2f} |\n")
+        mb = _fmt(r["bytes_per_s"] / 1e6) if "bytes_per_s" in r else "-"
+        out.write(f"| {r['profile']} | {r['tier']} | {r['dataset']} | {r['compute_per_sample_s'] * 1e6:g} | "
+                  f"{r['workers']} | {r['batch_size']} | {_fmt(r['prefetch_factor'])} | {value} | {mb} | "
+                  f"{r['au']:.2f} |\n")
     return out.getvalue()
 
 

@@ -14,6 +14,10 @@ iterate-meta  one pass touching only the metadata fields (lazy readers skip the 
 shuffle       ``ds[i]`` in ``numpy.random.default_rng(42).permutation(n)`` order, every field
 sort          stable sort by a key (text: ``len(text)``; vlm: number of messages), then
               read in that order touching every field
+shuffle-block hpcio's block shuffle (``ds.shuffle(42, mode="block", window=16)``): shards in
+              a random order, samples shuffled within 16 shards at a time
+shuffle-buffer  storage order through a buffer of ``SHUFFLE_BUFFER`` samples (hpcio's
+              ``Pipeline.shuffle``, webdataset's ``.shuffle``), every field
 batch         ``shuffle`` through the system's batch API (1024 samples per call)
 columns       ``shuffle`` through hpcio's columnar batch API (``get_columns``, 1024 samples
               per call), every column touched to the same total as ``touch``
@@ -41,6 +45,11 @@ import numpy as np  # noqa: E402
 import numpy.random  # noqa: E402, F401
 
 BATCH = 1024
+# The block shuffle's window in shards and the buffer shuffle's size in samples: the
+# settings docs/performance.md recommends for a parallel filesystem, a buffer that fits
+# a vlm reader's memory (1,000 samples of about 225 KB).
+SHUFFLE_WINDOW = 16
+SHUFFLE_BUFFER = 1000
 
 
 def touch(sample, fields):
@@ -246,6 +255,46 @@ def peak_rss_mb():
     return float("nan")
 
 
+class AnonymousPeak:
+    """The peak of this process's anonymous resident memory (``RssAnon``), sampled every
+    ``interval`` seconds by a thread: the memory a reader itself holds, without the file
+    pages it maps, which VmHWM counts and the kernel may drop at will."""
+
+    def __init__(self, interval=0.02):
+        import threading
+
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval):
+        while True:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                        break
+            if self._stop.wait(interval):
+                return
+
+    def stop(self):
+        """The peak in MB."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kb / 1024
+
+
+def runqueue_wait_s():
+    """Seconds this thread has waited, runnable, for a CPU (``/proc/thread-self/schedstat``):
+    on a busy machine, the part of a run's time the reader did not spend reading."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def io_read_bytes():
     """Bytes this process made the block layer read (``read_bytes`` of /proc/self/io)."""
     try:
@@ -262,13 +311,15 @@ def run(spec):
     system, op, profile = spec["system"], spec["op"], spec["profile"]
     meta = spec.get("meta_fields")
     opener = LOADERS[system]()
+    anon = AnonymousPeak() if spec.get("anon_peak") else None
     t0 = time.perf_counter()
     t_import = t0 - T_START
     ds = opener(spec["path"], spec.get("options", {}))
     t_open = time.perf_counter()
+    waited = runqueue_wait_s()
     n = spec.get("n") or len(ds)
     checksum = 0
-    if op in ("iterate", "iterate-meta"):
+    if op in ("iterate", "iterate-meta") or (op == "shuffle-buffer" and system == "webdataset"):
         fields = meta if op == "iterate-meta" else None
         if system == "arrow":
             for s in ds.iter_batches(fields):
@@ -277,6 +328,8 @@ def run(spec):
             for s in ds.select(fields):
                 checksum += touch(s, None)
         elif system == "webdataset":
+            if op == "shuffle-buffer":
+                ds = ds.shuffle(SHUFFLE_BUFFER)
             # A webdataset sample names its entries by member suffix ("meta.json") and adds
             # its own "__key__", "__url__"...; touch the dataset's fields only.
             wanted = None if fields is None else set(fields)
@@ -290,6 +343,12 @@ def run(spec):
         # hpcio's own API: views are index arrays read back in vectorised batches.
         if op == "sort":
             view = ds.sort(len, field="messages" if profile == "vlm" else "text")
+        elif op == "shuffle-block":
+            view = ds.shuffle(seed=42, mode="block", window=SHUFFLE_WINDOW)
+        elif op == "shuffle-buffer":
+            from hpcio.pipeline import Pipeline
+
+            view = Pipeline(ds, shuffle="none", context={"rank": 0, "world_size": 1}).shuffle(SHUFFLE_BUFFER, seed=42)
         else:
             view = ds.shuffle(seed=42)
         if op == "batch":
@@ -327,7 +386,10 @@ def run(spec):
     else:
         raise SystemExit(f"unknown operation {op!r}")
     t_end = time.perf_counter()
+    waited = None if waited is None else runqueue_wait_s() - waited
     return {
+        **({"anon_peak_mb": anon.stop()} if anon is not None else {}),
+        "runqueue_wait_s": waited,
         "import_s": t_import,
         "open_s": t_open - t0,
         "op_s": t_end - t_open,

@@ -23,8 +23,11 @@ def add_arguments(parser):
                         help="profile(s) to run (default: both)")
     parser.add_argument("--text-samples", type=int, default=20000, help="samples in the text profile (default: %(default)s)")
     parser.add_argument("--vlm-samples", type=int, default=2000, help="samples in the vlm profile (default: %(default)s)")
-    parser.add_argument("--op", action="append", choices=["iterate", "iterate-meta", "shuffle", "sort", "batch", "columns"],
-                        help="operation(s) to run (default: all)")
+    parser.add_argument("--op", action="append",
+                        choices=["iterate", "iterate-meta", "shuffle", "sort", "batch", "columns",
+                                 "shuffle-block", "shuffle-buffer"],
+                        help="operation(s) to run (default: all; with --cold: iterate, shuffle, and the block "
+                             "and buffer shuffles, shuffle-block and shuffle-buffer, which only --cold runs)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per measurement; the median is kept (default: %(default)s)")
     parser.add_argument("--only", action="append", help="run only systems whose label contains this word (repeatable)")
     parser.add_argument("--no-interop", action="store_true", help="skip the peers that need the Python 3.12 interop environment")
@@ -36,8 +39,9 @@ def add_arguments(parser):
     loader.add_argument("--loader-workers", type=int, action="append", help="num_workers values (default: 0 1 2)")
     loader.add_argument("--loader-batch", type=int, action="append", help="batch sizes (default: 32 256)")
     loader.add_argument("--loader-prefetch", type=int, action="append", help="prefetch_factor values (default: 2 8)")
-    loader.add_argument("--loader-compute", type=float, default=50e-6,
-                        help="emulated compute seconds per sample, slept once per batch (default: %(default)s)")
+    loader.add_argument("--loader-compute", type=float, action="append",
+                        help="emulated compute seconds per sample, slept once per batch; repeat to sweep "
+                             "(default: 5e-05)")
     loader.add_argument("--loader-cache", choices=["cold", "warm"], default="cold",
                         help="cold: evict each dataset's files from the page cache before every epoch "
                              "(checked with mincore), as a first epoch on a parallel filesystem; warm: "
@@ -72,7 +76,8 @@ def _add_cold_arguments(parser) -> None:
     cold.add_argument("--memory-limit", type=_bytes, default=None, metavar="BYTES",
                       help="memory cgroup limit of each reader process (default: none)")
     cold.add_argument("--tier-latency-us", type=int, default=None, metavar="US",
-                      help="read through the emulated tier with this latency per request")
+                      help="read through the emulated tier with this latency per request (with --dataloader: "
+                           "add the tier 'emulated' to the sweep's tiers)")
     cold.add_argument("--tier-bandwidth", type=_bytes, default=0, metavar="BYTES",
                       help="the emulated tier's bandwidth cap in bytes/s (default: none)")
 
@@ -91,16 +96,23 @@ def _run_cold(args) -> int:
     import os
 
     from ..bench import cold
+    from ..errors import HpcioError
 
     data = args.data or os.path.join(args.out, "data")
     os.makedirs(data, exist_ok=True)
-    limits = cold.device_limits(data)
-    print(f"device (fio, O_DIRECT): sequential {limits['sequential_bytes_per_s'] / 1e6:,.0f} MB/s, "
-          f"random {limits['random_request_bytes'] >> 10} KiB {limits['random_bytes_per_s'] / 1e6:,.0f} MB/s "
-          f"at depth {limits['random_best_depth']}")
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        limits = cold.device_limits(data)
+    except HpcioError as exc:  # tmpfs (/dev/shm) refuses O_DIRECT: the runs still compare
+        limits = None
+        print(f"device limits unknown: {exc}")
+    else:
+        print(f"device (fio, O_DIRECT): sequential {limits['sequential_bytes_per_s'] / 1e6:,.0f} MB/s, "
+              f"random {limits['random_request_bytes'] >> 10} KiB {limits['random_bytes_per_s'] / 1e6:,.0f} MB/s "
+              f"at depth {limits['random_best_depth']}")
     records = []
     for profile in args.profile or ("text", "vlm"):
-        records += cold.run(profile, args.cold_size, data, ops=tuple(args.op or ("iterate", "shuffle")),
+        records += cold.run(profile, args.cold_size, data, ops=tuple(args.op or cold.COLD_OPS),
                             memory_limit=args.memory_limit, only=args.only,
                             include_interop=not args.no_interop, tier_latency_us=args.tier_latency_us,
                             tier_bandwidth=args.tier_bandwidth)
@@ -129,7 +141,9 @@ def _loader_options(args) -> dict:
         "workers": tuple(args.loader_workers or (0, 1, 2)),
         "batch_sizes": tuple(args.loader_batch or (32, 256)),
         "prefetch_factors": tuple(args.loader_prefetch or (2, 8)),
-        "compute_per_sample": args.loader_compute,
+        "compute_per_sample": tuple(args.loader_compute or (50e-6,)),
+        "emulated_tier": None if args.tier_latency_us is None else
+        {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth},
         "formats": tuple(args.loader_format or LOADER_FORMATS),
         "cache": args.loader_cache,
     }
