@@ -81,6 +81,29 @@ def test_mapping_holding_bytes_round_trips(tmp_path, fmt):
         assert_same(dict(got), want)
 
 
+# Every format hpcio writes, with the file name it takes; JSON Lines has no binary type.
+ALL_FORMATS = {"mds": "d", "jinx": "d.jinx", "webdataset": "d", "zarr": "d.zarr", "hdf5": "d.h5",
+               "parquet": "d.parquet", "msgpack": "d.msgpack", "jsonl": "d.jsonl"}
+MULTIMODAL = [{"id": f"s{i}", "images": images(3, i), "meta": {"thumb": JPEG + bytes([i]), "caption": f"c{i}"}}
+              for i in range(3)]
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_multimodal_sample_in_every_format(tmp_path, fmt):
+    """A list of images and a mapping holding a thumbnail, natively or a plain refusal."""
+    path = tmp_path / ALL_FORMATS[fmt]
+    if fmt == "jsonl":
+        with pytest.raises(UnsupportedValueError, match=r"field 'images': images\[0\] is bytes, which JSON Lines "
+                                                        r"cannot store \(JSON has no binary type"):
+            write(path, fmt, MULTIMODAL)
+        return
+    ds = hpcio.open(write(path, fmt, MULTIMODAL))
+    fields = hpcio.get_format(fmt).inspect(path)["fields"]
+    assert "pkl" not in str(fields)
+    for got, want in zip(ds, MULTIMODAL):
+        assert_same({k: v for k, v in dict(got).items() if not k.startswith("__")}, want)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_converted_between_formats(tmp_path, fmt):
     samples = CASES["zero_to_four"]
