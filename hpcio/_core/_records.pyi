@@ -9,6 +9,8 @@ KIND_BYTES: int
 KIND_INT: int
 KIND_JSON: int
 KIND_VIEW: int
+KIND_BYTES_LIST: int
+KIND_BYTES_DICT: int
 MAX_COLUMNS: int
 
 def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
@@ -87,3 +89,14 @@ def json_columns(data, offsets: NDArray[np.int64]) -> tuple[list[bytes], list[tu
     (key names as JSON strings; ``("str" | "json", data, offsets)``, ``("int" | "float" |
     "bool", array)`` or ``("list", offsets, elements)`` per key).  ValueError names the
     document and byte of one that is not JSON or lacks the first document's keys."""
+
+def bytes_list(buf) -> list[bytes]:
+    """The MDS ``list[bytes]`` value in ``buf``; DecodeError naming the fault."""
+
+def bytes_dict(buf) -> dict:
+    """The MDS ``dict[bytes]`` value in ``buf``; DecodeError naming the fault."""
+
+def values_of_kind(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], kind: int,
+                   json_loads: Callable) -> list:
+    """The values of kind ``kind`` (not KIND_VIEW) at ``buf[starts[j]:ends[j]]``; raises the
+    first value's error."""

@@ -6,7 +6,8 @@ from sample dicts (compiled).
 Slicing records into columns with numpy and zipping the column lists into dicts costs
 several Python objects per value; here each record's column bounds are computed in C and
 each value object is created once, directly from the record bytes.  Only the value kinds
-whose construction is fixed (``str``, ``bytes``, ``int``, ``json``) are handled; the
+whose construction is fixed (``str``, ``bytes``, ``int``, ``json``, and hpcio's
+``list[bytes]`` and ``dict[bytes]``) are handled; the
 caller keeps its general path for everything else and for every error, so messages stay
 exact.  :class:`RecordPacker` is the same bargain for writing.
 """
@@ -56,12 +57,16 @@ cdef enum:
     _INT = 2
     _JSON = 3
     _VIEW = 4
+    _BYTES_LIST = 5
+    _BYTES_DICT = 6
 
 KIND_STR = _STR
 KIND_BYTES = _BYTES
 KIND_INT = _INT
 KIND_JSON = _JSON
 KIND_VIEW = _VIEW
+KIND_BYTES_LIST = _BYTES_LIST
+KIND_BYTES_DICT = _BYTES_DICT
 MAX_COLUMNS = _MAXCOL
 
 
@@ -255,7 +260,8 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     ``sizes[c]`` is column c's fixed size or -1 (variable: its u32 size is in the record
     header); ``kinds[c]`` is one of KIND_STR, KIND_BYTES, KIND_INT (8-byte little-endian
     signed), KIND_JSON (``json_loads(bytes)``), KIND_VIEW (a read-only memoryview of
-    ``buf``, which it keeps alive).  Returns ``(samples, bad)``: ``bad`` is
+    ``buf``, which it keeps alive), KIND_BYTES_LIST (a list of ``bytes``), KIND_BYTES_DICT
+    (a mapping holding ``bytes``; its JSON read exactly, whatever ``json_loads``).  Returns ``(samples, bad)``: ``bad`` is
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
@@ -349,6 +355,10 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
         if hpcio_json_wide_int(<const uint8_t *>p, n):
             raise DecodeError("an integer orjson would read as a float")
         return json_loads(PyBytes_FromStringAndSize(p, n))
+    if k == _BYTES_LIST:
+        return _bytes_list(p, n)
+    if k == _BYTES_DICT:
+        return _bytes_dict(p, n)
     raise InvalidArgumentError(f"no direct construction for value kind {k}")
 
 
@@ -356,6 +366,7 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
 # extension.
 include "_records_pread.pxi"
 include "_records_columns.pxi"
+include "_records_lists.pxi"
 
 
 cdef class RecordPacker:

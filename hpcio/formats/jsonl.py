@@ -276,6 +276,18 @@ def _atomic_write(path: str, data) -> None:
         f.write(data)
 
 
+def _unwritable(sample: Mapping, exc: TypeError) -> str:
+    """Why orjson refused ``sample``: the bytes value JSON has no form for, named where it
+    lies, and orjson's own words."""
+    for field, value in sample.items():
+        nested = _values.bytes_inside(value, str(field))
+        if nested:
+            return (f"field {field!r}: {nested} is bytes, which JSON Lines cannot store (JSON has no "
+                    "binary type: write binary fields to MDS, JINX, WebDataset, Zarr, HDF5, "
+                    f"Parquet or MessagePack); sample cannot be written as JSON: {exc}")
+    return f"sample cannot be written as JSON: {exc}"
+
+
 class Writer(base.Writer):
     """Writes one JSON object per line; ``.zst``/``.gz`` names compress the whole file.
 
@@ -309,8 +321,7 @@ class Writer(base.Writer):
         try:
             line = orjson.dumps(sample, option=orjson.OPT_SERIALIZE_NUMPY)
         except TypeError as exc:
-            raise UnsupportedValueError(f"sample cannot be written as JSON: {exc}",
-                                        path=self.path, sample=self.count) from None
+            raise UnsupportedValueError(_unwritable(sample, exc), path=self.path, sample=self.count) from None
         self._f.write(line)
         self._f.write(b"\n")
         self.count += 1

@@ -160,6 +160,47 @@ def test_list_of_bytes_read_by_mldataforge(tmp_path, interop_python):
         assert [g["images"] for g in out[reader]] == [[{"b64": b64(x).decode()} for x in s] for s in IMAGES], reader
 
 
+# streaming in the interop environment, hpcio's encodings registered from their file
+STREAMING_READ = REGISTER + """
+import base64, json
+from streaming import StreamingDataset
+def plain(v):
+    if isinstance(v, bytes):
+        return {"b64": base64.b64encode(v).decode()}
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [plain(x) for x in v]
+    return v
+ds = StreamingDataset(local=sys.argv[1], remote=None, shuffle=False, batch_size=1)
+print(json.dumps([plain(ds[i]) for i in range(ds.num_samples)]))
+"""
+
+
+def _b64_leaves(value):
+    if isinstance(value, bytes):
+        return {"b64": __import__("base64").b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: _b64_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_b64_leaves(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_dict_of_bytes_read_by_streaming_in_its_environment(tmp_path, interop_python, compression):
+    samples = [{"id": i, "meta": {"thumb": bytes([i, 255]) * (30 * i + 1), "caption": f"c{i}",
+                                  "crops": [images[0] if images else b"", {"mask": bytes([i])}]},
+                "images": images} for i, images in enumerate(IMAGES)]
+    path = tmp_path / "ours"
+    with hpcio.open_writer(path, format="mds", compression=compression, size_limit=4000) as w:
+        for s in samples:
+            w.write(s)
+    assert hpcio.open(path).reader.columns == {"id": "int", "images": "list[bytes]", "meta": "dict[bytes]"}
+    out = json.loads(run(interop_python, STREAMING_READ, path, ENCODINGS_PY))
+    assert out == [_b64_leaves(s) for s in samples]
+
+
 def test_list_of_bytes_written_by_mldataforge(tmp_path, interop_python):
     theirs = tmp_path / "theirs"
     run(interop_python, WRITE_LISTS, theirs, N, ENCODINGS_PY)

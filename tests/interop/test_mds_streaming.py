@@ -215,38 +215,69 @@ def registered():
 IMAGE_SAMPLES = [{"id": i, "images": [bytes([i, j]) * (50 * j + i) for j in range(i % 5)]} for i in range(1, 24)]
 
 
+def written_by_hpcio(tmp_path, samples: list, compression) -> str:
+    path = str(tmp_path / "ds")
+    with hpcio.open_writer(path, format="mds", compression=compression, size_limit=3000) as w:
+        for s in samples:
+            w.write(s)
+    return path
+
+
 @pytest.mark.interop
 @pytest.mark.parametrize("compression", [None, "zstd", "sample::zstd"])
 def test_list_of_bytes_read_by_streaming(tmp_path, registered, compression):
-    path = str(tmp_path / "ds")
-    with hpcio.open_writer(path, format="mds", compression=compression, size_limit=3000) as w:
-        for s in IMAGE_SAMPLES:
-            w.write(s)
+    path = written_by_hpcio(tmp_path, IMAGE_SAMPLES, compression)
     assert hpcio.open(path).reader.columns["images"] == "list[bytes]"
     got = streaming_read(path, copy_to=tmp_path / "copy")
     assert got == IMAGE_SAMPLES
     assert all(type(x) is bytes for g in got for x in g["images"])
 
 
-@pytest.mark.interop
-def test_list_of_bytes_written_by_streaming(tmp_path, registered):
+def check_written_by_streaming(tmp_path, columns: dict, samples: list) -> None:
+    """streaming's MDSWriter writes ``samples`` in ``columns``; hpcio reads them back and
+    writes byte-identical shards for the same samples."""
     from streaming import MDSWriter
 
     path = str(tmp_path / "ds")
-    with MDSWriter(out=path, columns={"id": "int", "images": "list[bytes]"}, size_limit=3000) as w:
-        for s in IMAGE_SAMPLES:
+    with MDSWriter(out=path, columns=columns, size_limit=3000) as w:
+        for s in samples:
             w.write(s)
     ds = hpcio.open(path)
     assert len(ds.reader.shards) > 1
-    assert list(ds) == IMAGE_SAMPLES
-    assert ds.get_batch(np.arange(len(IMAGE_SAMPLES))[::-1])[::-1] == IMAGE_SAMPLES
-    # byte-identical shards: hpcio writes what streaming writes for the same samples
+    assert list(ds) == samples
+    assert ds.get_batch(np.arange(len(samples))[::-1])[::-1] == samples
     ours = str(tmp_path / "ours")
-    with hpcio.open_writer(ours, format="mds", columns={"id": "int", "images": "list[bytes]"}, size_limit=3000,
+    with hpcio.open_writer(ours, format="mds", columns=columns, size_limit=3000,
                            hashes=[]) as w:  # streaming writes no hashes by default
-        for s in IMAGE_SAMPLES:
+        for s in samples:
             w.write(s)
     for name in sorted(os.listdir(path)):
         if name.endswith(".mds"):
             with open(os.path.join(path, name), "rb") as a, open(os.path.join(ours, name), "rb") as b:
                 assert a.read() == b.read(), name
+
+
+@pytest.mark.interop
+def test_list_of_bytes_written_by_streaming(tmp_path, registered):
+    check_written_by_streaming(tmp_path, {"id": "int", "images": "list[bytes]"}, IMAGE_SAMPLES)
+
+
+# --- dict[bytes], hpcio's extension encoding for mappings holding bytes ------------------
+META_SAMPLES = [{"id": i, "meta": {"thumb": bytes([i, 255]) * (40 * i + 1), "caption": f"c{i}", "size": [3, i],
+                                   "crops": [bytes([j]) * j for j in range(i % 4)]}} for i in range(1, 24)]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("compression", [None, "zstd", "sample::zstd"])
+def test_dict_of_bytes_read_by_streaming(tmp_path, registered, compression):
+    path = written_by_hpcio(tmp_path, META_SAMPLES, compression)
+    ds = hpcio.open(path)
+    assert ds.reader.columns["meta"] == "dict[bytes]" and len(ds.reader.shards) > 1
+    got = streaming_read(path, copy_to=tmp_path / "copy")
+    assert got == META_SAMPLES
+    assert all(type(g["meta"]["thumb"]) is bytes and all(type(c) is bytes for c in g["meta"]["crops"]) for g in got)
+
+
+@pytest.mark.interop
+def test_dict_of_bytes_written_by_streaming(tmp_path, registered):
+    check_written_by_streaming(tmp_path, {"id": "int", "meta": "dict[bytes]"}, META_SAMPLES)

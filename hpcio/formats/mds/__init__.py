@@ -79,7 +79,7 @@ def register_streaming_reader() -> type:
 
     Afterwards every ``StreamingDataset`` in this process reads ``sample::<algo>``
     shards (which stock streaming deletes, see ``docs/formats/mds.md``) and plain ones,
-    and the column encodings hpcio adds (``list[bytes]``), which streaming's
+    and the column encodings hpcio adds (``list[bytes]``, ``dict[bytes]``), which streaming's
     ``MDSWriter`` then writes too.  Returns the reader class installed.  streaming is
     imported here, not with hpcio.
     """

@@ -17,9 +17,10 @@ Values come back as:
 * the stored bytes for image columns (``jpeg``, ``png``, ``pil``) and lists of bytes for
   ``list[...]``/``jpeg_array``, unless the reader was opened with
   ``decode_images=True``, which gives PIL images as streaming does;
-* a list of ``bytes`` for ``list[bytes]``, an hpcio extension (streaming's ``list[...]``
-  layout with the values stored as given) that streaming reads once
-  :func:`hpcio.formats.mds.register_streaming_reader` has registered it.
+* a list of ``bytes`` for ``list[bytes]`` and a mapping holding ``bytes`` (at any depth)
+  for ``dict[bytes]``, hpcio's extensions (their layouts:
+  :mod:`~hpcio.formats.mds.streaming_encodings`), which streaming reads once
+  :func:`hpcio.formats.mds.register_streaming_reader` has registered them.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii
 
 import numpy as np
 
+from ..._core import _records
 from ..._core._records import loads_exact
 from ...columns import loads_json
 from ...errors import CorruptShardError, DecodeError, KeyNotFoundError, SchemaError, UnsupportedValueError
 from .._values import bytes_inside
+from .streaming_encodings import encode_bytes_dict, pack_items
 
 __all__ = [
     "ColumnCodec",
@@ -46,6 +49,7 @@ __all__ = [
     "NUMERIC_DTYPES",
     "NDARRAY_DTYPE_CODES",
     "EXTENSION_ENCODINGS",
+    "COMPILED_KINDS",
 ]
 
 # The scalar encodings that are numpy dtypes of the same name.
@@ -93,10 +97,12 @@ def _json_dumps(value) -> str:
 _PLAIN = {
     "bytes", "str", "int", "str_int", "str_float", "str_decimal", "json", "pkl",
     "jpeg", "png", "pil", "list[pil]", "list[jpeg]", "list[png]", "jpeg_array", "jpegarray",
-    "list[bytes]", *NUMERIC_DTYPES,
+    "list[bytes]", "dict[bytes]", *NUMERIC_DTYPES,
 }  # fmt: skip
 #: Encodings hpcio adds to streaming's; readable by streaming after register_streaming_reader().
-EXTENSION_ENCODINGS = ("list[bytes]",)
+EXTENSION_ENCODINGS = ("list[bytes]", "dict[bytes]")
+#: Their values are built by the compiled record kernels (these value kinds), a batch at a time.
+COMPILED_KINDS = {"list[bytes]": _records.KIND_BYTES_LIST, "dict[bytes]": _records.KIND_BYTES_DICT}
 _UNSAFE = {"pkl"}
 _U32 = struct.Struct("<I")
 _Q = struct.Struct("<q")
@@ -236,6 +242,10 @@ class ColumnCodec:
         try:
             return _json_dumps(value).encode("utf-8")
         except (TypeError, ValueError) as exc:
+            nested = bytes_inside(value, "value") if isinstance(value, dict) else None
+            if nested:  # a mapping that came with bytes after the first sample
+                raise _Reject(f"{nested} is bytes, which JSON cannot hold; declare the column "
+                              "dict[bytes] (columns=...)") from None
             raise _Reject(f"not JSON-serialisable: {exc}") from None
 
     def _enc_pkl(self, value):
@@ -288,11 +298,18 @@ class ColumnCodec:
         for j, v in enumerate(value):
             if not isinstance(v, (bytes, bytearray, memoryview)):
                 raise _Reject(f"item {j} is a {type(v).__name__}, expected bytes")
-            if len(v) >= 1 << 32:  # item sizes are u32, as in streaming's list layout
-                raise _Reject(f"item {j} holds {len(v)} bytes; at most 2**32 - 1")
             parts.append(v)
-        head = struct.pack(f"<{2 + len(parts)}I", 0, len(parts), *map(len, parts))
-        return head + b"".join(parts)
+        try:
+            return pack_items(parts)
+        except ValueError as exc:  # an item of 4 GiB: item sizes are u32
+            raise _Reject(str(exc)) from None
+
+    def _enc_bytes_dict(self, value):
+        self._want(value, dict, "a mapping (dict)")
+        try:
+            return encode_bytes_dict(value)
+        except ValueError as exc:
+            raise _Reject(str(exc)) from None
 
     def _enc_jpeg_array(self, value):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -365,6 +382,9 @@ class ColumnCodec:
                 return [loads_exact(mv[a:b]) for a, b in pairs]
             except ValueError:  # NaN, or bad text: decode_one reads or reports it
                 pairs = zip(starts.tolist(), ends.tolist())
+        if kind in COMPILED_KINDS:  # a bad value: the caller reports it through decode_one
+            return _records.values_of_kind(buf, np.ascontiguousarray(starts, np.int64),
+                                           np.ascontiguousarray(ends, np.int64), COMPILED_KINDS[kind], None)
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 
@@ -398,9 +418,13 @@ class ColumnCodec:
             return self._decode_ndarray(data)
         if kind in ("jpeg", "png", "pil"):
             return self._decode_image(data, kind) if decode_images else data.tobytes()
+        if kind == "list[bytes]":
+            return _records.bytes_list(data)
+        if kind == "dict[bytes]":
+            return _records.bytes_dict(data)
         if kind.startswith("list["):
             count = _U32.unpack_from(data, 4)[0]
-            return self._split_sized(data, 8, count, kind[5:-1], decode_images and kind != "list[bytes]")
+            return self._split_sized(data, 8, count, kind[5:-1], decode_images)
         if kind == "jpeg_array":
             count = _U32.unpack_from(data, 0)[0]
             return self._split_sized(data, 4, count, "jpeg", decode_images)
@@ -461,6 +485,8 @@ def _method_suffix(kind: str) -> str:
         return "numeric"
     if kind == "list[bytes]":
         return "bytes_list"
+    if kind == "dict[bytes]":
+        return "bytes_dict"
     if kind.startswith("list["):
         return "image_list"
     return kind
@@ -501,8 +527,10 @@ def infer_encoding(value, column: str, allow_pickle: bool = False) -> str:
     upper-case names), an empty list is ``json`` (not ``jpeg_array``), a list of
     ``bytes`` is ``list[bytes]`` (where mldataforge would pickle it), and a value that
     would need ``pkl`` raises :class:`~hpcio.errors.UnsupportedValueError` unless
-    ``allow_pickle`` is set, because reading pickle runs code.  So does a JSON value
-    holding bytes (``{"thumb": b"..."}``): no MDS encoding but pickle stores it.
+    ``allow_pickle`` is set, because reading pickle runs code.  A dict holding bytes at
+    any depth (``{"thumb": b"...", "crops": [b"..."]}``) is ``dict[bytes]``, where
+    mldataforge would pickle it; a list holding bytes inside its items is refused the
+    same way (only ``pkl`` stores it).
     """
     if isinstance(value, str):
         return "str"
@@ -532,13 +560,16 @@ def infer_encoding(value, column: str, allow_pickle: bool = False) -> str:
     if isinstance(value, list) and value and all(isinstance(v, (bytes, bytearray, memoryview)) for v in value):
         return "list[bytes]"
     nested = bytes_inside(value, column) if isinstance(value, (list, dict)) else None
+    if nested and isinstance(value, dict):
+        return "dict[bytes]"
     if nested:
         if allow_pickle:
             return "pkl"
         raise UnsupportedValueError(
-            f"column {column!r}: {nested} is bytes inside a list or mapping, which "
+            f"column {column!r}: {nested} is bytes inside the items of a list, which "
             "no MDS encoding but pkl stores; give the bytes a column of their own (a list of "
-            "bytes alone is a list[bytes] column), or pass allow_pickle=True"
+            "bytes alone is a list[bytes] column, a dict holding bytes a dict[bytes] column), "
+            "or pass allow_pickle=True"
         )
     if isinstance(value, (list, dict, type(None))):
         return "json"

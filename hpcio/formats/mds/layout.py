@@ -16,11 +16,13 @@ import orjson
 
 from ..._core import _records
 from ...errors import CorruptShardError, DecodeError, HpcioError, KeyNotFoundError
-from .encodings import NUMERIC_DTYPES, ColumnCodec, column_codec
+from .encodings import COMPILED_KINDS, NUMERIC_DTYPES, ColumnCodec, column_codec
 
 # The compiled value kinds of the encodings whose values have one construction, read
 # (mds_samples, RecordSamples) and written (RecordPacker) alike.
 _FIXED_KINDS = {"str": _records.KIND_STR, "int": _records.KIND_INT, "json": _records.KIND_JSON}
+# And those read only: hpcio's extension encodings, whose values the writer packs itself.
+_READ_KINDS = {**_FIXED_KINDS, **COMPILED_KINDS}
 
 
 class _Layout:
@@ -50,8 +52,8 @@ class _Layout:
         kinds = []
         for codec in self.codecs:
             kind = codec.kind
-            if kind in _FIXED_KINDS:
-                kinds.append(_FIXED_KINDS[kind])
+            if kind in _READ_KINDS:
+                kinds.append(_READ_KINDS[kind])
             elif kind == "bytes" or (not decode_images and kind in ("jpeg", "png", "pil")):
                 kinds.append(_records.KIND_VIEW if zero_copy else _records.KIND_BYTES)
             else:

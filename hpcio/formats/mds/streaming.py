@@ -9,7 +9,7 @@ Sample values are decoded by streaming's own ``decode_sample``, so a ``Streaming
 returns exactly what it returns for an uncompressed dataset.
 
 :func:`install` also registers the column encodings hpcio adds to streaming's
-(``list[bytes]``, :mod:`hpcio.formats.mds.streaming_encodings`), so a
+(``list[bytes]``, ``dict[bytes]``: :mod:`hpcio.formats.mds.streaming_encodings`), so a
 ``StreamingDataset`` reads them and streaming's ``MDSWriter`` writes them.
 
 Importing this module imports streaming; :func:`hpcio.formats.mds.register_streaming_reader`
