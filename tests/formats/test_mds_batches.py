@@ -134,3 +134,23 @@ def test_planned_read_of_truncated_shard_names_shard_and_sample(tmp_path):
         assert caught.value.path == shard_file
         assert caught.value.sample == last
         assert not isinstance(caught.value, ShardChangedError)
+
+
+@pytest.mark.parametrize("read_path", ["map", "planned"])
+def test_batches_after_drop_pages_read_the_reopened_shards(datasets, tmp_path, read_path):
+    # drop_pages closes the mapped shards; their descriptors are reused by the next open,
+    # so a batch table still holding them would read (or size-check) another file.
+    expected = [_sample(i) for i in range(N)]
+    with hpcio.open(datasets[16], read_path=read_path) as ds:
+        order = np.random.default_rng(0).permutation(N)
+        assert ds.get_batch(order[:60]) == [expected[i] for i in order[:60]]
+        ds.reader.drop_pages()
+        others = [open(tmp_path / f"other{k}", "wb+") for k in range(32)]
+        try:
+            for f in others:
+                f.write(b"x" * 7)
+                f.flush()
+            assert ds.get_batch(order[60:]) == [expected[i] for i in order[60:]]
+        finally:
+            for f in others:
+                f.close()

@@ -436,7 +436,9 @@ class Reader(_BatchReads, base.Reader):
     def drop_pages(self) -> None:
         """Close the mapped shards (a later read maps its shard again)."""
         while self._maps:
-            self._maps.popitem()[1].close()
+            k, sh = self._maps.popitem()
+            self._detach(k)
+            sh.close()
 
     def close(self) -> None:
         for cache in (self._maps, self._mem):
