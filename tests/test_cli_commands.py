@@ -10,7 +10,7 @@ import pytest
 
 import hpcio
 from hpcio.cli import main as cli_main
-from hpcio.options import option_names
+from hpcio.options import option_names, reader_option_names
 
 USAGE_ERROR = 2
 
@@ -78,7 +78,7 @@ def test_convert_unknown_reader_option(run_hpcio, jsonl, tmp_path):
                      "-I", "bogus=1")
     from hpcio.sources.fields import FIELD_OPTIONS
 
-    names = [*option_names(hpcio.get_format("jsonl").Reader), *FIELD_OPTIONS]
+    names = [*reader_option_names(hpcio.get_format("jsonl").Reader), *FIELD_OPTIONS]
     assert one_line_error(proc, USAGE_ERROR) == (
         f"hpcio: error: unknown jsonl reader option 'bogus'; valid options: {valid(names)}"
     )
