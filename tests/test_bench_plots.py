@@ -108,5 +108,6 @@ def test_committed_figures_redraw_from_their_data(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert main([str(REPO / "docs" / "img" / "plot-data.json"), str(tmp_path)]) == 0
     drawn = {p.name for p in tmp_path.iterdir() if p.suffix == ".png"}
-    assert drawn == {"throughput_text.png", "throughput_vlm.png", "memory_text.png", "memory_vlm.png"}
+    assert drawn == {"throughput_text.png", "throughput_vlm.png", "memory_text.png", "memory_vlm.png",
+                     "dataloader_text.png", "dataloader_vlm.png"}
     assert drawn <= {p.name for p in (REPO / "docs" / "img").iterdir()}
