@@ -250,9 +250,7 @@ class Reader(_BatchReads, base.Reader):
             cache, bound = self._maps, self.max_open
         cache[k] = sh
         if len(cache) > bound:
-            old, evicted = cache.popitem(last=False)
-            self._detach(old)
-            evicted.close()
+            self._close_one(cache, oldest=True)
         self._attach(k, sh)
         return sh
 
@@ -268,9 +266,7 @@ class Reader(_BatchReads, base.Reader):
                 raise
         self.max_open = len(self._maps) // 2
         while len(self._maps) > self.max_open:
-            old, evicted = self._maps.popitem(last=False)
-            self._detach(old)
-            evicted.close()
+            self._close_one(self._maps, oldest=True)
         return _io.MappedShard(path)
 
     def _decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
@@ -433,19 +429,22 @@ class Reader(_BatchReads, base.Reader):
         return self._layout.sample_iterator(memoryview(sh.buf), starts, ends, cols, self.decode_images,
                                             locate, self.zero_copy)
 
+    def _close_one(self, cache, oldest: bool = False) -> None:
+        """Close one open shard of ``cache`` and take it out of the batch table first: its
+        descriptor is reused by the next open, which the table must never read."""
+        k, sh = cache.popitem(last=not oldest)
+        self._detach(k)
+        sh.close()
+
     def drop_pages(self) -> None:
         """Close the mapped shards (a later read maps its shard again)."""
         while self._maps:
-            k, sh = self._maps.popitem()
-            self._detach(k)
-            sh.close()
+            self._close_one(self._maps)
 
     def close(self) -> None:
         for cache in (self._maps, self._mem):
             while cache:
-                k, sh = cache.popitem()
-                self._detach(k)
-                sh.close()
+                self._close_one(cache)
 
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
