@@ -31,6 +31,7 @@ from hpcio.errors import (
     CorruptShardError,
     DecodeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
     SchemaError,
     ShardNotFoundError,
     TruncatedShardError,
@@ -455,6 +456,20 @@ def test_validate_hashes_on_open(tmp_path):
         hpcio.open(path, validate_hashes=True)[0]
     with pytest.raises(CorruptShardError, match="sha1 mismatch"):
         hpcio.open(path, validate_hashes="sha1")[0]
+
+
+def test_unknown_hash_names(tmp_path):
+    """An unknown algorithm is the caller's error when asked for, corruption when
+    index.json names it; neither reaches a bare KeyError."""
+    path = write(tmp_path / "d", [{"x": i} for i in range(3)])
+    with pytest.raises(InvalidArgumentError, match=r"^validate_hashes='xxh4_64' is not a known hash \(known: .*xxh3_64"):
+        hpcio.open(path, validate_hashes="xxh4_64")
+    index = read_file(f"{path}/index.json").replace(b'"xxh3_64": "', b'"xxh4_64": "')
+    open(f"{path}/index.json", "wb").write(index)
+    with pytest.raises(CorruptShardError, match=r"^index.json names an unknown hash 'xxh4_64' \(.*shard.00000.mds\)$"):
+        hpcio.open(path, validate_hashes=True)[0]
+    report = hpcio.get_format("mds").verify(path)
+    assert not report["ok"] and "unknown hash 'xxh4_64'" in report["errors"][0]["error"]
 
 
 def test_empty_shard_from_streaming_rule(tmp_path):

@@ -29,7 +29,7 @@ from ... import codecs as _codec_table
 from ...errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from .. import base
 from .batches import READ_PATHS, _BatchReads, _Budget
-from .compression import _FAST_HASHES, _digest
+from .compression import _FAST_HASHES, _digest, _hash_functions
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
 from .shards import _LARGE_RECORD, _check_count, _check_header, _OpenShard
@@ -120,6 +120,10 @@ class Reader(_BatchReads, base.Reader):
         self.zero_copy = zero_copy
         self.decode_threads = decode_threads
         self.limit = _codec_table.max_decoded_bytes(max_decoded_bytes)
+        if isinstance(validate_hashes, str) and validate_hashes not in _hash_functions():
+            raise InvalidArgumentError(
+                f"validate_hashes={validate_hashes!r} is not a known hash (known: {', '.join(sorted(_hash_functions()))})"
+            )
         self.validate_hashes = validate_hashes
         self.shards = _load_index(self.directory)
         _check_counts_fit_files(self.directory, self.shards)
@@ -204,6 +208,8 @@ class Reader(_BatchReads, base.Reader):
             algo = next((a for a in _FAST_HASHES if a in hashes), next(iter(sorted(hashes)), None))
             if algo is None:
                 return
+        if algo not in _hash_functions():
+            raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
         if algo not in hashes:
             raise CorruptShardError(
                 f"index.json records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",

@@ -101,6 +101,8 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
     if info.whole_shard:
         raw = reader._decompress_shard(info, path)
         for algo, want in sorted(info.raw_hashes.items()):
+            if algo not in _hash_functions():
+                raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
             got = _digest(algo, raw)
             if got != want:
                 raise CorruptShardError(
