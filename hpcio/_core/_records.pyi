@@ -42,6 +42,12 @@ def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[n
     """:func:`mds_samples` reading each record's values from ``fd`` with ``pread``; KIND_VIEW
     values slice ``whole`` (the file's mapping) untouched."""
 
+def mds_samples_pread_files(fds: NDArray[np.int32], wholes: list, file_of: NDArray[np.int32],
+                            starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple, sizes: tuple,
+                            kinds: tuple, cols: tuple, json_loads: Callable) -> tuple[list[dict] | None, int]:
+    """:func:`mds_samples_pread` for records of several files: record j lies in
+    ``fds[file_of[j]]``, whose mapping is ``wholes[file_of[j]]``."""
+
 def mds_columns_pread(fd: int, starts: NDArray[np.int64], ends: NDArray[np.int64], sizes: tuple,
                       copied: tuple, viewed: tuple, path: str | None = None
                       ) -> tuple[list[tuple[NDArray[np.uint8], NDArray[np.int64]]] | None,

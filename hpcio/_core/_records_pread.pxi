@@ -77,28 +77,44 @@ cdef object _value_read(int fd, int k, int64_t lo, int64_t n, char *ahead, int64
 
 def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::1] ends,
                       tuple names, tuple sizes, tuple kinds, tuple cols, json_loads):
-    """:func:`mds_samples` for records of the file ``fd`` whose read-only mapping is ``whole``.
+    """:func:`mds_samples` for records of the file ``fd`` whose read-only mapping is ``whole``
+    (:func:`mds_samples_pread_files` with one file)."""
+    return mds_samples_pread_files(np.array([fd], np.int32), [whole], np.zeros(starts.shape[0], np.int32),
+                                   starts, ends, names, sizes, kinds, cols, json_loads)
+
+
+def mds_samples_pread_files(const int32_t[::1] fds, list wholes, const int32_t[::1] file_of,
+                            const int64_t[::1] starts, const int64_t[::1] ends,
+                            tuple names, tuple sizes, tuple kinds, tuple cols, json_loads):
+    """:func:`mds_samples` for records ``[starts[j], ends[j])`` of the files
+    ``fds[file_of[j]]``, whose read-only mappings are ``wholes[file_of[j]]``.
 
     Each record's first bytes (its column sizes and the values stored first) come in one
     ``pread``, each selected value past them in another, straight into its ``bytes`` object
-    where the value is bytes.  KIND_VIEW values slice ``whole`` without touching it.  When
-    the record ends with a value read this way and the next record starts there (a pass
-    in storage order), the next record's first bytes come in the same call: a record
-    read for its first and last columns then costs one read, not two.
+    where the value is bytes.  KIND_VIEW values slice the mapping without touching it.
+    When the record ends with a value read this way and the next record starts there in
+    the same file (a pass in storage order), the next record's first bytes come in the
+    same call: a record read for its first and last columns then costs one read, not two.
     Reading a mapped file instead takes a page fault for every page first touched, and a
-    fault costs more than a small read.
+    fault costs more than a small read; and a batch read this way copies each value once,
+    into the memory the process freed last, where reading the batch into one buffer first
+    copies it twice, the first time into fresh pages.
     Returns ``(samples, bad)`` as mds_samples; ``bad`` is also set when a read fails or
     ends early, and the caller's general path then reports the record.
     """
-    cdef Py_ssize_t m = starts.shape[0], c, j
+    cdef Py_ssize_t m = starts.shape[0], nfiles = fds.shape[0], c, j
     cdef _Columns L
     _unpack_layout("mds_samples_pread", m, ends.shape[0], sizes, kinds, cols, &L)
+    if file_of.shape[0] != m or len(wholes) != nfiles:
+        raise InvalidArgumentError(f"mds_samples_pread: {m} records, {file_of.shape[0]} file numbers, "
+                                   f"{nfiles} descriptors, {len(wholes)} mappings")
     cdef list key_of = list(names)
-    cdef object view_of = byte_view(whole).toreadonly()  # sliced for KIND_VIEW values
-    cdef int64_t size = len(view_of)
-    cdef int64_t a, b, head = 4 * L.nvar, got, n, window = max(_HEAD_WINDOW, head)
+    cdef list views = [byte_view(w).toreadonly() for w in wholes]  # sliced for KIND_VIEW values
+    cdef int64_t[::1] file_size = np.array([len(v) for v in views], np.int64)
+    cdef int64_t a, b, head = 4 * L.nvar, got, n, size, window = max(_HEAD_WINDOW, head)
     cdef int64_t ahead_at = -1, ahead_got = 0, next_got
-    cdef int k, col, failed, status
+    cdef int k, col, failed, status, fd
+    cdef int32_t f, ahead_file = -1
     cdef char *first = <char *>malloc(window)
     cdef char *ahead = <char *>malloc(window)  # the next record's first bytes, read early
     cdef _Spill spill = _Spill(NULL, 0)
@@ -109,12 +125,16 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
         if first == NULL or ahead == NULL:
             raise MemoryError("mds_samples_pread: no memory for the read buffer")
         for j in range(m):
+            f = file_of[j]
+            if f < 0 or f >= nfiles:
+                return None, j
+            fd, size = fds[f], file_size[f]
             a = starts[j]
             b = ends[j]
             if a < 0 or b > size or b - a < head:
                 return None, j
             got = min(window, b - a)
-            if ahead_at == a and ahead_got == got:
+            if ahead_at == a and ahead_file == f and ahead_got == got:
                 first, ahead = ahead, first
             else:
                 with nogil:
@@ -123,7 +143,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                     return None, j
             ahead_at = -1
             next_got = 0
-            if j + 1 < m and starts[j + 1] == b and ends[j + 1] <= size:
+            if j + 1 < m and file_of[j + 1] == f and starts[j + 1] == b and ends[j + 1] <= size:
                 next_got = min(window, ends[j + 1] - b)
             if _bounds(<const uint8_t *>first, a + head, &L) != b:
                 return None, j
@@ -134,7 +154,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                 n = L.hi[col] - L.lo[col]
                 try:
                     if k == _VIEW:
-                        value = view_of[L.lo[col]:L.hi[col]]
+                        value = views[f][L.lo[col]:L.hi[col]]
                     elif L.hi[col] <= a + got:
                         value = _value(k, first + (L.lo[col] - a), n, json_loads)
                     else:
@@ -143,7 +163,7 @@ def mds_samples_pread(int fd, whole, const int64_t[::1] starts, const int64_t[::
                         if status < 0:
                             return None, j
                         if status == 1:
-                            ahead_at, ahead_got = b, next_got
+                            ahead_at, ahead_got, ahead_file = b, next_got, f
                 except MemoryError:
                     raise
                 except Exception:

@@ -907,6 +907,66 @@ def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
         reader.close()
 
 
+def test_pread_sample_builder_reads_records_of_several_files(large_records):
+    """mds_samples_pread_files takes record j from file ``file_of[j]``, whatever the order
+    of files and records; a file number out of range is reported as that record."""
+    import orjson
+
+    from hpcio._core import _records
+
+    path, samples = large_records
+    reader = mds.Reader(path)
+    layout = reader._layout
+    cols = tuple(range(len(layout.names)))
+    kinds = layout._direct_kinds(list(cols), False, False)
+    order = np.random.default_rng(4).permutation(len(samples))
+    shard_of = np.searchsorted(reader._cum_list, order, side="right") - 1
+    fds, wholes, file_of, starts, ends = [], [], [], [], []
+    try:
+        for k in range(len(reader.shards)):
+            sh = reader._shard(k)
+            fds.append(os.open(sh.path, os.O_RDONLY))
+            wholes.append(bytes(sh.size))  # stand-ins: values come from the descriptors
+        for i, k in zip(order.tolist(), shard_of.tolist()):
+            sh, _lidx, lo, hi = reader._ranges(k, np.array([i - reader._cum_list[k]]))
+            file_of.append(k)
+            starts.append(int(lo[0]))
+            ends.append(int(hi[0]))
+        args = [np.array(fds, np.int32), wholes, np.array(file_of, np.int32), np.array(starts, np.int64),
+                np.array(ends, np.int64), layout._names_t, layout._sizes_t, kinds, cols, orjson.loads]
+        got, bad = _records.mds_samples_pread_files(*args)
+        assert bad == -1 and got == [samples[i] for i in order]
+        args[2] = np.array(file_of[:3] + [len(fds)] + file_of[4:], np.int32)
+        assert _records.mds_samples_pread_files(*args) == (None, 3)
+        with pytest.raises(hpcio.HpcioError, match="^mds_samples_pread: 30 records, 29 file numbers"):
+            _records.mds_samples_pread_files(args[0], wholes, args[2][1:], *args[3:])
+    finally:
+        for fd in fds:
+            os.close(fd)
+        reader.close()
+
+
+@pytest.mark.parametrize("read_path", ["auto", "planned"])
+def test_cached_large_records_batch_value_by_value(large_records, monkeypatch, read_path):
+    """A batch of cached large records in small pages reads each value once, straight into
+    its object, across shards (not gathered into one buffer first); planned reads keep the
+    gathered read.  Both give the file's values, as samples and as general columns."""
+    from hpcio._core import _records
+    from hpcio.formats.mds import batches
+
+    monkeypatch.setattr(mds_shards, "_maps_cheaply", lambda mapped: False)
+    calls = []
+    kernel = _records.mds_samples_pread_files
+    monkeypatch.setattr(batches._records, "mds_samples_pread_files", lambda *a: calls.append(1) or kernel(*a))
+    path, samples = large_records
+    order = np.random.default_rng(6).permutation(len(samples))
+    with hpcio.open(path, read_path=read_path) as ds:
+        assert ds.get_batch(order) == [samples[i] for i in order]
+        assert ds.reader._read_columns(order, [2]) == [[samples[i]["meta"] for i in order]]
+        assert ds.reader._read_by_value.all() == (read_path == "auto")
+        assert len(calls) == (2 if read_path == "auto" else 0)
+
+
 def _first_shard_records(path, order):
     """A reader of ``path`` and where its first shard's records lie, taken in ``order``
     ("storage", "every other" or "reversed"): ``(reader, layout, lidx, shard, starts, ends)``."""

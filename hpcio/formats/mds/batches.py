@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
+import orjson
 
 from ..._core import _records
 from ...columns import VarColumn, ViewColumn
@@ -251,6 +252,7 @@ class _BatchReads:
             table = None if self.zero_copy or per_sample or not self.shards else _io.ShardTable(len(self.shards))
             self._table = table
             self._attached = np.zeros(len(self.shards), bool)
+            self._read_by_value = np.zeros(len(self.shards), bool)
             self._in_memory = self.cache_dir is None and any(s.whole_shard for s in self.shards)
         return table
 
@@ -259,17 +261,20 @@ class _BatchReads:
         table = self._batch_table()
         if table is None:
             return
-        planned = False
+        planned = by_value = False
         if sh.mapped is not None and self.read_path != "map":
-            planned = (self.read_path == "planned" or sh.pread_values
-                       or sh.mapped.resident_bytes() < _CACHED_SHARE * sh.size)
+            cached = self.read_path != "planned" and sh.mapped.resident_bytes() >= _CACHED_SHARE * sh.size
+            planned = not cached or sh.pread_values
+            # cached large records: each value read once, straight into its bytes object
+            by_value = cached and sh.pread_values
         table.attach(k, sh.buf, sh.n, sh.mapped.fd if sh.mapped is not None else -1, sh.path, planned)
         self._attached[k] = True
+        self._read_by_value[k] = by_value
 
     def _detach(self, k: int) -> None:
         if self.__dict__.get("_table"):
             self._table.detach(k)
-            self._attached[k] = False
+            self._attached[k] = self._read_by_value[k] = False
 
     def _columns_across_shards(self, ids: np.ndarray, cols: list[int], as_samples: bool) -> list | None:
         """:meth:`_read_columns` in one compiled read whatever the number of shards the
@@ -290,6 +295,11 @@ class _BatchReads:
                 "it was truncated or rewritten in place under the reader; reopen the dataset",
                 path=self._shard_path(k), offset=size, sample=int(ids[np.argmax(shard_of == k)]))
         starts, ends = self._table.extents(shard_of, local)
+        if self._read_by_value[touched].all():
+            samples = self._samples_by_value(cols, touched, shard_of, starts, ends)
+            if samples is not None:
+                names = [self._layout.names[c] for c in cols]
+                return samples if as_samples else [[s[name] for s in samples] for name in names]
         try:
             buf, pos = self._table.read(shard_of, starts, ends, _PLANNED_DEPTH, _PLANNED_GAP)
         except HpcioError as exc:
@@ -306,6 +316,26 @@ class _BatchReads:
 
         decode = self._layout.samples if as_samples else self._layout.columns
         return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+
+    def _samples_by_value(self, cols, touched, shard_of, starts, ends) -> list | None:
+        """The samples of records ``[starts[j], ends[j])`` of shards ``shard_of[j]``, all cached
+        large records, each value read with ``pread`` into its own object: one copy where
+        gathering the batch first takes two, the first into fresh pages.  None when the
+        kernel cannot build a selected column or a record is bad (the gathered read then
+        builds or reports it)."""
+        if not self._layout.direct(cols, self.decode_images, self.zero_copy):
+            return None
+        shards = [self._maps[k] for k in touched.tolist()]
+        fds = [sh.read_fd() for sh in shards]
+        if None in fds:
+            return None
+        file_of = np.searchsorted(touched, shard_of).astype(np.int32)
+        lay = self._layout
+        out, _bad = _records.mds_samples_pread_files(
+            np.array(fds, np.int32), [sh.buf for sh in shards], file_of, starts.astype(np.int64, copy=False),
+            ends.astype(np.int64, copy=False), lay._names_t, lay._sizes_t,
+            lay._direct_kinds(cols, self.decode_images, self.zero_copy), tuple(cols), orjson.loads)
+        return out
 
     def _open_all(self, touched: np.ndarray) -> bool:
         """Open the shards ``touched`` that are not open, keeping those that are: False
