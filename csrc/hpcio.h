@@ -199,6 +199,21 @@ hpcio_status hpcio_read_extents(const int *fds, size_t nfiles, const uint32_t *f
                                 uint64_t max_request, int depth, uint64_t *requests,
                                 uint64_t *bytes, hpcio_error *err);
 
+/* ---- background read-ahead (readahead.c) ---------------------------------------------
+ * Start reading bytes [offset, offset + length) of fd in HPCIO_READAHEAD_CHUNK pieces,
+ * `depth` at once, on threads of its own, into scratch memory: the bytes enter the page
+ * cache, where the caller's mapping or reads find them.  Pieces already cached are
+ * skipped.  Returns at once with *out, which hpcio_readahead_finish releases: it waits for
+ * the reads (with cancel, only those in flight; the rest are skipped) and returns the
+ * bytes read.  Read errors
+ * are ignored (the caller's own reads report them); where no thread can be created,
+ * nothing is read ahead. */
+#define HPCIO_READAHEAD_CHUNK (1u << 20)
+typedef struct hpcio_readahead hpcio_readahead;
+hpcio_status hpcio_readahead_start(int fd, uint64_t offset, uint64_t length, int depth,
+                                   hpcio_readahead **out, hpcio_error *err);
+uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel);
+
 /* Ask the kernel to start writing the dirty pages of bytes [offset, offset + nbytes) of
  * fd (nbytes 0: to the end of the file) to storage and return without waiting (Linux
  * sync_file_range, SYNC_FILE_RANGE_WRITE), so a later fsync waits only for what is still

@@ -78,6 +78,76 @@ def test_reads_through_the_tier_are_byte_exact_and_counted(text_mds):
     assert tier.mountpoint is None
 
 
+def test_read_ahead_brings_an_evicted_range_into_the_page_cache(tmp_path):
+    """ReadAhead reads what is not cached, skips what is, and stops quietly at the end of
+    the file (the reader's own read reports a short file)."""
+    from hpcio._core import _io
+
+    path = tmp_path / "f"
+    data = os.urandom((5 << 20) + 123)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert not _io.kernel_reads_ahead_alone(fd)
+        pagecache.evict([path])
+        assert pagecache.resident([path]).fraction == 0.0
+        assert _io.ReadAhead(fd, 0, len(data), 4).close(wait=True) == len(data)
+        assert pagecache.resident([path]).fraction == 1.0
+        assert _io.ReadAhead(fd, 0, len(data), 4).close(wait=True) == 0
+        pagecache.evict([path])
+        got = _io.ReadAhead(fd, 1 << 20, 10 << 20, 2).close(wait=True)
+        assert 0 < got <= len(data) - (1 << 20)
+        assert pagecache.resident([path]).fraction > 0.75
+    finally:
+        os.close(fd)
+
+
+def _spy_read_aheads(monkeypatch) -> list:
+    from hpcio._core import _io
+
+    started, real = [], _io.ReadAhead
+
+    def spy(fd, offset, length, depth):
+        started.append((offset, length, depth))
+        return real(fd, offset, length, depth)
+
+    monkeypatch.setattr(_io, "ReadAhead", spy)
+    return started
+
+
+@fuse
+def test_storage_order_pass_reads_ahead_where_the_kernel_keeps_one_request(text_mds, monkeypatch):
+    """Through FUSE, whose read-ahead keeps one request in flight, a pass reads every shard
+    ahead, 8 requests deep, each byte once; on the local disk it leaves read-ahead to the
+    kernel unless told a depth."""
+    from hpcio._core import _io
+
+    local = hpcio.open(text_mds / "mds")
+    expected = [dict(s) for s in local]
+    shards = [os.path.getsize(text_mds / "mds" / s.file_basename) for s in local.reader.shards]
+    started = _spy_read_aheads(monkeypatch)
+    assert [dict(s) for s in hpcio.open(text_mds / "mds")] == expected and started == []
+    assert [dict(s) for s in hpcio.open(text_mds / "mds", read_ahead=3)] == expected
+    assert started == [(0, n, 3) for n in shards]
+    started.clear()
+    with EmulatedTier(text_mds, latency_us=100, bandwidth=0, threads=8) as tier:
+        files = dataset_files(tier.path("mds"))
+        pagecache.evict(files)
+        fd = os.open(files[-1], os.O_RDONLY)
+        assert _io.kernel_reads_ahead_alone(fd)
+        os.close(fd)
+        with hpcio.open(tier.path("mds")) as ds:
+            assert [dict(s) for s in ds] == expected
+        assert started == [(0, n, 8) for n in shards]
+        total = sum(os.path.getsize(p) for p in files)
+        assert tier.stats()["bytes"] <= total + 4096 * len(files)  # whole pages, each once
+    with pytest.raises(hpcio.HpcioError, match=r"^read_ahead must be 'auto' or a number of reads from 0 to 64, got 65$"):
+        hpcio.open(text_mds / "mds", read_ahead=65)
+
+
 @fuse
 def test_writes_pass_through_to_the_source(tmp_path):
     (tmp_path / "src").mkdir()

@@ -88,6 +88,11 @@ cdef extern from "hpcio.h" nogil:
                                     size_t m, uint8_t *dst, uint64_t dst_cap, uint64_t max_gap,
                                     uint64_t max_request, int depth, uint64_t *requests,
                                     uint64_t *bytes, hpcio_error *err)
+    ctypedef struct hpcio_readahead:
+        pass
+    hpcio_status hpcio_readahead_start(int fd, uint64_t offset, uint64_t length, int depth,
+                                       hpcio_readahead **out, hpcio_error *err)
+    uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel)
     hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
                                      size_t nshards, const int64_t *shard, const uint64_t *local,
                                      size_t m, uint64_t *starts, uint64_t *ends, hpcio_error *err)

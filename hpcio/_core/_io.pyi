@@ -72,6 +72,20 @@ def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: s
            sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
     """Same as MappedShard.gather over any buffer; errors name ``path``."""
 
+def kernel_reads_ahead_alone(fd: int) -> bool:
+    """Whether the kernel's read-ahead of the file open on ``fd`` keeps a single request
+    in flight (FUSE)."""
+
+class ReadAhead:
+    """Bytes ``[offset, offset + length)`` of the file open on ``fd`` read into the page cache
+    in the background, ``depth`` MiB-sized reads at once; :meth:`close` stops the reads not
+    started and waits for those in flight (``wait=True``: for every read)."""
+
+    bytes_read: int
+
+    def __init__(self, fd: int, offset: int, length: int, depth: int = 8) -> None: ...
+    def close(self, wait: bool = False) -> int: ...
+
 def read_extents(fds, paths, file, offsets, lengths, out, dst, *, max_gap: int = 0,
                  max_request: int = 0, depth: int = 1) -> tuple[int, int]: ...
 

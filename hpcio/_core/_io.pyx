@@ -18,7 +18,8 @@ from posix.unistd cimport SEEK_END, close as c_close, lseek
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
-    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_start_writeback,
+    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_readahead, hpcio_readahead_finish,
+    hpcio_readahead_start, hpcio_start_writeback,
     hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
@@ -530,4 +531,61 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
         err.item = -1  # the extent's position is not a sample number: the caller knows which
         check(st, &err, path, -1, -1)
     return requests, nbytes
+cdef extern from "<sys/vfs.h>" nogil:
+    struct statfs:
+        long f_type
+    int fstatfs(int fd, statfs *buf)
+
+# Filesystems whose own read-ahead keeps one request in flight (FUSE: the tier emulator,
+# object stores and remote filesystems mounted through it).
+_FUSE_SUPER_MAGIC = 0x65735546
+
+
+def kernel_reads_ahead_alone(int fd) -> bool:
+    """Whether the kernel's read-ahead of the file open on ``fd`` keeps a single request
+    in flight: True on FUSE, where a pass in storage order then waits one latency per
+    128 KiB unless :class:`ReadAhead` keeps more reads in flight; False elsewhere (block devices, tmpfs, Lustre and Spectrum Scale clients, which read ahead
+    large and deep on their own, and where extra reads only compete)."""
+    cdef statfs st
+    if fstatfs(fd, &st) != 0:
+        return False
+    return <unsigned long>st.f_type == _FUSE_SUPER_MAGIC
+
+
+cdef class ReadAhead:
+    """Bytes ``[offset, offset + length)`` of the file open on ``fd`` read into the page cache
+    in the background, ``depth`` MiB-sized reads at once (``hpcio_readahead_start``), where
+    the kernel's own read-ahead keeps one request in flight: on storage with a latency per
+    request, a pass in storage order then runs at the storage's bandwidth.  Pieces already
+    cached are skipped.  :meth:`close` (or the object's end) stops the reads not started
+    and waits for those in flight; ``close(wait=True)`` waits for every read."""
+    cdef hpcio_readahead *_ra
+    cdef readonly uint64_t bytes_read
+
+    def __cinit__(self, int fd, uint64_t offset, uint64_t length, int depth=8):
+        cdef hpcio_error err
+        hpcio_error_clear(&err)
+        cdef hpcio_status st = hpcio_readahead_start(fd, offset, length, depth, &self._ra, &err)
+        check(st, &err, None, -1, -1)
+
+    def close(self, bint wait=False) -> int:
+        """Release the read-ahead, once its reads end (``wait``) or once those in flight
+        do; returns the bytes it read that were not cached."""
+        cdef hpcio_readahead *ra = self._ra
+        cdef uint64_t got = 0
+        cdef int cancel = not wait
+        self._ra = NULL
+        if ra != NULL:
+            with nogil:
+                got = hpcio_readahead_finish(ra, cancel)
+            self.bytes_read = got
+        return self.bytes_read
+
+    def __dealloc__(self):
+        if self._ra != NULL:
+            with nogil:
+                hpcio_readahead_finish(self._ra, 1)
+            self._ra = NULL
+
+
 include "_io_batch.pxi"

@@ -193,3 +193,43 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
             f"index.json has {info.entry.get('compression')!r}",
             path=path, offset=offset,
         )
+
+
+# Reads in flight by default where the kernel's read-ahead keeps one (see Reader.read_ahead).
+_AUTO_READ_AHEAD = 8
+
+
+class _ReadAheads:
+    """The shard a pass in storage order reads and the next, brought into the page cache
+    by ``ReadAhead`` (``depth`` reads of 1 MiB in flight; ``"auto"``: where the kernel's
+    own read-ahead keeps one request in flight, whose latency then bounds the pass)."""
+
+    def __init__(self, depth: int | str):
+        self.depth = depth
+        self._running: dict = {}
+
+    def ahead_of(self, k: int, files: list) -> None:
+        """Read ``files`` (shard ``k``'s file and the next's, or just ``k``'s) ahead; stop
+        the read-aheads of shards before ``k``."""
+        from ..._core import _io
+
+        for j in [j for j in self._running if j < k]:
+            self._running.pop(j).close()
+        for j, path in enumerate(files, k):
+            if self.depth == 0 or j in self._running:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # the read itself reports a missing or unreadable file
+            try:
+                if self.depth == "auto":
+                    self.depth = _AUTO_READ_AHEAD if _io.kernel_reads_ahead_alone(fd) else 0
+                if self.depth:
+                    self._running[j] = _io.ReadAhead(fd, 0, os.fstat(fd).st_size, self.depth)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        while self._running:
+            self._running.popitem()[1].close()
