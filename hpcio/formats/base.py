@@ -34,11 +34,12 @@ __all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "pro
 # Batch size used by the default sequential paths: large enough to amortise Python
 # overhead, small enough to keep a batch of big samples in cache-sized memory.
 DEFAULT_BATCH = 256
-# Read batches are bounded in bytes too.  The values of a batch are allocated at once; for
-# large samples (images) that is fresh memory the allocator hands back to the system after
-# each batch, so every batch pays a page fault per 4 KiB.  Batches of about 1 MiB reuse the
-# same memory.
-BATCH_BYTES = 1 << 20
+# Read batches are bounded in bytes too: the values of a batch are allocated at once, and
+# large ones (images) in fresh memory the allocator may hand back after each batch.  4 MiB
+# (about 30 vlm samples) still reuses memory in a warm pass, and gives planned reads of
+# cold or high-latency storage enough records per call to keep several requests in
+# flight (see docs/performance.md).
+BATCH_BYTES = 4 << 20
 MIN_BATCH = 8
 
 

@@ -801,7 +801,7 @@ def test_read_batches_count_the_sidecar(tmp_path):
     assert sidecar.stat().st_size > 20 * 200_000
     total = path.stat().st_size + sidecar.stat().st_size
     assert ds.reader.mean_sample_bytes() == total / 20
-    assert ds.reader.batch_size == 8  # about 1 MiB of 200 KB samples, at least MIN_BATCH
+    assert ds.reader.batch_size == 20  # about 4 MiB of 200 KB samples, at least MIN_BATCH
     assert [s["blob"] for s in ds.shuffle(seed=1)] == [blobs[i] for i in np.random.default_rng(1).permutation(20)]
 
 

@@ -1241,7 +1241,7 @@ def test_read_batches_are_bounded_in_bytes(tmp_path):
     from hpcio.formats.base import BATCH_BYTES, DEFAULT_BATCH, MIN_BATCH
 
     rng = np.random.default_rng(0)
-    big = [{"id": i, "blob": rng.bytes(100_000)} for i in range(40)]
+    big = [{"id": i, "blob": rng.bytes(400_000)} for i in range(40)]
     with hpcio.open_writer(tmp_path / "big", format="mds") as w:
         for s in big:
             w.write(s)
