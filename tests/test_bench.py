@@ -45,6 +45,12 @@ def test_bench_smoke_hpcio_readers_agree(tmp_path):
     for name in ("results.md", "results.csv", "results.json"):
         assert (out / name).stat().st_size > 0
     records = result["records"]
+    # each figure was also appended to records.jsonl as it was taken (the report then
+    # adds ratios to each)
+    taken = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(taken) == len(records)
+    assert all({k: v for k, v in t.items() if k != "kind"}.items() <= r.items() for t, r in zip(taken, records))
+    assert {r["kind"] for r in taken} == {"read"}
     assert {r["profile"] for r in records} == {"text", "vlm"}
     assert all(not r["peer"] for r in records)
     assert not [r for r in records if r.get("error")]

@@ -7,6 +7,7 @@ JSON and PNG reports with hpcio/peer ratios.  See ``docs/performance.md``.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -138,7 +139,24 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
                conversion, conversion_scale, pipeline_repeats, log) -> dict:
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
-    records, limits, loader_records, pipeline_records = [], {}, [], []
+    taken, limits = {"read": [], "dataloader": [], "pipeline": []}, {}
+    os.makedirs(out_dir, exist_ok=True)
+    # Every figure is appended to records.jsonl as soon as it is taken: a run stopped before
+    # its end (a job's time limit) keeps what it measured.
+    with open(os.path.join(out_dir, "records.jsonl"), "w") as f:
+        for kind, row in _measurements(profiles, sizes, data_dir, ops, repeats, include_interop, only, dataloader,
+                                       staging, conversion, conversion_scale, pipeline_repeats, limits, log):
+            taken[kind].append(row)
+            f.write(json.dumps({"kind": kind, **row}) + "\n")
+            f.flush()
+    return write_reports(taken["read"], limits, machine_facts(), out_dir,
+                         dataloader=taken["dataloader"], pipeline=taken["pipeline"])
+
+
+def _measurements(profiles, sizes, data_dir, ops, repeats, include_interop, only, dataloader, staging,
+                  conversion, conversion_scale, pipeline_repeats, limits, log):
+    """``(kind, row)`` for each figure as it is taken (kind: read, dataloader or pipeline);
+    ``limits`` gets each profile's physical limits."""
     for profile in profiles:
         datasets = prepare(profile, sizes[profile], os.path.join(data_dir, profile), log=log)
         by_name = {d.name: d for d in datasets}
@@ -154,19 +172,20 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
                     rec = measure(system, by_name[system.dataset], op, profile, repeats)
                 except RuntimeError as exc:
                     log(f"  {exc}")
-                    records.append({"profile": profile, "op": op, "system": system.label, "peer": system.peer,
-                                    "error": str(exc), "samples_per_s": 0.0, "op_samples_per_s": 0.0,
-                                    "maxrss_mb": 0.0, "dataset": system.dataset, "samples": 0,
-                                    "storage_bytes": by_name[system.dataset].bytes})
+                    yield "read", {
+                        "profile": profile, "op": op, "system": system.label, "peer": system.peer,
+                        "error": str(exc), "samples_per_s": 0.0, "op_samples_per_s": 0.0, "maxrss_mb": 0.0,
+                        "dataset": system.dataset, "samples": 0, "storage_bytes": by_name[system.dataset].bytes}
                     continue
                 log(f"  {profile:5s} {op:12s} {system.label:34s} {rec['samples_per_s']:>12,.0f} samples/s  "
                     f"rss {rec['maxrss_mb']:.0f} MB")
-                records.append(rec)
+                yield "read", rec
         if dataloader is not None:
             from .loader import run_dataloader_sweep
 
             log(f"DataLoader sweep ({profile})")
-            loader_records += run_dataloader_sweep(datasets, profile, log=log, **dataloader)
+            for row in run_dataloader_sweep(datasets, profile, log=log, **dataloader):
+                yield "dataloader", row
         if staging or conversion:
             from .pipeline import PIPELINE_REPEATS, conversion_figures, staging_figures
 
@@ -174,7 +193,8 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
 
             if staging:
                 log(f"staging against cp -r ({profile})")
-                pipeline_records += staging_figures(datasets, profile, repeats=turns, log=log)
+                for row in staging_figures(datasets, profile, repeats=turns, log=log):
+                    yield "pipeline", row
             if conversion:
                 larger = None
                 if conversion_scale > 1:
@@ -183,8 +203,7 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
                                          formats=["parquet"], log=log)
                     larger = (os.path.join(parquet.path, "data.parquet"), count)
                 log(f"conversion writers ({profile})")
-                pipeline_records += conversion_figures(
-                    profile, sizes[profile], datasets=datasets, repeats=turns, log=log,
-                    interop_python=interop_python() if include_interop else None, larger=larger, only=only)
-    return write_reports(records, limits, machine_facts(), out_dir,
-                         dataloader=loader_records, pipeline=pipeline_records)
+                for row in conversion_figures(
+                        profile, sizes[profile], datasets=datasets, repeats=turns, log=log,
+                        interop_python=interop_python() if include_interop else None, larger=larger, only=only):
+                    yield "pipeline", row
