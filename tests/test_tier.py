@@ -129,6 +129,7 @@ def test_storage_order_pass_reads_ahead_where_the_kernel_keeps_one_request(text_
     expected = [dict(s) for s in local]
     shards = [os.path.getsize(text_mds / "mds" / s.file_basename) for s in local.reader.shards]
     started = _spy_read_aheads(monkeypatch)
+    assert local.reader.read_ahead == 0
     assert [dict(s) for s in hpcio.open(text_mds / "mds")] == expected and started == []
     assert [dict(s) for s in hpcio.open(text_mds / "mds", read_ahead=3)] == expected
     assert started == [(0, n, 3) for n in shards]
@@ -140,6 +141,7 @@ def test_storage_order_pass_reads_ahead_where_the_kernel_keeps_one_request(text_
         assert _io.kernel_reads_ahead_alone(fd)
         os.close(fd)
         with hpcio.open(tier.path("mds")) as ds:
+            assert ds.reader.read_ahead == 8
             assert [dict(s) for s in ds] == expected
         assert started == [(0, n, 8) for n in shards]
         total = sum(os.path.getsize(p) for p in files)

@@ -32,7 +32,7 @@ from .batches import READ_PATHS, _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest, _hash_functions
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
-from .shards import _LARGE_RECORD, _check_count, _check_header, _OpenShard, _ReadAheads
+from .shards import _LARGE_RECORD, _auto_read_ahead, _check_count, _check_header, _OpenShard, _ReadAheads
 
 __all__ = ["Reader"]
 
@@ -156,7 +156,7 @@ class Reader(_BatchReads, base.Reader):
         if read_ahead != "auto" and (isinstance(read_ahead, bool) or not isinstance(read_ahead, int)
                                      or not 0 <= read_ahead <= 64):
             raise InvalidArgumentError(f"read_ahead must be 'auto' or a number of reads from 0 to 64, got {read_ahead!r}")
-        self.read_ahead = read_ahead
+        self.read_ahead = _auto_read_ahead(self.directory) if read_ahead == "auto" else read_ahead
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
         self._counted = 0  # shards before this one have had their counts checked
@@ -347,8 +347,9 @@ class Reader(_BatchReads, base.Reader):
                 lo = max(start, self._cum_list[k]) - self._cum_list[k]
                 hi = min(stop, self._cum_list[k + 1]) - self._cum_list[k]
                 if hi > lo:
-                    last = min(k + 2, len(self.shards)) if self._cum_list[k + 1] < stop else k + 1
-                    ahead.ahead_of(k, [self._file(info) for info in self.shards[k:last]])
+                    if self.read_ahead:
+                        last = min(k + 2, len(self.shards)) if self._cum_list[k + 1] < stop else k + 1
+                        ahead.ahead_of(k, [self._file(info) for info in self.shards[k:last]])
                     yield from self._scan_shard(k, lo, hi, cols)
                 k += 1
         finally:

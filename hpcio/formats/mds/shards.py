@@ -199,12 +199,26 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
 _AUTO_READ_AHEAD = 8
 
 
+def _auto_read_ahead(directory: str) -> int:
+    """Reader.read_ahead="auto" for the dataset in ``directory``, where its shards lie:
+    _AUTO_READ_AHEAD where the kernel's read-ahead keeps one request in flight, else 0."""
+    from ..._core import _io
+
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return _AUTO_READ_AHEAD if _io.kernel_reads_ahead_alone(fd) else 0
+    finally:
+        os.close(fd)
+
+
 class _ReadAheads:
     """The shard a pass in storage order reads and the next, brought into the page cache
-    by ``ReadAhead`` (``depth`` reads of 1 MiB in flight; ``"auto"``: where the kernel's
-    own read-ahead keeps one request in flight, whose latency then bounds the pass)."""
+    by ``ReadAhead`` (``depth`` reads of 1 MiB in flight)."""
 
-    def __init__(self, depth: int | str):
+    def __init__(self, depth: int):
         self.depth = depth
         self._running: dict = {}
 
@@ -223,10 +237,7 @@ class _ReadAheads:
             except OSError:
                 continue  # the read itself reports a missing or unreadable file
             try:
-                if self.depth == "auto":
-                    self.depth = _AUTO_READ_AHEAD if _io.kernel_reads_ahead_alone(fd) else 0
-                if self.depth:
-                    self._running[j] = _io.ReadAhead(fd, 0, os.fstat(fd).st_size, self.depth)
+                self._running[j] = _io.ReadAhead(fd, 0, os.fstat(fd).st_size, self.depth)
             finally:
                 os.close(fd)
 
