@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import hpcio
@@ -103,6 +104,45 @@ def test_read_ahead_brings_an_evicted_range_into_the_page_cache(tmp_path):
         assert pagecache.resident([path]).fraction > 0.75
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypatch, zero_copy):
+    """A batch read through the mapping of a shard that was not cached when opened asks the
+    kernel for exactly its records first (a major fault would read the whole read-around
+    window per record); shards opened cached do not."""
+    from hpcio._core import _io
+
+    rng = np.random.default_rng(0)
+    samples = [{"id": i, "blob": rng.bytes(30_000)} for i in range(60)]
+    with hpcio.open_writer(tmp_path / "d", format="mds", size_limit=1 << 20) as w:
+        for s in samples:
+            w.write(s)
+    asked, real = [], _io.will_need
+    monkeypatch.setattr(_io, "will_need", lambda fd, a, b: asked.extend(zip(a.tolist(), b.tolist())) or real(fd, a, b))
+    order = np.random.default_rng(1).permutation(len(samples))[:20]
+    with hpcio.open(tmp_path / "d", zero_copy=zero_copy) as ds:  # just written: cached
+        assert [bytes(s["blob"]) for s in ds.get_batch(order)] == [samples[i]["blob"] for i in order]
+    assert asked == []
+    files = dataset_files(tmp_path / "d")
+    for p in files:
+        with open(p, "rb+") as f:
+            os.fsync(f.fileno())
+    pagecache.evict(files)
+    assert pagecache.resident(files).fraction == 0.0
+    with hpcio.open(tmp_path / "d", zero_copy=zero_copy) as ds:
+        assert [bytes(s["blob"]) for s in ds.get_batch(order)] == [samples[i]["blob"] for i in order]
+        asked_by_batch = list(asked)
+        reader = ds.reader
+        extents = set()
+        for i in order.tolist():
+            k = int(np.searchsorted(reader._cum_list, i, side="right")) - 1
+            _sh, _l, lo, hi = reader._ranges(k, np.array([i - reader._cum_list[k]]))
+            extents.add((int(lo[0]), int(hi[0])))
+    if zero_copy:  # read through the mapping: every record asked for, nothing else
+        assert set(asked_by_batch) == extents
+    else:  # read as planned requests from the file, not through the mapping
+        assert asked_by_batch == []
 
 
 def _spy_read_aheads(monkeypatch) -> list:

@@ -72,6 +72,10 @@ def gather(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], *, path: s
            sample_base: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:
     """Same as MappedShard.gather over any buffer; errors name ``path``."""
 
+def will_need(fd: int, starts, ends) -> None:
+    """Ask the kernel to read ranges ``[starts[j], ends[j])`` of ``fd`` into the page cache
+    now (``POSIX_FADV_WILLNEED``)."""
+
 def kernel_reads_ahead_alone(fd: int) -> bool:
     """Whether the kernel's read-ahead of the file open on ``fd`` keeps a single request
     in flight (FUSE)."""

@@ -531,6 +531,26 @@ def read_extents(fds, paths, file, offsets, lengths, out, uint8_t[::1] dst, *,
         err.item = -1  # the extent's position is not a sample number: the caller knows which
         check(st, &err, path, -1, -1)
     return requests, nbytes
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fadvise(int fd, off_t offset, off_t length, int advice)
+    enum: POSIX_FADV_WILLNEED
+
+
+def will_need(int fd, starts, ends) -> None:
+    """Ask the kernel to read ranges ``[starts[j], ends[j])`` of the file open on ``fd`` into
+    the page cache now (``POSIX_FADV_WILLNEED``, all of them queued at once).  A batch read
+    through a mapping of a cold file then takes minor faults: a major fault reads the
+    kernel's whole read-around window (up to ``read_ahead_kb``) for each record, which
+    in a shuffle larger than memory re-reads the dataset many times over."""
+    cdef const int64_t[::1] a = np.ascontiguousarray(starts, dtype=np.int64)
+    cdef const int64_t[::1] b = np.ascontiguousarray(ends, dtype=np.int64)
+    cdef Py_ssize_t j, m = min(a.shape[0], b.shape[0])
+    with nogil:
+        for j in range(m):
+            if b[j] > a[j]:
+                posix_fadvise(fd, <off_t>a[j], <off_t>(b[j] - a[j]), POSIX_FADV_WILLNEED)
+
+
 cdef extern from "<sys/vfs.h>" nogil:
     struct statfs:
         long f_type

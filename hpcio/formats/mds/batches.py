@@ -30,9 +30,6 @@ READ_PATHS = ("auto", "map", "planned")
 # as one request (a request costs more than reading a few pages it does not need).
 _PLANNED_DEPTH = 8
 _PLANNED_GAP = 16 << 10
-# "auto" copies a shard's records from its mapping when at least this share of its file is
-# in the page cache when it is opened.
-_CACHED_SHARE = 0.9
 
 
 class _BatchReads:
@@ -263,7 +260,7 @@ class _BatchReads:
             return
         planned = by_value = False
         if sh.mapped is not None and self.read_path != "map":
-            cached = self.read_path != "planned" and sh.mapped.resident_bytes() >= _CACHED_SHARE * sh.size
+            cached = self.read_path != "planned" and not sh.cold
             planned = not cached or sh.pread_values
             # cached large records: each value read once, straight into its bytes object
             by_value = cached and sh.pread_values
@@ -390,13 +387,15 @@ class _BatchReads:
         return groups, order
 
     def _ranges(self, k: int, lidx: np.ndarray):
-        from ..._core import _index
+        from ..._core import _index, _io
 
         sh = self._shard(k)
         lidx = np.ascontiguousarray(lidx, dtype=np.uint64)
         starts, ends = _index.offset_ranges(
             sh.table, 4, sh.n, sh.size, lidx, path=sh.path, table_offset=4, sample_base=sh.base
         )
+        if sh.cold:
+            _io.will_need(sh.mapped.fd, starts, ends)
         return sh, lidx, starts, ends
 
     def _columns_of(self, k: int, lidx: np.ndarray, cols: list[int], as_samples: bool = False,

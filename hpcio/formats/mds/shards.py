@@ -23,6 +23,9 @@ from .index import _CONFIG_KEYS, _loads, _ShardInfo
 # record, and sample dicts are then built from reads of each record's values instead
 # (see _OpenShard.pread_values).
 _LARGE_RECORD = 16 << 10
+# Share of a shard's file in the page cache, when it is opened, from which it is read as
+# cached: batches copy its records from the mapping (read_path "auto").
+_CACHED_SHARE = 0.9
 _U32 = struct.Struct("<I")
 
 
@@ -30,7 +33,7 @@ class _OpenShard:
     """A shard's bytes (mmap or decompressed memory) with its checked header."""
 
     __slots__ = ("info", "path", "n", "size", "buf", "table", "mapped", "base", "in_file", "_fd",
-                 "pread_values")
+                 "pread_values", "cold")
 
     def __init__(self, info: _ShardInfo, path: str, buf: memoryview, mapped, base: int, in_file: bool):
         self.info = info
@@ -45,6 +48,9 @@ class _OpenShard:
                              and (info.compression is None or not info.compression.per_sample)
                              and not _maps_cheaply(mapped))
         self.size = len(buf)
+        # Mostly not cached when opened: batches read through the mapping ask for their
+        # records first (will_need), as a fault would read the whole read-around window.
+        self.cold = mapped is not None and mapped.resident_bytes() < _CACHED_SHARE * self.size
         self.base = base  # global id of local sample 0
         self.in_file = in_file  # offsets are file offsets (False: into decompressed bytes)
         self.n = _check_header(info, path, self.size, lambda off, ln: buf[off : off + ln], base)
