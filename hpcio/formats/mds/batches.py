@@ -22,7 +22,7 @@ from ...codecs import MAX_DECODED_ENV
 from ...errors import (CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError,
                        ShardChangedError)
 from .compression import Compression
-from .shards import _LARGE_RECORD, _OpenShard
+from .shards import _OpenShard, _large_records
 
 READ_PATHS = ("auto", "map", "planned")
 # Planned reads of a batch (read_path "planned", or "auto" on a shard mostly not cached):
@@ -264,7 +264,7 @@ class _BatchReads:
             planned = not cached or sh.pread_values
             # cached large records: each value read once, straight into its bytes object,
             # not gathered into fresh memory first and copied out again
-            by_value = cached and self.read_path == "auto" and sh.info.raw_bytes > _LARGE_RECORD * max(sh.n, 1)
+            by_value = cached and self.read_path == "auto" and _large_records(sh.info)
         table.attach(k, sh.buf, sh.n, sh.mapped.fd if sh.mapped is not None else -1, sh.path, planned)
         self._attached[k] = True
         self._read_by_value[k] = by_value

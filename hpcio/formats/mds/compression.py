@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from ... import codecs as _codec_table
-from ...errors import InvalidArgumentError
+from ...errors import CorruptShardError, InvalidArgumentError
 
 __all__ = ["Compression", "parse_compression", "DEFAULT_HASHES"]
 
@@ -114,6 +114,11 @@ DEFAULT_HASHES = ("xxh3_64",)
 _FAST_HASHES = ("xxh3_64", "xxh64", "xxh3_128", "xxh128", "xxh32", "md5", "sha1")
 
 
-def _digest(algo: str, data) -> str:
-    return _hash_functions()[algo](data).hexdigest()
+def _digest(algo: str, data, path: str) -> str:
+    """The ``algo`` digest of ``data``, read from ``path``, whose ``index.json`` names
+    ``algo``: a name no library knows is a corrupt index, not a lookup error."""
+    func = _hash_functions().get(algo)
+    if func is None:
+        raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
+    return func(data).hexdigest()
 

@@ -32,7 +32,7 @@ from .batches import READ_PATHS, _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest, _hash_functions
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
-from .shards import _LARGE_RECORD, _auto_read_ahead, _check_count, _check_header, _OpenShard, _ReadAheads
+from .shards import _auto_read_ahead, _large_records, _check_count, _check_header, _OpenShard, _ReadAheads
 
 __all__ = ["Reader"]
 
@@ -220,8 +220,6 @@ class Reader(_BatchReads, base.Reader):
             algo = next((a for a in _FAST_HASHES if a in hashes), next(iter(sorted(hashes)), None))
             if algo is None:
                 return
-        if algo not in _hash_functions():
-            raise CorruptShardError(f"index.json names an unknown hash {algo!r}", path=path)
         if algo not in hashes:
             raise CorruptShardError(
                 f"index.json records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",
@@ -230,7 +228,7 @@ class Reader(_BatchReads, base.Reader):
         if data is None:
             with open(path, "rb") as f:
                 data = f.read()
-        got = _digest(algo, data)
+        got = _digest(algo, data, path)
         if got != hashes[algo]:
             raise CorruptShardError(
                 f"{algo} mismatch: index.json says {hashes[algo]}, the file hashes to {got}", path=path
@@ -359,7 +357,7 @@ class Reader(_BatchReads, base.Reader):
         """Shard ``k``'s samples ``lo..hi`` as dicts, in runs: a buffer-full at a time, or
         all of them from one iterator that builds each sample as it is asked for."""
         info = self.shards[k]
-        large = info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+        large = _large_records(info)
         # In memory or mapped already (zero-copy values must not view a reused read
         # buffer; large values are copied once from the map instead of twice through
         # the read buffer): slice batches straight out of the shard.

@@ -23,6 +23,12 @@ from .index import _CONFIG_KEYS, _loads, _ShardInfo
 # record, and sample dicts are then built from reads of each record's values instead
 # (see _OpenShard.pread_values).
 _LARGE_RECORD = 16 << 10
+
+
+def _large_records(info: _ShardInfo) -> bool:
+    """Whether the shard's records average more than _LARGE_RECORD."""
+    return info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+
 # Share of a shard's file in the page cache, when it is opened, from which it is read as
 # cached: batches copy its records from the mapping (read_path "auto").
 _CACHED_SHARE = 0.9
@@ -44,7 +50,7 @@ class _OpenShard:
         # mapping, where the file's cached pages are small: a page fault or two per record
         # costs more than two reads.  In huge pages one fault maps many records, and the
         # mapping is faster.
-        self.pread_values = (mapped is not None and info.raw_bytes > _LARGE_RECORD * max(info.samples, 1)
+        self.pread_values = (mapped is not None and _large_records(info)
                              and (info.compression is None or not info.compression.per_sample)
                              and not _maps_cheaply(mapped))
         self.size = len(buf)
