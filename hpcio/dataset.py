@@ -107,6 +107,16 @@ class Dataset(Sequence):
         with gc_paused():
             return self.reader.read_many(positions, self.fields)
 
+    def prefetch(self, indices) -> None:
+        """Start reading the samples at ``indices`` from storage in the background and
+        return at once: call it with the next batch's indices before reading the current
+        one, and the storage's latency overlaps the work done meanwhile.  A hint; formats
+        that cannot read ahead (all but MDS today) ignore it.  Iterating a view and the
+        :mod:`hpcio.torch` adapters do this themselves."""
+        positions = self._positions(indices)
+        if len(positions):
+            self.reader.prefetch(positions)
+
     def get_columns(self, indices) -> dict:
         """Many samples as one column per field (the columnar batch read API).
 
@@ -140,8 +150,11 @@ class Dataset(Sequence):
         return self._iter_view()
 
     def _iter_view(self) -> Iterator[Mapping]:
+        # each batch is asked for while the one before it is consumed (Reader.prefetch)
         step = self.reader.batch_size
         for lo in range(0, len(self.indices), step):
+            if lo + step < len(self.indices):
+                self.reader.prefetch(self.indices[lo + step : lo + 2 * step])
             yield from self.reader.iter_many(self.indices[lo : lo + step], self.fields)
 
     # --- views -----------------------------------------------------------------------

@@ -270,8 +270,12 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         if in_main and not self._by_loader:
             self._begin(1)
         indices = self._indices(ctx, ctx.worker_id, ctx.num_workers)
-        for lo in range(0, len(indices), self.batch_size):
-            batch = self.collate_fn(self._read(indices[lo : lo + self.batch_size]))
+        b = self.batch_size
+        for lo in range(0, len(indices), b):
+            if lo + b < len(indices):
+                # read from storage while this batch is decoded and the model computes
+                self.dataset.prefetch(indices[lo + b : lo + 2 * b])
+            batch = self.collate_fn(self._read(indices[lo : lo + b]))
             if in_main and not self._by_loader:
                 self._delivered += 1
             yield batch

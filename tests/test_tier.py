@@ -146,6 +146,81 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
         assert asked_by_batch == []
 
 
+def test_read_ahead_extents_reads_each_merged_range_once(tmp_path):
+    """Scattered extents are sorted, neighbours within the gap merged, each byte read once;
+    a file index beyond the descriptors given is refused before anything is read."""
+    from hpcio._core import _io
+
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(6 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pagecache.evict([path])
+        # [0, 100) and [1000, 5096) merge (gap 900); file 1's two extents overlap
+        ra = _io.read_ahead_extents([fd, fd], [1, 0, 0, 1], [3 << 20, 1000, 0, 3 << 20], [(4 << 20) + 7, 5096, 100, 3 << 20 | 10],
+                                    depth=3, max_gap=1000)
+        assert ra.close(wait=True) == 5096 + (1 << 20) + 7
+        assert _io.read_ahead_extents([], [], [], []).close(wait=True) == 0
+        with pytest.raises(hpcio.HpcioError, match=r"^extent 0 names file 1 of 1"):
+            _io.read_ahead_extents([fd], [1], [0], [10])
+    finally:
+        os.close(fd)
+
+
+def _written_blobs(path, count=60, size=30_000):
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(size) for _ in range(count)]
+    with hpcio.open_writer(path, format="mds", size_limit=1 << 20) as w:
+        for i, blob in enumerate(blobs):
+            w.write({"id": i, "blob": blob})
+    return blobs
+
+
+def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
+    """``prefetch`` reads the records of shards that were cold when opened into the page
+    cache, on threads with read_ahead > 0 and by POSIX_FADV_WILLNEED with 0; shards
+    opened cached are left alone, and the batch then reads the same values."""
+    from hpcio._core import _io
+
+    blobs = _written_blobs(tmp_path / "d")
+    order = np.random.default_rng(1).permutation(len(blobs))[:20]
+    with hpcio.open(tmp_path / "d", read_ahead=4) as ds:  # just written: cached
+        ds.prefetch(order)
+        assert not ds.reader.__dict__.get("_prefetches")
+    files = dataset_files(tmp_path / "d")
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=4) as ds:
+        ds.prefetch(order)
+        (running,) = ds.reader._prefetches
+        got = running.close(wait=True)
+        assert 20 * 30_000 <= got < pagecache.resident(files)[1]
+        assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
+    asked, real = [], _io.will_need
+    monkeypatch.setattr(_io, "will_need", lambda fd, a, b: asked.extend((b - a).tolist()) or real(fd, a, b))
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=0) as ds:
+        ds.prefetch(order)
+        assert len(asked) == 20 and min(asked) > 30_000
+        assert not ds.reader.__dict__.get("_prefetches")
+
+
+def test_prefetch_survives_a_fork(tmp_path):
+    """A DataLoader worker forked while a prefetch runs has no thread of it to wait for:
+    closing the reader there returns at once."""
+    _written_blobs(tmp_path / "d")
+    files = dataset_files(tmp_path / "d")
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        ds.prefetch(np.arange(60))
+        pid = os.fork()
+        if pid == 0:
+            ds.close()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert ds[59]["id"] == 59
+
+
 def _spy_read_aheads(monkeypatch) -> list:
     from hpcio._core import _io
 
@@ -189,6 +264,24 @@ def test_storage_order_pass_reads_ahead_where_the_kernel_keeps_one_request(text_
         assert tier.stats()["bytes"] <= total + 4096 * len(files)  # whole pages, each once
     with pytest.raises(hpcio.HpcioError, match=r"^read_ahead must be 'auto' or a number of reads from 0 to 64, got 65$"):
         hpcio.open(text_mds / "mds", read_ahead=65)
+
+
+@fuse
+def test_a_shuffled_pass_through_fuse_reads_batches_ahead_each_byte_once(tmp_path):
+    """Iterating a shuffled view through the emulated tier reads each batch ahead of its
+    turn (read_ahead "auto" is 8 there) and still makes storage deliver each byte about
+    once."""
+    blobs = _written_blobs(tmp_path / "src" / "d", count=400)
+    order = np.random.default_rng(2).permutation(len(blobs))
+    with EmulatedTier(tmp_path / "src", latency_us=100, bandwidth=0, threads=8) as tier:
+        files = dataset_files(tier.path("d"))
+        pagecache.evict(files)
+        with hpcio.open(tier.path("d")) as ds:
+            assert len(order) > 2 * ds.reader.batch_size
+            assert [s["blob"] for s in ds.shuffle(2)] == [blobs[i] for i in order]
+            assert ds.reader._prefetches
+        total = sum(os.path.getsize(p) for p in files)
+        assert total <= tier.stats()["bytes"] <= 1.05 * total + 4096 * len(files)
 
 
 @fuse

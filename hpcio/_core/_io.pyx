@@ -10,7 +10,7 @@ import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno
 from libc.string cimport memcpy
 from posix.types cimport off_t
@@ -18,8 +18,8 @@ from posix.unistd cimport SEEK_END, close as c_close, lseek
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
-    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_readahead, hpcio_readahead_finish,
-    hpcio_readahead_start, hpcio_start_writeback,
+    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_readahead, hpcio_readahead_extents_start,
+    hpcio_readahead_finish, hpcio_readahead_start, hpcio_start_writeback,
     hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
@@ -578,11 +578,12 @@ cdef class ReadAhead:
     the kernel's own read-ahead keeps one request in flight: on storage with a latency per
     request, a pass in storage order then runs at the storage's bandwidth.  Pieces already
     cached are skipped.  :meth:`close` (or the object's end) stops the reads not started
-    and waits for those in flight; ``close(wait=True)`` waits for every read."""
+    and waits for those in flight; ``close(wait=True)`` waits for every read.
+    :func:`read_ahead_extents` reads scattered records ahead the same way."""
     cdef hpcio_readahead *_ra
     cdef readonly uint64_t bytes_read
 
-    def __cinit__(self, int fd, uint64_t offset, uint64_t length, int depth=8):
+    def __init__(self, int fd, uint64_t offset, uint64_t length, int depth=8):
         cdef hpcio_error err
         hpcio_error_clear(&err)
         cdef hpcio_status st = hpcio_readahead_start(fd, offset, length, depth, &self._ra, &err)
@@ -606,6 +607,33 @@ cdef class ReadAhead:
             with nogil:
                 hpcio_readahead_finish(self._ra, 1)
             self._ra = NULL
+
+
+def read_ahead_extents(fds, file_of, starts, ends, int depth=8, uint64_t max_gap=16384) -> ReadAhead:
+    """Records ``[starts[j], ends[j])`` of the files open on ``fds[file_of[j]]`` read into the
+    page cache in the background (``hpcio_readahead_extents_start``): sorted by file and
+    offset, neighbours within ``max_gap`` bytes read as one range, in reads of at most
+    1 MiB, ``depth`` at once.  A batch's records read this way while the batch before it
+    is consumed are found cached when their turn comes.  Descriptors are duplicated, so
+    the caller may close its own."""
+    cdef const int32_t[::1] f = np.ascontiguousarray(fds, dtype=np.int32)
+    cdef const uint32_t[::1] w = np.ascontiguousarray(file_of, dtype=np.uint32)
+    first = np.asarray(starts, dtype=np.int64)
+    cdef const uint64_t[::1] a = np.ascontiguousarray(first, dtype=np.uint64)
+    cdef const uint64_t[::1] n = np.maximum(np.asarray(ends, dtype=np.int64) - first, 0).astype(np.uint64)
+    cdef Py_ssize_t m = w.shape[0]
+    if a.shape[0] != m or n.shape[0] != m:
+        raise InvalidArgumentError(f"file_of, starts and ends differ in length: {m}, {a.shape[0]}, {n.shape[0]}")
+    cdef ReadAhead ra = ReadAhead.__new__(ReadAhead)
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_readahead_extents_start(<const int *>&f[0] if f.shape[0] else NULL, f.shape[0],
+                                           &w[0] if m else NULL, &a[0] if m else NULL,
+                                           &n[0] if m else NULL, m, max_gap, depth, &ra._ra, &err)
+    check(st, &err, None, -1, -1)
+    return ra
 
 
 include "_io_batch.pxi"

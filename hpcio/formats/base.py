@@ -142,6 +142,11 @@ class Reader(abc.ABC):
         each out and let go of it, so that only the samples the caller keeps stay alive."""
         return iter(self.read_many(indices, fields))
 
+    def prefetch(self, indices: np.ndarray) -> None:
+        """Start reading the samples at ``indices`` (non-negative, in range) from storage in
+        the background and return at once, so that reading them next finds them in
+        memory.  A hint: formats that cannot read ahead do nothing."""
+
     def shared_index(self) -> object | None:
         """What another process opening the same dataset can be given as the reader's
         ``shared_index`` option so as not to build it again by reading the files (the

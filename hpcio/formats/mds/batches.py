@@ -10,6 +10,7 @@ the results are put back in the order asked for.  :class:`_BatchReads` is a part
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
 from itertools import chain
 
@@ -30,6 +31,8 @@ READ_PATHS = ("auto", "map", "planned")
 # as one request (a request costs more than reading a few pages it does not need).
 _PLANNED_DEPTH = 8
 _PLANNED_GAP = 16 << 10
+# Prefetches running at once: the batch being read and the next one.
+_PREFETCHES = 2
 
 
 class _BatchReads:
@@ -167,6 +170,49 @@ class _BatchReads:
         if lengths is None:
             self._report_bad_record(int(ids[bad]), [c])
         return lengths
+
+    def prefetch(self, indices) -> None:
+        """Start reading the records of samples ``indices`` that lie in shards not cached
+        when opened, and return: a batch read while the batch before it is consumed is
+        found in the page cache when its turn comes, so storage latency overlaps the
+        caller's work.  With ``read_ahead`` reads in flight on threads of their own
+        (records sorted and coalesced as planned reads are), else by
+        ``POSIX_FADV_WILLNEED``, which block devices serve asynchronously.  The oldest
+        prefetch beyond the last two is stopped."""
+        from ..._core import _index, _io
+
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return
+        groups, _order = self._shard_groups(ids)
+        if len(groups) > self.max_open:
+            return  # opening them would close shards the current batch reads
+        fds, file_of, starts, ends = [], [], [], []
+        for k, lidx, _a, _b in groups:
+            sh = self._shard(k)
+            if not sh.cold:
+                continue
+            lo, hi = _index.offset_ranges(sh.table, 4, sh.n, sh.size, np.ascontiguousarray(lidx, dtype=np.uint64),
+                                          path=sh.path, table_offset=4, sample_base=sh.base)
+            if not self.read_ahead:
+                _io.will_need(sh.mapped.fd, lo, hi)
+                continue
+            file_of.append(np.full(len(lo), len(fds), np.uint32))
+            fds.append(sh.mapped.fd)
+            starts.append(lo)
+            ends.append(hi)
+        if not fds:
+            return
+        running = self.__dict__.setdefault("_prefetches", deque())
+        running.append(_io.read_ahead_extents(fds, np.concatenate(file_of), np.concatenate(starts),
+                                              np.concatenate(ends), self.read_ahead, _PLANNED_GAP))
+        while len(running) > _PREFETCHES:
+            running.popleft().close()
+
+    def _stop_prefetches(self) -> None:
+        running = self.__dict__.get("_prefetches", ())
+        while running:
+            running.popleft().close()
 
     def _report_bad_record(self, i: int, cols: list[int]):
         """Raise for sample ``i``, which a compiled kernel refused: the general path names

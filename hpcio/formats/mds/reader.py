@@ -465,6 +465,7 @@ class Reader(_BatchReads, base.Reader):
             self._close_one(self._maps)
 
     def close(self) -> None:
+        self._stop_prefetches()
         for cache in (self._maps, self._mem):
             while cache:
                 self._close_one(cache)
