@@ -117,16 +117,19 @@ def loader_markdown(rows: list[dict]) -> str:
     out.write("\n## DataLoader (calculation-free I/O test)\n\n")
     if rows:
         out.write("Compute emulated by sleeping the given µs per sample once per batch; AU = compute "
-                  "time / wall time of one shuffled epoch, worker start included; page cache "
+                  "time / wall time of one shuffled epoch, worker start included; steady: from the first "
+                  "batch's arrival (first batch: its latency); page cache "
                   f"{rows[0].get('cache', 'warm')} (cold: each dataset's files evicted before every epoch).\n\n")
-    out.write("| profile | tier | dataset | compute µs | workers | batch | prefetch | samples/s | MB/s | AU |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("| profile | tier | dataset | compute µs | workers | batch | prefetch | samples/s | MB/s | AU | "
+              "first batch s | steady samples/s | steady AU |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         value = r.get("error") or _fmt(r["samples_per_s"])
         mb = _fmt(r["bytes_per_s"] / 1e6) if "bytes_per_s" in r else "-"
         out.write(f"| {r['profile']} | {r['tier']} | {r['dataset']} | {r['compute_per_sample_s'] * 1e6:g} | "
                   f"{r['workers']} | {r['batch_size']} | {_fmt(r['prefetch_factor'])} | {value} | {mb} | "
-                  f"{r['au']:.2f} |\n")
+                  f"{r['au']:.2f} | {_fmt(r.get('first_batch_s'))} | {_fmt(r.get('samples_per_s_steady'))} | "
+                  f"{_fmt(r.get('au_steady'))} |\n")
     return out.getvalue()
 
 
