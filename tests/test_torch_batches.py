@@ -132,3 +132,19 @@ def test_samples_with_several_images_collate_as_lists_of_tensors(tmp_path):
         for i, images in zip(batch["id"].tolist(), batch["images"]):
             assert [tuple(t.shape) for t in images] == [(3, 24 + 8 * i, 16 + 8 * j) for j in range(1 + i % 4)]
             assert all(t.dtype == torch.uint8 for t in images)
+
+
+def test_the_loader_hands_over_what_the_dataset_collated(tmp_path):
+    """hpcio's DataLoader passes an IterableDataset's batches on as they are: with
+    ``collate_fn=list`` the samples themselves, numpy arrays left as arrays (PyTorch's
+    default would walk every batch again, turning them into tensors and copying dicts)."""
+    import numpy as np
+
+    with hpcio.open_writer(tmp_path / "d", format="mds", columns={"id": "int", "v": "ndarray:float32"}) as w:
+        for i in range(6):
+            w.write({"id": i, "v": np.full(3, i, np.float32)})
+    data = ht.IterableDataset(hpcio.open(tmp_path / "d"), batch_size=3, shuffle=False, collate_fn=list)
+    batches = list(ht.DataLoader(data))
+    assert [[s["id"] for s in b] for b in batches] == [[0, 1, 2], [3, 4, 5]]
+    assert all(type(s["v"]) is np.ndarray for b in batches for s in b)
+    assert isinstance(next(iter(torch.utils.data.DataLoader(data, batch_size=None)))[0]["v"], torch.Tensor)
