@@ -204,6 +204,20 @@ def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
         assert not ds.reader.__dict__.get("_prefetches")
 
 
+def test_prefetch_leaves_a_missing_shard_to_the_read(tmp_path):
+    """A hint raises nothing: the samples of a shard that cannot be opened are reported by
+    their read, in their turn."""
+    _written_blobs(tmp_path / "d")
+    files = dataset_files(tmp_path / "d")
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        last = sorted(f for f in files if f.endswith(".mds"))[-1]
+        os.unlink(last)
+        ds.prefetch(np.arange(len(ds)))
+        assert ds[0]["id"] == 0
+        with pytest.raises(hpcio.HpcioError, match=os.path.basename(last)):
+            ds[len(ds) - 1]
+
+
 def test_prefetch_survives_a_fork(tmp_path):
     """A DataLoader worker forked while a prefetch runs has no thread of it to wait for:
     closing the reader there returns at once."""

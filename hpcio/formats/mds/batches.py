@@ -178,8 +178,9 @@ class _BatchReads:
         caller's work.  With ``read_ahead`` reads in flight on threads of their own
         (records sorted and coalesced as planned reads are), else by
         ``POSIX_FADV_WILLNEED``, which block devices serve asynchronously.  The oldest
-        prefetch beyond the last two is stopped."""
-        from ..._core import _index, _io
+        prefetch beyond the last two is stopped.  A shard that cannot be opened or whose
+        offsets are bad is skipped: the read of its samples reports it, in its turn."""
+        from ..._core import _io
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if not len(ids):
@@ -189,16 +190,15 @@ class _BatchReads:
             return  # opening them would close shards the current batch reads
         fds, file_of, starts, ends = [], [], [], []
         for k, lidx, _a, _b in groups:
-            sh = self._shard(k)
-            if not sh.cold:
+            extents = self._cold_extents(k, lidx)
+            if extents is None:
                 continue
-            lo, hi = _index.offset_ranges(sh.table, 4, sh.n, sh.size, np.ascontiguousarray(lidx, dtype=np.uint64),
-                                          path=sh.path, table_offset=4, sample_base=sh.base)
+            fd, lo, hi = extents
             if not self.read_ahead:
-                _io.will_need(sh.mapped.fd, lo, hi)
+                _io.will_need(fd, lo, hi)
                 continue
             file_of.append(np.full(len(lo), len(fds), np.uint32))
-            fds.append(sh.mapped.fd)
+            fds.append(fd)
             starts.append(lo)
             ends.append(hi)
         if not fds:
@@ -208,6 +208,21 @@ class _BatchReads:
                                               np.concatenate(ends), self.read_ahead, _PLANNED_GAP))
         while len(running) > _PREFETCHES:
             running.popleft().close()
+
+    def _cold_extents(self, k: int, lidx: np.ndarray):
+        """``(fd, starts, ends)`` of shard ``k``'s records ``lidx`` when the shard was cold
+        when opened, else None (also when opening it or its offsets fail)."""
+        from ..._core import _index
+
+        try:
+            sh = self._shard(k)
+            if not sh.cold:
+                return None
+            lo, hi = _index.offset_ranges(sh.table, 4, sh.n, sh.size, np.ascontiguousarray(lidx, dtype=np.uint64),
+                                          path=sh.path, table_offset=4, sample_base=sh.base)
+        except HpcioError:
+            return None
+        return sh.mapped.fd, lo, hi
 
     def _stop_prefetches(self) -> None:
         running = self.__dict__.get("_prefetches", ())
