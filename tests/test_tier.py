@@ -368,3 +368,14 @@ def test_block_and_buffer_shuffles_read_every_sample_against_iterate(tmp_path):
     assert "Device limits unknown" in table
     block = next(line for line in table.splitlines() if line.startswith("| vlm | hpcio mds | shuffle-block |"))
     assert float(block.split("|")[7]) > 0  # "of iterate": against the same reader's pass
+
+
+def test_cold_runs_write_only_what_their_readers_read(tmp_path):
+    from hpcio.bench import cold
+
+    described = cold.synthetic_datasets("vlm", 2_000_000, str(tmp_path), write=(), log=lambda *a: None)
+    assert [d.name for d in described] == ["mds", "webdataset"]
+    assert not any(os.path.exists(d.path) for d in described)
+    cold.run("vlm", 2_000_000, str(tmp_path), ops=("iterate",), only=["hpcio mds"], include_interop=False,
+             log=lambda *a: None)
+    assert os.path.exists(described[0].path) and not os.path.exists(described[1].path)
