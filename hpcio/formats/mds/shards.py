@@ -228,7 +228,7 @@ def _auto_read_ahead(directory: str) -> int:
 
 class _ReadAheads:
     """The shard a pass in storage order reads and the next, brought into the page cache
-    by ``ReadAhead`` (``depth`` reads of 1 MiB in flight)."""
+    by ``ReadAhead`` (``depth`` reads of 1 MiB in flight, ``depth`` > 0)."""
 
     def __init__(self, depth: int):
         self.depth = depth
@@ -242,7 +242,7 @@ class _ReadAheads:
         for j in [j for j in self._running if j < k]:
             self._running.pop(j).close()
         for j, path in enumerate(files, k):
-            if self.depth == 0 or j in self._running:
+            if j in self._running:
                 continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
