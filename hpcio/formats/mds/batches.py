@@ -180,17 +180,20 @@ class _BatchReads:
         ``POSIX_FADV_WILLNEED``, which block devices serve asynchronously.  The oldest
         prefetch beyond the last two is stopped.  A shard that cannot be opened or whose
         offsets are bad is skipped: the read of its samples reports it, in its turn."""
-        from ..._core import _io
+        from ..._core import _index, _io
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if not len(ids):
             return
-        groups, _order = self._shard_groups(ids)
-        if len(groups) > self.max_open:
+        shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
+        touched = np.unique(shard_of)
+        if len(touched) > self.max_open:
             return  # opening them would close shards the current batch reads
         fds, file_of, starts, ends = [], [], [], []
-        for k, lidx, _a, _b in groups:
-            extents = self._cold_extents(k, lidx)
+        for k in touched.tolist():
+            if k in self._mem or (k in self._maps and not self._maps[k].cold):
+                continue  # in memory, or cached when opened: nothing to read ahead
+            extents = self._cold_extents(k, local[shard_of == k])
             if extents is None:
                 continue
             fd, lo, hi = extents
