@@ -10,7 +10,6 @@ the results are put back in the order asked for.  :class:`_BatchReads` is a part
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Sequence
 from itertools import chain
 
@@ -206,7 +205,7 @@ class _BatchReads:
             ends.append(hi)
         if not fds:
             return
-        running = self.__dict__.setdefault("_prefetches", deque())
+        running = self._prefetches
         running.append(_io.read_ahead_extents(fds, np.concatenate(file_of), np.concatenate(starts),
                                               np.concatenate(ends), self.read_ahead, _PLANNED_GAP))
         while len(running) > _PREFETCHES:
@@ -215,22 +214,18 @@ class _BatchReads:
     def _cold_extents(self, k: int, lidx: np.ndarray):
         """``(fd, starts, ends)`` of shard ``k``'s records ``lidx`` when the shard was cold
         when opened, else None (also when opening it or its offsets fail)."""
-        from ..._core import _index
-
         try:
             sh = self._shard(k)
             if not sh.cold:
                 return None
-            lo, hi = _index.offset_ranges(sh.table, 4, sh.n, sh.size, np.ascontiguousarray(lidx, dtype=np.uint64),
-                                          path=sh.path, table_offset=4, sample_base=sh.base)
+            _lidx, lo, hi = sh.extents(lidx)
         except HpcioError:
             return None
         return sh.mapped.fd, lo, hi
 
     def _stop_prefetches(self) -> None:
-        running = self.__dict__.get("_prefetches", ())
-        while running:
-            running.popleft().close()
+        while self._prefetches:
+            self._prefetches.popleft().close()
 
     def _report_bad_record(self, i: int, cols: list[int]):
         """Raise for sample ``i``, which a compiled kernel refused: the general path names
@@ -452,13 +447,10 @@ class _BatchReads:
         return groups, order
 
     def _ranges(self, k: int, lidx: np.ndarray):
-        from ..._core import _index, _io
+        from ..._core import _io
 
         sh = self._shard(k)
-        lidx = np.ascontiguousarray(lidx, dtype=np.uint64)
-        starts, ends = _index.offset_ranges(
-            sh.table, 4, sh.n, sh.size, lidx, path=sh.path, table_offset=4, sample_base=sh.base
-        )
+        lidx, starts, ends = sh.extents(lidx)
         if sh.cold:
             _io.will_need(sh.mapped.fd, starts, ends)
         return sh, lidx, starts, ends

@@ -19,7 +19,7 @@ import errno
 import functools
 import os
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 
@@ -160,6 +160,7 @@ class Reader(_BatchReads, base.Reader):
         self.read_ahead = _auto_read_ahead(self.directory) if read_ahead == "auto" else read_ahead
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
+        self._prefetches: deque = deque()  # Reader.prefetch's read-aheads, oldest first
         self._counted = 0  # shards before this one have had their counts checked
 
     def _common_layout(self) -> _Layout | None:

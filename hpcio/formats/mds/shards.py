@@ -13,6 +13,8 @@ import json
 import os
 import struct
 
+import numpy as np
+
 from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
 from .compression import parse_compression
 from .index import _CONFIG_KEYS, _loads, _ShardInfo
@@ -76,6 +78,16 @@ class _OpenShard:
                     return None  # out of descriptors: read through the map
                 raise
         return self._fd
+
+    def extents(self, lidx):
+        """``(lidx, starts, ends)``: the byte ranges of local records ``lidx`` (as uint64), from
+        the checked offset table."""
+        from ..._core import _index
+
+        lidx = np.ascontiguousarray(lidx, dtype=np.uint64)
+        starts, ends = _index.offset_ranges(self.table, 4, self.n, self.size, lidx, path=self.path,
+                                            table_offset=4, sample_base=self.base)
+        return lidx, starts, ends
 
     def check_size(self) -> None:
         """Raise ShardChangedError if the mapped file shrank since it was opened: reading
