@@ -21,6 +21,15 @@ from .registry import get_format, sniff_format
 __all__ = ["Dataset", "open", "open_writer"]
 
 
+def batches_read_ahead(indices, size: int, prefetch: Callable) -> Iterator:
+    """``indices`` in slices of ``size``, each handed out after ``prefetch`` was given the
+    next one: storage reads a batch while the one before it is consumed."""
+    for lo in range(0, len(indices), size):
+        if lo + size < len(indices):
+            prefetch(indices[lo + size : lo + 2 * size])
+        yield indices[lo : lo + size]
+
+
 class Dataset(Sequence):
     """A view of a dataset's samples.
 
@@ -150,12 +159,8 @@ class Dataset(Sequence):
         return self._iter_view()
 
     def _iter_view(self) -> Iterator[Mapping]:
-        # each batch is asked for while the one before it is consumed (Reader.prefetch)
-        step = self.reader.batch_size
-        for lo in range(0, len(self.indices), step):
-            if lo + step < len(self.indices):
-                self.reader.prefetch(self.indices[lo + step : lo + 2 * step])
-            yield from self.reader.iter_many(self.indices[lo : lo + step], self.fields)
+        for batch in batches_read_ahead(self.indices, self.reader.batch_size, self.reader.prefetch):
+            yield from self.reader.iter_many(batch, self.fields)
 
     # --- views -----------------------------------------------------------------------
     def _view(self, positions: np.ndarray) -> "Dataset":

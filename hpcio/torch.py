@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .dataset import Dataset
+from .dataset import Dataset, batches_read_ahead
 from .decoding import sample_decoder
 from .distributed.context import RuntimeContext, infer_context
 from .distributed.split import (
@@ -270,12 +270,9 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         if in_main and not self._by_loader:
             self._begin(1)
         indices = self._indices(ctx, ctx.worker_id, ctx.num_workers)
-        b = self.batch_size
-        for lo in range(0, len(indices), b):
-            if lo + b < len(indices):
-                # read from storage while this batch is decoded and the model computes
-                self.dataset.prefetch(indices[lo + b : lo + 2 * b])
-            batch = self.collate_fn(self._read(indices[lo : lo + b]))
+        # storage reads the next batch while this one is decoded and the model computes
+        for batch_indices in batches_read_ahead(indices, self.batch_size, self.dataset.prefetch):
+            batch = self.collate_fn(self._read(batch_indices))
             if in_main and not self._by_loader:
                 self._delivered += 1
             yield batch
