@@ -122,7 +122,7 @@ replay() {
         done
         [ ${#inputs[@]} -eq 0 ] && continue
         if ! "${FUZZER[@]}" -runs=0 "${inputs[@]}" >"$OUT/$t.replay.log" 2>&1; then
-            grep -E 'ERROR|SUMMARY|contract broken|Running|Error:' "$OUT/$t.replay.log" | tail -n 5 >&2
+            { grep -E 'ERROR|SUMMARY|contract broken|Running|Error:' "$OUT/$t.replay.log" || true; } | tail -n 5 >&2
             echo "fuzz: $t crashed on a committed input (see $OUT/$t.replay.log)" >&2
             exit 1
         fi
@@ -147,21 +147,22 @@ run() {
     local todo=("$@")
     ensure_atheris
     [ ${#todo[@]} -eq 0 ] && read -r -a todo <<<"$(echo $TARGETS)"
-    local pids=() names=()
+    # Each job leaves its exit status in a file: bash forgets a finished job once
+    # `jobs` has reported it, so `wait PID` after the throttling loop below can answer
+    # 127 ("not a child of this shell") for a target that ran cleanly.
     for t in "${todo[@]}"; do
+        rm -f "$OUT/$t.rc"
         while [ "$(jobs -rp | wc -l)" -ge "$FUZZ_JOBS" ]; do sleep 1; done
-        run_one "$t" "$seconds" &
-        pids+=($!)
-        names+=("$t")
+        { rc=0; run_one "$t" "$seconds" || rc=$?; echo "$rc" >"$OUT/$t.rc"; } &
     done
-    for i in "${!pids[@]}"; do
-        t=${names[$i]}
-        if wait "${pids[$i]}"; then
+    wait
+    for t in "${todo[@]}"; do
+        if [ "$(cat "$OUT/$t.rc" 2>/dev/null)" = 0 ]; then
             say "$t: $(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$OUT/$t.log" | tail -n 1)"
         else
             failed=1
             echo "fuzz: $t found a crash (see $OUT/$t.log and $OUT/crashes/$t/):" >&2
-            grep -E 'ERROR|SUMMARY|contract broken|Uncaught|Error:' "$OUT/$t.log" | head -n 5 >&2
+            { grep -E 'ERROR|SUMMARY|contract broken|Uncaught|Error:' "$OUT/$t.log" || true; } | head -n 5 >&2
         fi
     done
     return $failed
