@@ -6,7 +6,11 @@ beside them: ``hashes.json`` in the dataset directory, or ``<file>.hashes.json``
 single-file dataset (``data.jsonl.hashes.json``).  It is JSON, in the shape of an MDS
 ``raw_data`` entry::
 
-    {"files": {"shard-000000.tar": {"bytes": 10240, "hashes": {"xxh3_64": "9c1f..."}}}}
+    {"files": {"shard-000000.tar": {"bytes": 10240, "hashes": {"xxh3_64": "9c1f..."},
+                                    "samples": 12}}}
+
+``samples`` (WebDataset only) is the tar's sample count: hpcio's reader then knows the
+dataset's length without scanning every tar at open, and scans each when it first reads it.
 
 No reader of the formats themselves looks at it (webdataset, msgpack and JSON tools read
 the files unchanged); hpcio's readers check it with ``validate_hashes=True`` and
@@ -22,7 +26,7 @@ import orjson
 from .._hashing import DEFAULT_HASH, file_digest, new_hash, recorded_hashes
 from ..errors import ChecksumMismatchError, CorruptShardError, ShardNotFoundError
 
-__all__ = ["MANIFEST_NAME", "HashedFile", "Manifest", "validate_files", "verify_files"]
+__all__ = ["MANIFEST_NAME", "HashedFile", "Manifest", "recorded_samples", "validate_files", "verify_files"]
 
 MANIFEST_NAME = "hashes.json"
 _SINGLE_SUFFIX = ".hashes.json"
@@ -63,10 +67,11 @@ class Manifest:
         """``file`` hashed as it is written (itself when no hashes are recorded)."""
         return HashedFile(file) if self.enabled else file
 
-    def record(self, final_path: str, file) -> None:
-        """Record the file published as ``final_path``, written through :meth:`wrap`."""
+    def record(self, final_path: str, file, **facts) -> None:
+        """Record the file published as ``final_path``, written through :meth:`wrap`, with
+        the writer's ``facts`` about it (a tar's ``samples``)."""
         if self.enabled:
-            self.files[os.path.basename(final_path)] = file.entry()
+            self.files[os.path.basename(final_path)] = {**file.entry(), **facts}
 
     def encode(self, target: str) -> bytes | None:
         """The bytes of the manifest to publish at ``target``: the entries of a manifest
@@ -167,6 +172,33 @@ def validate_files(files, validate_hashes) -> int:
         check_file(file, manifest, entry, algo)
         checked += 1
     return checked
+
+
+def recorded_samples(files) -> list[int | None]:
+    """The sample count the manifest records for each of ``files`` (WebDataset tars),
+    None where it records none or a size the file no longer has, or where the manifest
+    is garbled: a count is a shortcut for a scan, never a reason to fail."""
+    recorded = _Recorded()
+    counts: list[int | None] = []
+    for file in files:
+        try:
+            _, entry = recorded.entry(file)
+        except CorruptShardError:
+            entry = None
+        samples = None if entry is None else entry.get("samples")
+        if (isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0
+                and entry.get("bytes") == _size(file)):
+            counts.append(samples)
+        else:
+            counts.append(None)
+    return counts
+
+
+def _size(file: str) -> int | None:
+    try:
+        return os.path.getsize(file)
+    except OSError:
+        return None
 
 
 def verify_files(check, files, dataset) -> None:

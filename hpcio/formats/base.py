@@ -345,8 +345,12 @@ class FileWriter(Writer):
         file, self.file = self.file, None
         if file is not None:
             if self.manifest is not None:
-                self.manifest.record(self._final, file)
+                self.manifest.record(self._final, file, **self.file_facts())
             file.close()
+
+    def file_facts(self) -> dict:
+        """What the manifest records about the file being closed beyond its size and hash."""
+        return {}
 
     def publish(self, manifest_at: str | None = None) -> None:
         """Publish the files written, then (last, so a visible manifest always finds its

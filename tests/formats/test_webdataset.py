@@ -3,6 +3,7 @@ deterministic bytes, rollover, key grouping, sidecars, streaming and damaged tar
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 
@@ -181,6 +182,61 @@ def test_stream_iteration(tmp_path):
         assert_sample_equal(g, s)
 
 
+def test_hashes_json_records_each_tars_sample_count(tmp_path):
+    write(tmp_path / "ds", [typed_sample(i) for i in range(5)], max_count=2)
+    files = json.loads((tmp_path / "ds" / "hashes.json").read_text())["files"]
+    assert {name: entry["samples"] for name, entry in files.items()} == {
+        "shard-000000.tar": 2, "shard-000001.tar": 2, "shard-000002.tar": 1}
+
+
+def test_tars_are_scanned_when_first_read_not_at_open(tmp_path):
+    """Opening reads no tar when hashes.json gives the counts; reading a sample brings in
+    its own tar only, so a pass over a dataset larger than memory reads each tar once."""
+    from hpcio.bench import pagecache
+
+    rng = np.random.default_rng(0)
+    samples = [{"n": i, "bin": rng.bytes(1 << 20)} for i in range(6)]
+    write(tmp_path / "ds", samples, max_count=2)
+    tars = sorted(str(p) for p in (tmp_path / "ds").glob("*.tar"))
+    pagecache.evict(tars)
+    with hpcio.open(tmp_path / "ds") as ds:
+        assert len(ds) == 6
+        # opening reads a tar's first block only (is it gzip?): tens of KiB of 2 MiB
+        assert [pagecache.resident([t]).fraction < 0.1 for t in tars] == [True, True, True]
+        assert ds[3] == samples[3]
+        assert [pagecache.resident([t]).fraction < 0.1 for t in tars] == [True, False, True]
+        assert pagecache.resident([tars[1]]).fraction == 1.0
+        assert list(ds) == samples
+
+
+def test_a_recorded_count_the_tar_contradicts_is_corrupt(tmp_path):
+    write(tmp_path / "ds", [typed_sample(i) for i in range(3)])
+    manifest = tmp_path / "ds" / "hashes.json"
+    doc = json.loads(manifest.read_text())
+    doc["files"]["shard-000000.tar"]["samples"] = 4
+    manifest.write_text(json.dumps(doc))
+    with hpcio.open(tmp_path / "ds") as ds:
+        assert len(ds) == 4  # the count is taken as recorded until the tar is read
+        with pytest.raises(CorruptShardError, match=(
+                rf"^the tar holds 3 samples, hashes.json records 4 \({tmp_path / 'ds' / 'shard-000000.tar'}, "
+                rf"sample 3\)$")):
+            ds[0]
+
+
+def test_a_count_for_another_size_or_a_garbled_manifest_means_a_scan_at_open(tmp_path):
+    write(tmp_path / "ds", [typed_sample(i) for i in range(3)])
+    manifest = tmp_path / "ds" / "hashes.json"
+    doc = json.loads(manifest.read_text())
+    doc["files"]["shard-000000.tar"]["samples"] = 4
+    doc["files"]["shard-000000.tar"]["bytes"] += 512
+    manifest.write_text(json.dumps(doc))
+    with hpcio.open(tmp_path / "ds") as ds:
+        assert len(ds) == 3
+    manifest.write_text("{garbled")
+    with hpcio.open(tmp_path / "ds") as ds:
+        assert len(ds) == 3
+
+
 def test_bad_header_checksum(tmp_path):
     write(tmp_path / "ds", [typed_sample(i) for i in range(3)])
     shard = tmp_path / "ds" / "shard-000000.tar"
@@ -189,9 +245,16 @@ def test_bad_header_checksum(tmp_path):
         victim = [m for m in t.getmembers() if m.name.startswith("000000001.")][0]
     data[victim.offset] ^= 0x01  # a name byte: the checksum no longer matches
     shard.write_bytes(bytes(data))
-    with pytest.raises(CorruptShardError, match=(
-            rf"^bad tar header checksum: stored \d+, computed \d+ \({shard}, "
-            rf"byte offset {victim.offset}, sample 0\)$")):
+    message = (rf"^bad tar header checksum: stored \d+, computed \d+ \({shard}, "
+               rf"byte offset {victim.offset}, sample 0\)$")
+    # hashes.json records the tar's sample count: the headers are scanned at its first read
+    ds = hpcio.open(tmp_path / "ds")
+    assert len(ds) == 3
+    with pytest.raises(CorruptShardError, match=message):
+        ds[2]
+    ds.close()
+    (tmp_path / "ds" / "hashes.json").unlink()
+    with pytest.raises(CorruptShardError, match=message):
         hpcio.open(tmp_path / "ds")
     with pytest.raises(CorruptShardError, match=rf"^bad tar header checksum: .*byte offset {victim.offset}, sample 0\)$"):
         with open(shard, "rb") as f:

@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from ..base import Reader as _Reader
-from .._checksums import validate_files
+from .._checksums import MANIFEST_NAME, recorded_samples, validate_files
 from ..base import locate, project, sample_starts
 from ..tar_gzip import is_gzip_name, open_decompressed
 from .members import _member_key, decode_member
@@ -37,12 +37,21 @@ def _is_shard_name(name: str) -> bool:
 
 
 class _Shard:
-    """The member index of one tar file, grouped into samples."""
+    """The member index of one tar file, grouped into samples.
 
-    def __init__(self, path: str, key_dots: int, cache_dir: str | None = None):
-        from ..._core import _io, _tar
+    With ``samples`` (the count ``hashes.json`` records for a tar of the size it
+    records) the headers are scanned only when the shard is first read: the scan walks
+    the whole file, and the pass that reads the shard next then finds it cached, where
+    a scan of every shard at open read a dataset larger than memory twice."""
+
+    _SCANNED = ("keys", "suffixes", "data_offsets", "sizes", "sample_starts", "headers")
+
+    def __init__(self, path: str, key_dots: int, cache_dir: str | None = None,
+                 samples: int | None = None):
+        from ..._core import _io
 
         self.path = path
+        self.key_dots = key_dots
         try:
             self.file = open(path, "rb")
             if self.file.read(2) == b"\x1f\x8b":
@@ -53,6 +62,21 @@ class _Shard:
         size = os.fstat(self.file.fileno()).st_size
         self.map = _io.map_file(self.file.fileno()) if size else b""
         self.fd, self.mapped_size, self._check_mapped_size = self.file.fileno(), size, _io.check_mapped_size
+        self.recorded = samples
+        if samples is None:
+            self._scan()
+
+    def __getattr__(self, name):
+        # only reached while an attribute the scan sets is missing
+        if name not in _Shard._SCANNED or "recorded" not in self.__dict__:
+            raise AttributeError(name)
+        self._scan()
+        return self.__dict__[name]
+
+    def _scan(self) -> None:
+        from ..._core import _tar
+
+        path, key_dots = self.path, self.key_dots
         names, header_offsets, data_offsets, sizes, _end, error = _tar.scan(
             memoryview(self.map), path=path, partial=True)
         keys, suffixes, starts = [], [], []
@@ -82,16 +106,19 @@ class _Shard:
             bad_sample = max(len(keys) - 1, 0) if names else 0
             raise type(error)(str(error).rsplit(" (", 1)[0], path=path, offset=error.offset,
                               sample=bad_sample)
+        if self.recorded is not None and len(keys) != self.recorded:
+            raise CorruptShardError(f"the tar holds {len(keys)} samples, {MANIFEST_NAME} records "
+                                    f"{self.recorded}", path=path, sample=min(len(keys), self.recorded))
         kept = np.asarray(kept, dtype=np.int64)
         self.headers = len(names)  # the scanner compared each header's checksum
-        self.keys = keys
         self.suffixes = suffixes
         self.data_offsets = data_offsets[kept] if len(kept) else np.zeros(0, np.uint64)
         self.sizes = sizes[kept] if len(kept) else np.zeros(0, np.uint64)
         self.sample_starts = np.asarray(starts + [len(kept)], dtype=np.int64)
+        self.keys = keys  # last: a scan that raised leaves the shard unscanned
 
     def __len__(self):
-        return len(self.keys)
+        return self.recorded if "keys" not in self.__dict__ else len(self.keys)
 
     def members(self, j: int) -> range:
         return range(int(self.sample_starts[j]), int(self.sample_starts[j + 1]))
@@ -148,8 +175,8 @@ class Reader(_Reader):
         try:
             paths = list_shards(path)
             validate_files(paths, validate_hashes)
-            for p in paths:
-                self.shards.append(_Shard(p, key_dots, cache_dir))
+            for p, samples in zip(paths, recorded_samples(paths)):
+                self.shards.append(_Shard(p, key_dots, cache_dir, samples))
         except BaseException:
             self.close()
             raise

@@ -96,6 +96,9 @@ class Writer(FileWriter):
         info.uname = info.gname = ""
         return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
 
+    def file_facts(self) -> dict:
+        return {"samples": self.shard_count}
+
     def write(self, sample: Mapping) -> None:
         index = self.count
         key = sample.get("__key__")
