@@ -308,9 +308,33 @@ def test_writes_pass_through_to_the_source(tmp_path):
     assert (tmp_path / "src" / "moved.bin").read_bytes() == b"abc" * 1000
 
 
+@fuse
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mount's read-ahead window is set through /sys, as root")
+def test_the_tier_client_sends_larger_requests_when_asked(tmp_path):
+    """FUSE's client sends read-ahead requests of at most 128 KiB; read_ahead_kb=1024 and
+    max_background=64 make it send 1 MiB ones, as a Lustre client sends its RPCs."""
+    (tmp_path / "src").mkdir()
+    data = os.urandom(8 << 20)
+    (tmp_path / "src" / "f").write_bytes(data)
+    sizes = {}
+    for knobs in ({}, {"read_ahead_kb": 1024, "max_background": 64}):
+        with EmulatedTier(tmp_path / "src", latency_us=100, **knobs) as tier:
+            pagecache.evict([tier.path("f")])
+            with open(tier.path("f"), "rb") as f:
+                assert f.read() == data
+            stats = tier.stats()
+            sizes[bool(knobs)] = stats["bytes"] / stats["requests"]
+    assert sizes[False] <= 128 << 10
+    assert sizes[True] > 512 << 10
+
+
 def test_bad_options_are_refused_before_mounting(tmp_path):
     with pytest.raises(TierEmulatorError, match=r"^latency_us and bandwidth must be >= 0 and threads >= 1, got -1, 0, 64$"):
         EmulatedTier(tmp_path, latency_us=-1)
+    with pytest.raises(TierEmulatorError, match=(
+            r"^max_background must be 0 \(FUSE's default\) to 65535 and read_ahead_kb 0 \(the default\) "
+            r"to 1024, got 0, 4096$")):
+        EmulatedTier(tmp_path, read_ahead_kb=4096)
     with pytest.raises(TierEmulatorError, match=r"the tier's source .*/missing is not a directory$"):
         EmulatedTier(tmp_path / "missing")
     with pytest.raises(TierEmulatorError, match=r"^the emulated tier is not mounted$"):
@@ -379,3 +403,27 @@ def test_cold_runs_write_only_what_their_readers_read(tmp_path):
     cold.run("vlm", 2_000_000, str(tmp_path), ops=("iterate",), only=["hpcio mds"], include_interop=False,
              log=lambda *a: None)
     assert os.path.exists(described[0].path) and not os.path.exists(described[1].path)
+
+
+def test_the_one_request_baseline_reads_each_record_exactly(tmp_path):
+    """One pread per sample of exactly its record: the bytes it touches are the shards'
+    records, nothing of their headers or embedded configs, every record once."""
+    import json
+
+    from hpcio.bench import cold
+
+    records = cold.run("vlm", 2_000_000, str(tmp_path), ops=("shuffle",), only=["one-request"],
+                       include_interop=False, log=lambda *a: None)
+    assert [(r["system"], r["op"]) for r in records] == [("one-request mds", "shuffle")]
+    mds = next(d.path for d in cold.synthetic_datasets("vlm", 2_000_000, str(tmp_path), write=(),
+                                                      log=lambda *a: None) if d.name == "mds")
+    with open(os.path.join(mds, "index.json")) as f:
+        shards = json.load(f)["shards"]
+    data = 0
+    for shard in shards:
+        raw = (tmp_path / mds / shard["raw_data"]["basename"]).read_bytes()
+        first = int.from_bytes(raw[4:8], "little")  # after the offsets and the embedded config
+        assert first > 4 * (shard["samples"] + 2)
+        data += len(raw) - first
+    assert records[0]["checksum"] == data
+    assert records[0]["samples"] == sum(s["samples"] for s in shards)

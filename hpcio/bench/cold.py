@@ -221,20 +221,23 @@ def _failure(proc: subprocess.CompletedProcess, cgroup_procs: str | None) -> str
 
 def cold_systems(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
     """The readers of the cold runs: the warm comparison's, with hpcio's block and buffer
-    shuffles on sharded formats and webdataset's buffer shuffle added."""
+    shuffles on sharded formats, webdataset's buffer shuffle, and the one-request-at-a-time
+    baseline (one ``pread`` per MDS record, in shuffled order) added."""
     systems = systems_for(datasets, include_interop)
     for s in systems:
         if s.system == "hpcio" and s.dataset.startswith("mds"):
             s.ops = (*s.ops, "shuffle-block", "shuffle-buffer")
         elif s.system == "webdataset":
             s.ops = (*s.ops, "shuffle-buffer")
+    if any(d.name == "mds" for d in datasets):
+        systems.append(System("one-request mds", "one-request", "mds", ops=("shuffle",), peer=False))
     return systems
 
 
 def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limit: int | None = None,
-        only=None, include_interop: bool = True, tier_latency_us: int | None = None,
-        tier_bandwidth: int = 0, log=print) -> list[dict]:
-    """Cold runs of every system on synthetic datasets of ``target_bytes``."""
+        only=None, include_interop: bool = True, tier: dict | None = None, log=print) -> list[dict]:
+    """Cold runs of every system on synthetic datasets of ``target_bytes``; ``tier``: read
+    them through :class:`~hpcio.bench.tier.EmulatedTier` with these keyword arguments."""
     datasets = synthetic_datasets(profile, target_bytes, root, write=(), log=log)
     systems = [s for s in cold_systems(datasets, include_interop)
                if not only or any(word in s.label for word in only)]
@@ -244,11 +247,10 @@ def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limi
     records = []
     with contextlib.ExitStack() as stack:
         procs = stack.enter_context(memory_cgroup(memory_limit)) if memory_limit else None
-        tier = None
-        if tier_latency_us is not None:
+        if tier is not None:
             from .tier import EmulatedTier
 
-            tier = stack.enter_context(EmulatedTier(root, latency_us=tier_latency_us, bandwidth=tier_bandwidth))
+            tier = stack.enter_context(EmulatedTier(root, **tier))
         for system in systems:
             for op in ops:
                 if op not in system.ops:

@@ -65,13 +65,24 @@ class EmulatedTier:
     ``latency_us`` is added to every read request; ``bandwidth`` (bytes/s, 0 for none) is
     shared by all requests; ``threads`` bounds the requests served at once, as a tier's
     server-side concurrency does.  ``mountpoint`` defaults to a new temporary directory.
+
+    The client side is FUSE's: by default the kernel sends read-ahead requests of at most
+    128 KiB and keeps at most 12 in flight.  ``read_ahead_kb`` (the mount's read-ahead
+    window, so the size of its requests, up to 1024) and ``max_background`` (requests in
+    flight) bring it closer to a parallel filesystem's client: Lustre sends RPCs of
+    1-4 MiB, 8 in flight per storage target.  Setting ``read_ahead_kb`` needs root (it is
+    the mount's ``/sys/class/bdi`` entry).
     """
 
     def __init__(self, source, *, latency_us: int = 1000, bandwidth: float = 0, threads: int = 64,
-                 mountpoint=None):
+                 max_background: int = 0, read_ahead_kb: int = 0, mountpoint=None):
         if latency_us < 0 or bandwidth < 0 or threads < 1:
             raise TierEmulatorError(f"latency_us and bandwidth must be >= 0 and threads >= 1, got "
                              f"{latency_us}, {bandwidth}, {threads}")
+        if not 0 <= max_background <= 65535 or not 0 <= read_ahead_kb <= 1024:
+            raise TierEmulatorError(f"max_background must be 0 (FUSE's default) to 65535 and read_ahead_kb "
+                                    f"0 (the default) to 1024, got {max_background}, {read_ahead_kb}")
+        self.max_background, self.read_ahead_kb = int(max_background), int(read_ahead_kb)
         self.source = os.path.realpath(os.fspath(source))
         if not os.path.isdir(self.source):
             raise TierEmulatorError(f"the tier's source {self.source} is not a directory")
@@ -97,12 +108,30 @@ class EmulatedTier:
             raise TierEmulatorError("/dev/fuse does not exist: this machine cannot mount FUSE filesystems")
         self.mountpoint = os.fspath(self._given_mountpoint or tempfile.mkdtemp(prefix="hpcio-tier-"))
         options = f"latency_us={self.latency_us},bandwidth={self.bandwidth},max_threads={self.threads}"
+        if self.max_background:
+            options += f",max_background={self.max_background}"
         proc = subprocess.run([binary, self.source, self.mountpoint, "-o", options],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             self.mountpoint = None
             raise TierEmulatorError(f"mounting {self.source} through tierfs failed: {proc.stderr.strip()}")
+        if self.read_ahead_kb:
+            try:
+                self._set_read_ahead_kb()
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
         return self
+
+    def _set_read_ahead_kb(self) -> None:
+        dev = os.stat(self.mountpoint).st_dev
+        entry = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+        try:
+            with open(entry, "w") as f:
+                f.write(str(self.read_ahead_kb))
+        except OSError as exc:
+            raise TierEmulatorError(f"setting the emulated tier's read-ahead window ({entry}) failed: "
+                                    f"{exc.strerror} (it needs root)") from None
 
     def __exit__(self, *exc) -> None:
         mountpoint, self.mountpoint = self.mountpoint, None

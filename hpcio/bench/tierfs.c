@@ -14,7 +14,13 @@
  * read.  This is an emulation of a tier's latency and bandwidth, not of its caching,
  * striping or metadata server.
  *
- *   tierfs SOURCE MOUNTPOINT -o latency_us=1000,bandwidth=500000000[,max_threads=64] [-f]
+ * `max_background` bounds the read-ahead requests the kernel keeps in flight (FUSE's
+ * default is 12; a Lustre client keeps 8 RPCs per storage target, times the targets a
+ * file is striped over); the kernel's read-ahead window, and so the size of those
+ * requests, is the mount's `read_ahead_kb` (128 KiB by default), set by the caller.
+ *
+ *   tierfs SOURCE MOUNTPOINT -o latency_us=1000,bandwidth=500000000[,max_threads=64]
+ *          [,max_background=64] [-f]
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -40,6 +46,7 @@ struct tier_options {
     char *source;
     unsigned long latency_us;
     unsigned long long bandwidth; /* bytes per second; 0 = no cap */
+    unsigned max_background;      /* 0 = FUSE's default */
 };
 
 static struct tier_options opts;
@@ -50,6 +57,7 @@ static unsigned long long served_requests, served_bytes;
 static const struct fuse_opt option_spec[] = {
     {"latency_us=%lu", offsetof(struct tier_options, latency_us), 0},
     {"bandwidth=%llu", offsetof(struct tier_options, bandwidth), 0},
+    {"max_background=%u", offsetof(struct tier_options, max_background), 0},
     FUSE_OPT_END,
 };
 
@@ -235,7 +243,10 @@ static int tier_chmod(const char *path, mode_t mode, struct fuse_file_info *fi) 
 }
 
 static void *tier_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
-    (void)conn;
+    if (opts.max_background) {
+        conn->max_background = opts.max_background;
+        conn->congestion_threshold = opts.max_background * 3 / 4;
+    }
     cfg->use_ino = 1;
     cfg->entry_timeout = cfg->attr_timeout = 1.0;
     return NULL;

@@ -163,6 +163,41 @@ def _register_hpcio_encodings():
     module.register()
 
 
+class OneRequestMDS:
+    """The one-request-at-a-time baseline: each sample of a plain MDS dataset is one
+    ``pread`` of exactly its record, issued when the sample is asked for, undecoded (a
+    ``{"record": bytes}``).  What a reader with no read planning pays per sample behind a
+    tier's latency; decoding is left out so that only the waiting is measured."""
+
+    def __init__(self, path):
+        with open(os.path.join(path, "index.json")) as f:
+            shards = json.load(f)["shards"]
+        self.fds, self.starts, self.ends, self.file_of = [], [], [], []
+        for k, shard in enumerate(shards):
+            fd = os.open(os.path.join(path, shard["raw_data"]["basename"]), os.O_RDONLY)
+            n = shard["samples"]
+            offsets = np.frombuffer(os.pread(fd, 4 * (n + 2), 0), dtype="<u4")[1 : n + 2].astype(np.int64)
+            self.fds.append(fd)
+            self.starts.append(offsets[:-1])
+            self.ends.append(offsets[1:])
+            self.file_of.append(np.full(n, k))
+        self.starts, self.ends, self.file_of = (np.concatenate(a) for a in (self.starts, self.ends, self.file_of))
+
+    def __len__(self):
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        start = int(self.starts[i])
+        return {"record": os.pread(self.fds[self.file_of[i]], int(self.ends[i]) - start, start)}
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def load_one_request():
+    return lambda path, options: OneRequestMDS(path)
+
+
 def load_streaming():
     from streaming import StreamingDataset
 
@@ -237,6 +272,7 @@ def load_arrow():
 
 LOADERS = {
     "hpcio": load_hpcio,
+    "one-request": load_one_request,
     "streaming": load_streaming,
     "mdf-mds": load_mdf_mds,
     "mdf-jinx": load_mdf_jinx,

@@ -80,6 +80,25 @@ def _add_cold_arguments(parser) -> None:
                            "add the tier 'emulated' to the sweep's tiers)")
     cold.add_argument("--tier-bandwidth", type=_bytes, default=0, metavar="BYTES",
                       help="the emulated tier's bandwidth cap in bytes/s (default: none)")
+    cold.add_argument("--tier-max-background", type=_whole(0, 65535), default=0, metavar="N",
+                      help="read-ahead requests the emulated tier's client keeps in flight "
+                           "(default: FUSE's, 12; a Lustre client keeps 8 per storage target)")
+    cold.add_argument("--tier-read-ahead-kb", type=_whole(0, 1024), default=0, metavar="KB",
+                      help="the emulated tier's read-ahead window, the size of its requests, at most 1024 "
+                           "(default: the kernel's, 128; needs root)")
+
+
+def _whole(lo: int, hi: int):
+    """An argparse type: a whole number from ``lo`` to ``hi``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {lo} to {hi}, got {text!r}")
+        return value
+    return parse
 
 
 def _bytes(text: str) -> int:
@@ -114,8 +133,7 @@ def _run_cold(args) -> int:
     for profile in args.profile or ("text", "vlm"):
         records += cold.run(profile, args.cold_size, data, ops=tuple(args.op or cold.COLD_OPS),
                             memory_limit=args.memory_limit, only=args.only,
-                            include_interop=not args.no_interop, tier_latency_us=args.tier_latency_us,
-                            tier_bandwidth=args.tier_bandwidth)
+                            include_interop=not args.no_interop, tier=_emulated_tier(args))
     with open(os.path.join(args.out, "cold.json"), "w") as f:
         json.dump({"device": limits, "runs": records}, f, indent=1)
     with open(os.path.join(args.out, "cold.md"), "w") as f:
@@ -134,6 +152,14 @@ def _scale(text: str) -> int:
     return value
 
 
+def _emulated_tier(args) -> dict | None:
+    """EmulatedTier's keyword arguments from the --tier-* options; None without a tier."""
+    if args.tier_latency_us is None:
+        return None
+    return {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth,
+            "max_background": args.tier_max_background, "read_ahead_kb": args.tier_read_ahead_kb}
+
+
 def _loader_options(args) -> dict:
     from ..bench.loader import LOADER_FORMATS
 
@@ -142,8 +168,7 @@ def _loader_options(args) -> dict:
         "batch_sizes": tuple(args.loader_batch or (32, 256)),
         "prefetch_factors": tuple(args.loader_prefetch or (2, 8)),
         "compute_per_sample": tuple(args.loader_compute or (50e-6,)),
-        "emulated_tier": None if args.tier_latency_us is None else
-        {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth},
+        "emulated_tier": _emulated_tier(args),
         "formats": tuple(args.loader_format or LOADER_FORMATS),
         "cache": args.loader_cache,
     }
