@@ -191,7 +191,9 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
     total = sum(os.path.getsize(f) for f in files)
     head = {"system": system.label, "dataset": dataset.name, "op": op, "profile": profile,
             "dataset_bytes": total, "resident_before": before.fraction,
-            "tier": None if tier is None else {"latency_us": tier.latency_us, "bandwidth": tier.bandwidth}}
+            "tier": None if tier is None else {"latency_us": tier.latency_us, "bandwidth": tier.bandwidth,
+                                               "max_background": tier.max_background,
+                                               "read_ahead_kb": tier.read_ahead_kb}}
     if proc.returncode != 0:
         return {**head, "error": _failure(proc, cgroup_procs)}
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -217,6 +219,14 @@ def _failure(proc: subprocess.CompletedProcess, cgroup_procs: str | None) -> str
         return "killed by the memory cgroup: needs more memory than the limit"
     tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
     return f"exit status {proc.returncode}: {tail}"
+
+
+def _tier_label(tier: dict) -> str:
+    """``emulated 5000 us``, with the client's request size and depth when they were set."""
+    label = f"emulated {tier['latency_us']} us"
+    if tier.get("read_ahead_kb") or tier.get("max_background"):
+        label += f", {tier.get('read_ahead_kb') or 128} KiB x {tier.get('max_background') or 12}"
+    return label
 
 
 def cold_systems(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
@@ -289,7 +299,7 @@ def markdown(limits: dict | None, records: list[dict]) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         limit = rnd if r["op"] == "shuffle" else seq
-        tier = "local" if r["tier"] is None else f"emulated {r['tier']['latency_us']} us"
+        tier = "local" if r["tier"] is None else _tier_label(r["tier"])
         if "error" in r:
             lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} ||||||||{tier} |")
             continue
