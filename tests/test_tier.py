@@ -176,12 +176,77 @@ def _written_blobs(path, count=60, size=30_000):
     return blobs
 
 
+def _batch_prefetches_only(monkeypatch) -> None:
+    """No read of the whole dataset ahead of a pass, whatever the memory available."""
+    from hpcio.formats.mds import batches
+
+    monkeypatch.setattr(batches, "_WHOLE_READ_FRACTION", 0)
+
+
+def test_a_pass_over_cold_shards_that_fit_in_memory_reads_them_whole(tmp_path, monkeypatch):
+    """The first prefetch of a pass reads every shard cold when opened whole, in storage
+    order, when they fit in half the memory available; the batches then prefetch nothing
+    more.  Shards that do not fit leave the batches' own prefetches."""
+    from hpcio.formats.mds import batches
+
+    blobs = _written_blobs(tmp_path / "d", count=200)
+    files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
+    assert len(files) > 3
+    order = np.random.default_rng(3).permutation(len(blobs))
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        ds.prefetch(order[:10])
+        whole = ds.reader._whole_read
+        assert whole.close(wait=True) >= sum(os.path.getsize(f) for f in files) - 4096 * len(files)
+        assert pagecache.resident(files).fraction == 1.0
+        ds.prefetch(order[10:20])
+        assert not ds.reader._prefetches and ds.reader._whole_read is whole
+        assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:  # cached now: nothing to read
+        ds.prefetch(order[:10])
+        assert ds.reader._whole_read is False
+    monkeypatch.setattr(batches, "available_bytes", lambda: 2 * sum(os.path.getsize(f) for f in files) - 1)
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        ds.prefetch(order[:10])
+        assert ds.reader._whole_read is False and len(ds.reader._prefetches) == 1
+        assert 10 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 20 * 30_000
+
+
+def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
+    import subprocess
+    import sys
+
+    from hpcio._memory import available_bytes
+    from hpcio.bench.cold import memory_cgroup
+
+    with open("/proc/meminfo") as f:
+        total = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024
+    assert 0 < available_bytes() <= total
+    try:
+        cgroup = memory_cgroup(64 << 20)
+        procs = cgroup.__enter__()
+    except hpcio.HpcioError as exc:
+        pytest.skip(f"no memory cgroup here: {exc}")
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(1); "
+                                  "from hpcio._memory import available_bytes; print(available_bytes())"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        with open(procs, "w") as f:
+            f.write(str(child.pid))
+        out, _ = child.communicate("x")
+    finally:
+        cgroup.__exit__(None, None, None)
+    assert 0 <= int(out) <= 64 << 20
+
+
 def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
     """``prefetch`` reads the records of shards that were cold when opened into the page
     cache, on threads with read_ahead > 0 and by POSIX_FADV_WILLNEED with 0; shards
     opened cached are left alone, and the batch then reads the same values."""
     from hpcio._core import _io
 
+    _batch_prefetches_only(monkeypatch)
     blobs = _written_blobs(tmp_path / "d")
     order = np.random.default_rng(1).permutation(len(blobs))[:20]
     with hpcio.open(tmp_path / "d", read_ahead=4) as ds:  # just written: cached
@@ -281,10 +346,11 @@ def test_storage_order_pass_reads_ahead_where_the_kernel_keeps_one_request(text_
 
 
 @fuse
-def test_a_shuffled_pass_through_fuse_reads_batches_ahead_each_byte_once(tmp_path):
+def test_a_shuffled_pass_through_fuse_reads_batches_ahead_each_byte_once(tmp_path, monkeypatch):
     """Iterating a shuffled view through the emulated tier reads each batch ahead of its
     turn (read_ahead "auto" is 8 there) and still makes storage deliver each byte about
     once."""
+    _batch_prefetches_only(monkeypatch)
     blobs = _written_blobs(tmp_path / "src" / "d", count=400)
     order = np.random.default_rng(2).permutation(len(blobs))
     with EmulatedTier(tmp_path / "src", latency_us=100, bandwidth=0, threads=8) as tier:

@@ -21,6 +21,7 @@ from ...columns import VarColumn, ViewColumn
 from ...codecs import MAX_DECODED_ENV
 from ...errors import (CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError,
                        ShardChangedError)
+from ..._memory import available_bytes
 from .compression import Compression
 from .shards import _OpenShard, _large_records
 
@@ -32,6 +33,10 @@ _PLANNED_DEPTH = 8
 _PLANNED_GAP = 16 << 10
 # Prefetches running at once: the batch being read and the next one.
 _PREFETCHES = 2
+# A shuffled pass over a dataset whose cold shards fit in this fraction of the memory
+# still available reads them whole, in storage order, behind the batches: sequential
+# reads of 1 MiB instead of a request per record (see _BatchReads.prefetch).
+_WHOLE_READ_FRACTION = 0.5
 
 
 class _BatchReads:
@@ -184,6 +189,10 @@ class _BatchReads:
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if not len(ids):
             return
+        if self._whole_read is None:
+            self._whole_read = self._read_whole_if_it_fits() or False
+        if self._whole_read:
+            return  # every record is on its way
         shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
         touched = np.unique(shard_of)
         if len(touched) > self.max_open:
@@ -211,6 +220,36 @@ class _BatchReads:
         while len(running) > _PREFETCHES:
             running.popleft().close()
 
+    def _read_whole_if_it_fits(self):
+        """At a pass's first prefetch: when the plain shards not cached when opened fit in
+        ``_WHOLE_READ_FRACTION`` of the memory still available (:func:`available_bytes`),
+        read them whole in the background, in storage order, in reads of 1 MiB
+        (``read_ahead`` at once, else 8), and return that read-ahead; else None.  Every
+        record of a shuffled pass is then read by a sequential stream at the storage's
+        sequential bandwidth, where a request per record is bound by its random reads
+        (tens of thousands per second for small records).  Larger than memory, the
+        batches' own prefetches remain the only reads ahead."""
+        from ..._core import _io
+
+        if not self.shards or len(self.shards) > self.max_open or any(s.whole_shard for s in self.shards):
+            return None
+        available = available_bytes()
+        if available is None or sum(s.raw_bytes for s in self.shards) > available * _WHOLE_READ_FRACTION:
+            return None
+        fds, sizes = [], []
+        try:
+            for k in range(len(self.shards)):
+                sh = self._shard(k)
+                if sh.cold and sh.mapped is not None:
+                    fds.append(sh.mapped.fd)
+                    sizes.append(sh.mapped.size)
+        except HpcioError:
+            return None  # the read of that shard's samples reports it, in its turn
+        if not fds:
+            return None
+        return _io.read_ahead_extents(fds, np.arange(len(fds), dtype=np.uint32), np.zeros(len(fds), np.int64),
+                                      np.asarray(sizes, np.int64), self.read_ahead or _PLANNED_DEPTH, _PLANNED_GAP)
+
     def _cold_extents(self, k: int, lidx: np.ndarray):
         """``(fd, starts, ends)`` of shard ``k``'s records ``lidx`` when the shard was cold
         when opened, else None (also when opening it or its offsets fail)."""
@@ -226,6 +265,9 @@ class _BatchReads:
     def _stop_prefetches(self) -> None:
         while self._prefetches:
             self._prefetches.popleft().close()
+        if self._whole_read:
+            self._whole_read.close()
+        self._whole_read = None
 
     def _report_bad_record(self, i: int, cols: list[int]):
         """Raise for sample ``i``, which a compiled kernel refused: the general path names
