@@ -384,12 +384,22 @@ def test_the_tier_client_sends_larger_requests_when_asked(tmp_path):
     (tmp_path / "src" / "f").write_bytes(data)
     sizes = {}
     for knobs in ({}, {"read_ahead_kb": 1024, "max_background": 64}):
-        with EmulatedTier(tmp_path / "src", latency_us=100, **knobs) as tier:
+        tier = EmulatedTier(tmp_path / "src", latency_us=100, **knobs)
+        try:
+            tier.__enter__()  # unmounted again if setting the read-ahead window fails
+        except TierEmulatorError as exc:
+            if "read-ahead window" not in str(exc):
+                raise
+            pytest.skip(f"this machine's /sys is not writable: {exc}")
+        try:
             pagecache.evict([tier.path("f")])
             with open(tier.path("f"), "rb") as f:
                 assert f.read() == data
             stats = tier.stats()
             sizes[bool(knobs)] = stats["bytes"] / stats["requests"]
+        finally:
+            tier.__exit__(None, None, None)
+        assert tier.mountpoint is None
     assert sizes[False] <= 128 << 10
     assert sizes[True] > 512 << 10
 
