@@ -52,10 +52,10 @@ def add_arguments(parser):
                         help="measure staging with verification (hpcio.stage) against cp -r on the same files")
     parser.add_argument("--conversion", action="store_true",
                         help="measure writing the same samples with hpcio, streaming's MDSWriter and webdataset's ShardWriter")
-    parser.add_argument("--pipeline-repeats", type=_scale, default=None, metavar="N",
+    parser.add_argument("--pipeline-repeats", type=_whole(1), default=None, metavar="N",
                         help="runs of each --staging and --conversion system, taking turns; the median is kept "
                              "(default: 7)")
-    parser.add_argument("--conversion-scale", type=_scale, default=None, metavar="K",
+    parser.add_argument("--conversion-scale", type=_whole(1), default=None, metavar="K",
                         help="with --conversion, measure hpcio's 1->2 rank scaling again on K times each profile's "
                              "samples, where a job's fixed costs weigh less (1: not; default: 4)")
     _add_cold_arguments(parser)
@@ -88,15 +88,17 @@ def _add_cold_arguments(parser) -> None:
                            "(default: the kernel's, 128; needs root)")
 
 
-def _whole(lo: int, hi: int):
-    """An argparse type: a whole number from ``lo`` to ``hi``."""
+def _whole(lo: int, hi: int | None = None):
+    """An argparse type: a whole number from ``lo`` to ``hi`` (no bound when None)."""
+    expected = f"of at least {lo}" if hi is None else f"from {lo} to {hi}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected a whole number from {lo} to {hi}, got {text!r}")
+        if value is None or value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"expected a whole number {expected}, got {text!r}")
         return value
     return parse
 
@@ -140,16 +142,6 @@ def _run_cold(args) -> int:
         f.write(cold.markdown(limits, records))
     print(f"cold report written to {args.out}/cold.md and cold.json")
     return 0
-
-
-def _scale(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
 
 
 def _emulated_tier(args) -> dict | None:

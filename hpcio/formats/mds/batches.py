@@ -194,14 +194,17 @@ class _BatchReads:
         if self._whole_read:
             return  # every record is on its way
         shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
-        touched = np.unique(shard_of)
+        # one stable sort groups the batch by shard, each shard's records in asked order
+        order = np.argsort(shard_of, kind="stable")
+        touched, first = np.unique(shard_of[order], return_index=True)
         if len(touched) > self.max_open:
             return  # opening them would close shards the current batch reads
+        bounds = np.append(first, len(ids)).tolist()
         fds, file_of, starts, ends = [], [], [], []
-        for k in touched.tolist():
+        for j, k in enumerate(touched.tolist()):
             if k in self._mem or (k in self._maps and not self._maps[k].cold):
                 continue  # in memory, or cached when opened: nothing to read ahead
-            extents = self._cold_extents(k, local[shard_of == k])
+            extents = self._cold_extents(k, local[order[bounds[j] : bounds[j + 1]]])
             if extents is None:
                 continue
             fd, lo, hi = extents
