@@ -213,13 +213,15 @@ typedef struct hpcio_readahead hpcio_readahead;
 hpcio_status hpcio_readahead_start(int fd, uint64_t offset, uint64_t length, int depth,
                                    hpcio_readahead **out, hpcio_error *err);
 /* The same for extents j < m, bytes [off[j], off[j] + len[j]) of fds[file[j]]: sorted by
- * file and offset, neighbours closer than max_gap (at most half a chunk) read as one
- * range.  Used to read a batch's records ahead of the batch; nothing is skipped as
- * cached (the caller passes the extents of files that were not). */
+ * rank[j] (all 0 when rank is NULL), file and offset, and read in that order, neighbours
+ * of one rank closer than max_gap (at most half a chunk) as one range: ranks put a pass's
+ * records in the order it needs them.  Used to read records ahead of the batches that
+ * need them; nothing is skipped as cached (the caller passes the extents of files that
+ * were not). */
 hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const uint32_t *file,
-                                           const uint64_t *off, const uint64_t *len, size_t m,
-                                           uint64_t max_gap, int depth,
-                                           hpcio_readahead **out, hpcio_error *err);
+                                           const uint64_t *off, const uint64_t *len,
+                                           const uint64_t *rank, size_t m, uint64_t max_gap,
+                                           int depth, hpcio_readahead **out, hpcio_error *err);
 uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel);
 
 /* Ask the kernel to start writing the dirty pages of bytes [offset, offset + nbytes) of

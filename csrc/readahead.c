@@ -17,6 +17,7 @@ struct piece {
     uint32_t file;
     uint64_t off;
     uint64_t len;
+    uint64_t rank;     /* extents: read before those of a higher rank */
 };
 
 struct hpcio_readahead {
@@ -175,18 +176,20 @@ hpcio_status hpcio_readahead_start(int fd, uint64_t offset, uint64_t length, int
     return begin(ra, depth, out);
 }
 
-static int by_place(const void *a, const void *b)
+static int by_rank_and_place(const void *a, const void *b)
 {
     const struct piece *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
     if (x->file != y->file)
         return x->file < y->file ? -1 : 1;
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
 hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const uint32_t *file,
-                                           const uint64_t *off, const uint64_t *len, size_t m,
-                                           uint64_t max_gap, int depth,
-                                           hpcio_readahead **out, hpcio_error *err)
+                                           const uint64_t *off, const uint64_t *len,
+                                           const uint64_t *rank, size_t m, uint64_t max_gap,
+                                           int depth, hpcio_readahead **out, hpcio_error *err)
 {
     hpcio_readahead *ra;
     struct piece *ext;
@@ -219,13 +222,14 @@ hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const 
         return st;
     }
     for (size_t j = 0; j < m; j++)
-        ext[j] = (struct piece){file[j], off[j], len[j]};
-    qsort(ext, m, sizeof *ext, by_place);
-    /* neighbours closer than max_gap are read as one range, as planned reads are */
+        ext[j] = (struct piece){file[j], off[j], len[j], rank ? rank[j] : 0};
+    qsort(ext, m, sizeof *ext, by_rank_and_place);
+    /* neighbours of one rank closer than max_gap are read as one range, as planned reads are */
     for (size_t a = 0; a < m;) {
         uint64_t lo = ext[a].off, hi = lo + ext[a].len;
         size_t b = a + 1;
-        for (; b < m && ext[b].file == ext[a].file && ext[b].off <= hi + max_gap; b++)
+        for (; b < m && ext[b].rank == ext[a].rank && ext[b].file == ext[a].file &&
+               ext[b].off <= hi + max_gap; b++)
             if (ext[b].off + ext[b].len > hi)
                 hi = ext[b].off + ext[b].len;
         if (hi > lo)

@@ -21,12 +21,16 @@ from .registry import get_format, sniff_format
 __all__ = ["Dataset", "open", "open_writer"]
 
 
-def batches_read_ahead(indices, size: int, prefetch: Callable) -> Iterator:
-    """``indices`` in slices of ``size``, each handed out after ``prefetch`` was given the
-    next one: storage reads a batch while the one before it is consumed."""
+def batches_read_ahead(indices, size: int, source) -> Iterator:
+    """``indices`` in slices of ``size``: ``source`` (a reader or a Dataset) is first told
+    the whole pass (``will_read``), then given each next slice to ``prefetch`` before the
+    current one is handed out, so storage reads a batch while the one before it is
+    consumed."""
+    if len(indices):
+        source.will_read(indices)
     for lo in range(0, len(indices), size):
         if lo + size < len(indices):
-            prefetch(indices[lo + size : lo + 2 * size])
+            source.prefetch(indices[lo + size : lo + 2 * size])
         yield indices[lo : lo + size]
 
 
@@ -126,6 +130,16 @@ class Dataset(Sequence):
         if len(positions):
             self.reader.prefetch(positions)
 
+    def will_read(self, indices) -> None:
+        """Announce a pass that is about to read the samples at ``indices`` in this order:
+        MDS then reads their records ahead in that order, in large requests, when they fit
+        in half the memory available (see :doc:`formats/mds`).  A hint, like
+        :meth:`prefetch`; iterating a view and the :mod:`hpcio.torch` adapters announce
+        their passes themselves."""
+        positions = self._positions(indices)
+        if len(positions):
+            self.reader.will_read(positions)
+
     def get_columns(self, indices) -> dict:
         """Many samples as one column per field (the columnar batch read API).
 
@@ -159,7 +173,7 @@ class Dataset(Sequence):
         return self._iter_view()
 
     def _iter_view(self) -> Iterator[Mapping]:
-        for batch in batches_read_ahead(self.indices, self.reader.batch_size, self.reader.prefetch):
+        for batch in batches_read_ahead(self.indices, self.reader.batch_size, self.reader):
             yield from self.reader.iter_many(batch, self.fields)
 
     # --- views -----------------------------------------------------------------------

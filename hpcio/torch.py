@@ -271,7 +271,7 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
             self._begin(1)
         indices = self._indices(ctx, ctx.worker_id, ctx.num_workers)
         # storage reads the next batch while this one is decoded and the model computes
-        for batch_indices in batches_read_ahead(indices, self.batch_size, self.dataset.prefetch):
+        for batch_indices in batches_read_ahead(indices, self.batch_size, self.dataset):
             batch = self.collate_fn(self._read(batch_indices))
             if in_main and not self._by_loader:
                 self._delivered += 1

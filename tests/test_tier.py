@@ -177,16 +177,17 @@ def _written_blobs(path, count=60, size=30_000):
 
 
 def _batch_prefetches_only(monkeypatch) -> None:
-    """No read of the whole dataset ahead of a pass, whatever the memory available."""
+    """No read of an announced pass ahead of it, whatever the memory available."""
     from hpcio.formats.mds import batches
 
-    monkeypatch.setattr(batches, "_WHOLE_READ_FRACTION", 0)
+    monkeypatch.setattr(batches, "_PASS_READ_FRACTION", 0)
 
 
-def test_a_pass_over_cold_shards_that_fit_in_memory_reads_them_whole(tmp_path, monkeypatch):
-    """The first prefetch of a pass reads every shard cold when opened whole, in storage
-    order, when they fit in half the memory available; the batches then prefetch nothing
-    more.  Shards that do not fit leave the batches' own prefetches."""
+def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_order(tmp_path, monkeypatch):
+    """``will_read`` of a pass whose cold shards fit in half the memory available reads
+    their records (under 64 KiB) ahead, merged into whole shards in storage order; the
+    batches then prefetch nothing more.  Cached shards, or shards that do not fit, leave
+    the batches' own prefetches."""
     from hpcio.formats.mds import batches
 
     blobs = _written_blobs(tmp_path / "d", count=200)
@@ -195,22 +196,68 @@ def test_a_pass_over_cold_shards_that_fit_in_memory_reads_them_whole(tmp_path, m
     order = np.random.default_rng(3).permutation(len(blobs))
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
-        ds.prefetch(order[:10])
-        whole = ds.reader._whole_read
+        ds.will_read(order)
+        whole = ds.reader._pass_read
         assert whole.close(wait=True) >= sum(os.path.getsize(f) for f in files) - 4096 * len(files)
         assert pagecache.resident(files).fraction == 1.0
         ds.prefetch(order[10:20])
-        assert not ds.reader._prefetches and ds.reader._whole_read is whole
+        assert not ds.reader._prefetches and ds.reader._pass_read is whole
         assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:  # cached now: nothing to read
-        ds.prefetch(order[:10])
-        assert ds.reader._whole_read is False
+        ds.will_read(order)
+        assert ds.reader._pass_read is None
     monkeypatch.setattr(batches, "available_bytes", lambda: 2 * sum(os.path.getsize(f) for f in files) - 1)
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        ds.will_read(order)
+        assert ds.reader._pass_read is None
         ds.prefetch(order[:10])
-        assert ds.reader._whole_read is False and len(ds.reader._prefetches) == 1
+        assert len(ds.reader._prefetches) == 1
         assert 10 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 20 * 30_000
+
+
+def test_an_announced_pass_reads_only_the_records_it_names(tmp_path):
+    """A rank's share of a pass reads its own records ahead, not the whole shards."""
+    blobs = _written_blobs(tmp_path / "d", count=200, size=100_000)
+    files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
+    share = np.random.default_rng(4).permutation(len(blobs))[::4]
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        ds.will_read(share)
+        got = ds.reader._pass_read.close(wait=True)
+        assert len(share) * 100_000 <= got < len(share) * 100_000 + len(share) * 4096 * 2
+        assert [s["blob"] for s in ds.get_batch(share)] == [blobs[i] for i in share]
+
+
+@fuse
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mount's read-ahead window is set through /sys, as root")
+def test_an_announced_pass_of_large_records_reads_them_in_its_order(tmp_path):
+    """Records of 64 KiB or more are read one request each in the order the pass needs
+    them: stopped while its first read is in flight (behind 300 ms per 1 MiB request, one
+    at a time), the pass has read its first record and none of its last ones."""
+    import time
+
+    blobs = _written_blobs(tmp_path / "src" / "d", count=12, size=1_200_000)
+    order = np.random.default_rng(5).permutation(len(blobs))
+    with EmulatedTier(tmp_path / "src", latency_us=300_000, bandwidth=0, threads=8, read_ahead_kb=1024) as tier:
+        files = [f for f in dataset_files(tier.path("d")) if f.endswith(".mds")]
+        pagecache.evict(files)
+        with hpcio.open(tier.path("d"), read_ahead=1) as ds:
+            reader = ds.reader
+            ds.will_read(order)
+            time.sleep(0.1)
+            reader._stop_pass_read()  # the read in flight completes, the rest is skipped
+
+            def cached(i):
+                k = int(np.searchsorted(reader._cum, i, side="right")) - 1
+                sh = reader._shard(k)
+                _lidx, lo, hi = sh.extents([i - reader._cum_list[k]])
+                return pagecache.resident_range(sh.path, int(lo[0]), int(hi[0] - lo[0]))
+
+            first = int(order[0])
+            assert cached(first) > 1 << 20
+            # of the others, only what the read of their shard's head brought in (16 KiB)
+            assert max(cached(int(i)) for i in order[1:]) <= 16 << 10
 
 
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):

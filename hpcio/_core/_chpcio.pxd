@@ -93,9 +93,9 @@ cdef extern from "hpcio.h" nogil:
     hpcio_status hpcio_readahead_start(int fd, uint64_t offset, uint64_t length, int depth,
                                        hpcio_readahead **out, hpcio_error *err)
     hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const uint32_t *file,
-                                               const uint64_t *off, const uint64_t *len, size_t m,
-                                               uint64_t max_gap, int depth,
-                                               hpcio_readahead **out, hpcio_error *err)
+                                               const uint64_t *off, const uint64_t *len,
+                                               const uint64_t *rank, size_t m, uint64_t max_gap,
+                                               int depth, hpcio_readahead **out, hpcio_error *err)
     uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel)
     hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
                                      size_t nshards, const int64_t *shard, const uint64_t *local,

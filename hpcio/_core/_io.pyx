@@ -609,21 +609,28 @@ cdef class ReadAhead:
             self._ra = NULL
 
 
-def read_ahead_extents(fds, file_of, starts, ends, int depth=8, uint64_t max_gap=16384) -> ReadAhead:
+def read_ahead_extents(fds, file_of, starts, ends, int depth=8, uint64_t max_gap=16384, ranks=None) -> ReadAhead:
     """Records ``[starts[j], ends[j])`` of the files open on ``fds[file_of[j]]`` read into the
     page cache in the background (``hpcio_readahead_extents_start``): sorted by file and
     offset, neighbours within ``max_gap`` bytes read as one range, in reads of at most
     1 MiB, ``depth`` at once.  A batch's records read this way while the batch before it
-    is consumed are found cached when their turn comes.  Descriptors are duplicated, so
-    the caller may close its own."""
+    is consumed are found cached when their turn comes.  With ``ranks``, records are read
+    in order of ``ranks[j]`` first, and only those of one rank merged (a pass's order:
+    each record read in its turn).  Descriptors are duplicated, so the caller may close
+    its own."""
     cdef const int32_t[::1] f = np.ascontiguousarray(fds, dtype=np.int32)
     cdef const uint32_t[::1] w = np.ascontiguousarray(file_of, dtype=np.uint32)
     first = np.asarray(starts, dtype=np.int64)
     cdef const uint64_t[::1] a = np.ascontiguousarray(first, dtype=np.uint64)
     cdef const uint64_t[::1] n = np.maximum(np.asarray(ends, dtype=np.int64) - first, 0).astype(np.uint64)
+    cdef const uint64_t[::1] r = None if ranks is None else np.ascontiguousarray(ranks, dtype=np.uint64)
     cdef Py_ssize_t m = w.shape[0]
-    if a.shape[0] != m or n.shape[0] != m:
-        raise InvalidArgumentError(f"file_of, starts and ends differ in length: {m}, {a.shape[0]}, {n.shape[0]}")
+    if a.shape[0] != m or n.shape[0] != m or (r is not None and r.shape[0] != m):
+        raise InvalidArgumentError(f"file_of, starts, ends and ranks differ in length: {m}, {a.shape[0]}, "
+                                   f"{n.shape[0]}, {m if r is None else r.shape[0]}")
+    cdef const uint64_t *rp = NULL
+    if r is not None and m:
+        rp = &r[0]
     cdef ReadAhead ra = ReadAhead.__new__(ReadAhead)
     cdef hpcio_error err
     cdef hpcio_status st
@@ -631,7 +638,7 @@ def read_ahead_extents(fds, file_of, starts, ends, int depth=8, uint64_t max_gap
     with nogil:
         st = hpcio_readahead_extents_start(<const int *>&f[0] if f.shape[0] else NULL, f.shape[0],
                                            &w[0] if m else NULL, &a[0] if m else NULL,
-                                           &n[0] if m else NULL, m, max_gap, depth, &ra._ra, &err)
+                                           &n[0] if m else NULL, rp, m, max_gap, depth, &ra._ra, &err)
     check(st, &err, None, -1, -1)
     return ra
 

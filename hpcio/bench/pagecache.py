@@ -40,6 +40,18 @@ def evict(paths: Iterable[str]) -> None:
             os.close(fd)
 
 
+def load(paths: Iterable[str]) -> None:
+    """Read every file in ``paths`` into the page cache."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            while os.read(fd, 8 << 20):
+                pass
+        finally:
+            os.close(fd)
+
+
 class Residency(tuple):
     """``(resident_bytes, total_bytes)`` of a set of files."""
 
@@ -53,28 +65,38 @@ class Residency(tuple):
         return self[0] / self[1] if self[1] else 0.0
 
 
-def _resident_bytes(path: str) -> tuple[int, int]:
+def _resident_bytes(path: str, offset: int = 0, length: int | None = None) -> tuple[int, int]:
+    """``(cached, total)`` bytes of ``path``'s bytes ``[offset, offset + length)`` (to the
+    end when ``length`` is None), counted in whole pages."""
     size = os.path.getsize(path)
-    if size == 0:
+    start = offset // _PAGE * _PAGE
+    end = size if length is None else min(size, offset + length)
+    if end <= start:
         return 0, 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        addr = _libc.mmap(None, end - start, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
         if addr in (None, _MAP_FAILED):
             err = ctypes.get_errno()
             raise OSError(err, f"mmap for mincore: {os.strerror(err)}", path)
         try:
-            pages = (size + _PAGE - 1) // _PAGE
+            pages = (end - start + _PAGE - 1) // _PAGE
             vec = ctypes.create_string_buffer(pages)
-            if _libc.mincore(addr, size, vec) != 0:
+            if _libc.mincore(addr, end - start, vec) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"mincore: {os.strerror(err)}", path)
             cached = int(np.count_nonzero(np.frombuffer(vec.raw, np.uint8) & 1))
         finally:
-            _libc.munmap(addr, size)
+            _libc.munmap(addr, end - start)
     finally:
         os.close(fd)
-    return min(cached * _PAGE, size), size
+    return min(cached * _PAGE, end - start), end - start
+
+
+def resident_range(path: str, offset: int, length: int) -> int:
+    """How many bytes of the pages holding ``path``'s bytes ``[offset, offset + length)``
+    are in the page cache now."""
+    return _resident_bytes(path, offset, length)[0]
 
 
 def resident(paths: Iterable[str]) -> Residency:

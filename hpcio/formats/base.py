@@ -147,6 +147,11 @@ class Reader(abc.ABC):
         the background and return at once, so that reading them next finds them in
         memory.  A hint: formats that cannot read ahead do nothing."""
 
+    def will_read(self, indices: np.ndarray) -> None:
+        """A pass is about to read the samples at ``indices`` (non-negative, in range) in
+        this order: formats that can read it ahead in that order start doing so in the
+        background.  A hint, like :meth:`prefetch`."""
+
     def shared_index(self) -> object | None:
         """What another process opening the same dataset can be given as the reader's
         ``shared_index`` option so as not to build it again by reading the files (the

@@ -33,10 +33,16 @@ _PLANNED_DEPTH = 8
 _PLANNED_GAP = 16 << 10
 # Prefetches running at once: the batch being read and the next one.
 _PREFETCHES = 2
-# A shuffled pass over a dataset whose cold shards fit in this fraction of the memory
-# still available reads them whole, in storage order, behind the batches: sequential
-# reads of 1 MiB instead of a request per record (see _BatchReads.prefetch).
-_WHOLE_READ_FRACTION = 0.5
+# A pass announced by will_read whose shards fit in this fraction of the memory still
+# available is read ahead whole (see _BatchReads.will_read): records averaging at least
+# _RECORD_PER_REQUEST each in its own request in the pass's order (a request that size
+# runs at the storage's bandwidth, and each batch arrives in its turn); smaller records in
+# storage order, in reads of up to 1 MiB, where a request per record would be bound by
+# the storage's random reads.
+_PASS_READ_FRACTION = 0.5
+_RECORD_PER_REQUEST = 64 << 10
+# Reads in flight at most (the read_ahead option's bound).
+_MAX_DEPTH = 64
 
 
 class _BatchReads:
@@ -182,76 +188,125 @@ class _BatchReads:
         caller's work.  With ``read_ahead`` reads in flight on threads of their own
         (records sorted and coalesced as planned reads are), else by
         ``POSIX_FADV_WILLNEED``, which block devices serve asynchronously.  The oldest
-        prefetch beyond the last two is stopped.  A shard that cannot be opened or whose
-        offsets are bad is skipped: the read of its samples reports it, in its turn."""
-        from ..._core import _index, _io
+        prefetch beyond the last two is stopped.  Nothing is done while the read of an
+        announced pass (:meth:`will_read`) runs: it holds these records.  A shard that
+        cannot be opened or whose offsets are bad is skipped: the read of its samples
+        reports it, in its turn."""
+        from ..._core import _io
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if not len(ids):
+        if not len(ids) or self._pass_read is not None:
             return
-        if self._whole_read is None:
-            self._whole_read = self._read_whole_if_it_fits() or False
-        if self._whole_read:
-            return  # every record is on its way
-        shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
-        # one stable sort groups the batch by shard, each shard's records in asked order
+        extents = self._extents_by_shard(ids)
+        if extents is None:
+            return
+        fds, file_of, starts, ends, _picked = extents
+        if not self.read_ahead:
+            for f, fd in enumerate(fds):
+                mine = file_of == f
+                _io.will_need(fd, starts[mine], ends[mine])
+            return
+        running = self._prefetches
+        running.append(_io.read_ahead_extents(fds, file_of, starts, ends, self.read_ahead, _PLANNED_GAP))
+        while len(running) > _PREFETCHES:
+            running.popleft().close()
+
+    def will_read(self, indices) -> None:
+        """A pass is about to read samples ``indices`` in this order: when the shards it
+        touches fit in ``_PASS_READ_FRACTION`` of the memory still available
+        (:func:`available_bytes`), start reading its records that lie in shards cold when
+        opened, in the background, ``read_ahead`` requests at once (else 8).  Records of
+        ``_RECORD_PER_REQUEST`` or more are read one request each, in the pass's order, so
+        each batch arrives in its turn while the ones before it are consumed, with as many
+        more requests at once as fit in 1 MiB (on a remote tier, the bytes in flight are
+        what hides its latency; at most ``_MAX_DEPTH``); smaller
+        records in storage order, neighbours within ``_PLANNED_GAP`` merged into reads of
+        up to 1 MiB, at the storage's sequential bandwidth where a request per record
+        would be bound by its random reads.  A rank's share of the samples reads only its
+        own records.  Larger than memory, the batches' own prefetches are the reads
+        ahead.  The heads of the shards touched are read concurrently first, so opening
+        them costs one latency, not one per shard.  Announcing a pass stops the previous
+        one's read."""
+        from ..._core import _io
+
+        self._stop_pass_read()
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if not len(ids) or not self.shards or any(s.whole_shard for s in self.shards):
+            return
+        available = available_bytes()
+        if available is None:
+            return
+        shard_of, _local = _index_of(self, ids)
+        touched = np.unique(shard_of)
+        shard_bytes = sum(self.shards[k].raw_bytes for k in touched.tolist())
+        if len(touched) > self.max_open or shard_bytes > available * _PASS_READ_FRACTION:
+            return
+        record = shard_bytes // max(1, sum(self.shards[k].samples for k in touched.tolist()))
+        in_turn = record >= _RECORD_PER_REQUEST
+        depth = self.read_ahead or _PLANNED_DEPTH
+        if in_turn and self.read_ahead:  # as many bytes in flight as read_ahead reads of 1 MiB
+            depth = min(_MAX_DEPTH, self.read_ahead * max(1, (1 << 20) // record))
+        self._read_heads(touched)
+        extents = self._extents_by_shard(ids)
+        if extents is None:
+            return
+        fds, file_of, starts, ends, picked = extents
+        self._pass_read = _io.read_ahead_extents(fds, file_of, starts, ends, depth, _PLANNED_GAP,
+                                                 ranks=picked if in_turn else None)
+
+    def _extents_by_shard(self, ids: np.ndarray):
+        """The records of samples ``ids`` that lie in shards cold when opened:
+        ``(fds, file_of, starts, ends, picked)``, ``picked`` the position in ``ids`` of
+        each record; None when there is none, or when the samples touch more shards than
+        may be open at once (opening them would close shards a batch reads)."""
+        shard_of, local = _index_of(self, ids)
+        # one stable sort groups the samples by shard, each shard's in asked order
         order = np.argsort(shard_of, kind="stable")
         touched, first = np.unique(shard_of[order], return_index=True)
         if len(touched) > self.max_open:
-            return  # opening them would close shards the current batch reads
+            return None
         bounds = np.append(first, len(ids)).tolist()
-        fds, file_of, starts, ends = [], [], [], []
+        fds, file_of, starts, ends, picked = [], [], [], [], []
         for j, k in enumerate(touched.tolist()):
             if k in self._mem or (k in self._maps and not self._maps[k].cold):
                 continue  # in memory, or cached when opened: nothing to read ahead
-            extents = self._cold_extents(k, local[order[bounds[j] : bounds[j + 1]]])
+            mine = order[bounds[j] : bounds[j + 1]]
+            extents = self._cold_extents(k, local[mine])
             if extents is None:
                 continue
             fd, lo, hi = extents
-            if not self.read_ahead:
-                _io.will_need(fd, lo, hi)
-                continue
             file_of.append(np.full(len(lo), len(fds), np.uint32))
             fds.append(fd)
             starts.append(lo)
             ends.append(hi)
+            picked.append(mine)
         if not fds:
-            return
-        running = self._prefetches
-        running.append(_io.read_ahead_extents(fds, np.concatenate(file_of), np.concatenate(starts),
-                                              np.concatenate(ends), self.read_ahead, _PLANNED_GAP))
-        while len(running) > _PREFETCHES:
-            running.popleft().close()
+            return None
+        return fds, np.concatenate(file_of), np.concatenate(starts), np.concatenate(ends), np.concatenate(picked)
 
-    def _read_whole_if_it_fits(self):
-        """At a pass's first prefetch: when the plain shards not cached when opened fit in
-        ``_WHOLE_READ_FRACTION`` of the memory still available (:func:`available_bytes`),
-        read them whole in the background, in storage order, in reads of 1 MiB
-        (``read_ahead`` at once, else 8), and return that read-ahead; else None.  Every
-        record of a shuffled pass is then read by a sequential stream at the storage's
-        sequential bandwidth, where a request per record is bound by its random reads
-        (tens of thousands per second for small records).  Larger than memory, the
-        batches' own prefetches remain the only reads ahead."""
+    def _read_heads(self, touched: np.ndarray) -> None:
+        """Read the offset tables of the shards ``touched`` that are not open, all at
+        once, and wait: opening each then finds its table cached instead of waiting for
+        the storage in turn.  A file that cannot be opened is left to its shard's open."""
         from ..._core import _io
 
-        if not self.shards or len(self.shards) > self.max_open or any(s.whole_shard for s in self.shards):
-            return None
-        available = available_bytes()
-        if available is None or sum(s.raw_bytes for s in self.shards) > available * _WHOLE_READ_FRACTION:
-            return None
         fds, sizes = [], []
         try:
-            for k in range(len(self.shards)):
-                sh = self._shard(k)
-                if sh.cold and sh.mapped is not None:
-                    fds.append(sh.mapped.fd)
-                    sizes.append(sh.mapped.size)
-        except HpcioError:
-            return None  # the read of that shard's samples reports it, in its turn
-        if not fds:
-            return None
-        return _io.read_ahead_extents(fds, np.arange(len(fds), dtype=np.uint32), np.zeros(len(fds), np.int64),
-                                      np.asarray(sizes, np.int64), self.read_ahead or _PLANNED_DEPTH, _PLANNED_GAP)
+            for k in touched.tolist():
+                if k in self._maps or k in self._mem:
+                    continue
+                info = self.shards[k]
+                try:
+                    fds.append(os.open(os.path.join(self.directory, info.file_basename), os.O_RDONLY))
+                except OSError:
+                    continue
+                sizes.append(min(info.raw_bytes, 4 * (info.samples + 2)))
+            if len(fds) > 1:
+                _io.read_ahead_extents(fds, np.arange(len(fds), dtype=np.uint32), np.zeros(len(fds), np.int64),
+                                       np.asarray(sizes, np.int64), len(fds)).close(wait=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _cold_extents(self, k: int, lidx: np.ndarray):
         """``(fd, starts, ends)`` of shard ``k``'s records ``lidx`` when the shard was cold
@@ -268,9 +323,12 @@ class _BatchReads:
     def _stop_prefetches(self) -> None:
         while self._prefetches:
             self._prefetches.popleft().close()
-        if self._whole_read:
-            self._whole_read.close()
-        self._whole_read = None
+        self._stop_pass_read()
+
+    def _stop_pass_read(self) -> None:
+        if self._pass_read is not None:
+            self._pass_read.close()
+        self._pass_read = None
 
     def _report_bad_record(self, i: int, cols: list[int]):
         """Raise for sample ``i``, which a compiled kernel refused: the general path names
@@ -619,6 +677,13 @@ def _relocated(exc: HpcioError, sample: int) -> HpcioError:
     if getattr(exc, "errno", None) is not None:
         new.errno = exc.errno
     return new
+
+
+def _index_of(reader, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(shard, local index)`` of samples ``ids`` of ``reader``."""
+    from ..._core import _index
+
+    return _index.bisect_ids(reader._cum, ids, path=reader.path)
 
 
 def _inverse(order: np.ndarray) -> np.ndarray:

@@ -161,7 +161,7 @@ class Reader(_BatchReads, base.Reader):
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
         self._prefetches: deque = deque()  # Reader.prefetch's read-aheads, oldest first
-        self._whole_read = None  # the read-ahead of the whole dataset; False: not started
+        self._pass_read = None  # the read-ahead of the pass announced by will_read
         self._counted = 0  # shards before this one have had their counts checked
 
     def _common_layout(self) -> _Layout | None:
