@@ -53,6 +53,19 @@ def test_tmpfs_pages_cannot_be_evicted():
         os.unlink(path)
 
 
+def test_the_tier_source_is_cached_where_it_fits(text_mds):
+    """The emulated tier's servers are another machine: its source files are read into
+    this one's page cache before a run, so that only the tier's latency and cap are
+    charged, not this disk as well."""
+    from hpcio.bench.tier import cache_source
+
+    files = dataset_files(text_mds)
+    pagecache.evict(files)
+    assert pagecache.resident(files).fraction == 0.0
+    assert cache_source(files) == 1.0
+    assert pagecache.resident(files).fraction == 1.0
+
+
 @fuse
 def test_reads_through_the_tier_are_byte_exact_and_counted(text_mds):
     local = hpcio.open(text_mds / "mds")

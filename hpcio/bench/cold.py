@@ -173,6 +173,11 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
     mount when given), in a fresh process."""
     path = dataset.path if tier is None else tier.path(os.path.relpath(dataset.path, tier.source))
     files = dataset_files(path)
+    source_before = None
+    if tier is not None:
+        from .tier import cache_source
+
+        source_before = cache_source(dataset_files(dataset.path))
     evict(files)
     before = resident(files)
     tier_before = tier.stats() if tier is not None else None
@@ -190,7 +195,7 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
         after_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = sum(os.path.getsize(f) for f in files)
     head = {"system": system.label, "dataset": dataset.name, "op": op, "profile": profile,
-            "dataset_bytes": total, "resident_before": before.fraction,
+            "dataset_bytes": total, "resident_before": before.fraction, "tier_source_resident": source_before,
             "tier": None if tier is None else {"latency_us": tier.latency_us, "bandwidth": tier.bandwidth,
                                                "max_background": tier.max_background,
                                                "read_ahead_kb": tier.read_ahead_kb}}

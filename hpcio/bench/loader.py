@@ -24,6 +24,7 @@ from ..errors import InvalidArgumentError
 from ..formats.jinx import sidecar_path
 from .limits import dataset_files, settle_page_cache
 from .pagecache import evict, resident
+from .tier import cache_source
 
 __all__ = ["tier_roots", "run_dataloader_sweep", "LOADER_FORMATS"]
 
@@ -184,6 +185,8 @@ def run_dataloader_sweep(
                 for c, w, bs, pf in configs:
                     rec = {"profile": profile, "tier": tier, "dataset": d.name, "workers": w,
                            "batch_size": bs, "prefetch_factor": pf, "compute_per_sample_s": c, "cache": cache}
+                    if emulation[tier] is not None:
+                        rec["tier_source_resident"] = cache_source(dataset_files(os.path.join(scratch, d.name)))
                     if cache == "cold":
                         evict(files)
                         rec["resident_before"] = resident(files).fraction

@@ -59,6 +59,21 @@ def build_tierfs() -> str:
     return binary
 
 
+def cache_source(files: list[str]) -> float:
+    """Read the emulated tier's source files ``files`` into the page cache when they fit in
+    half the memory available, and return the fraction of them resident.  The tier's
+    latency and bandwidth cap stand for its servers: reading the source from the local
+    disk as well would charge this machine's disk and CPU for work a parallel
+    filesystem's servers do elsewhere."""
+    from .._memory import available_bytes
+    from .pagecache import load, resident
+
+    available = available_bytes()
+    if available is not None and sum(os.path.getsize(f) for f in files) <= available // 2:
+        load(files)
+    return resident(files).fraction
+
+
 class EmulatedTier:
     """Mount ``source`` through ``tierfs`` for the ``with`` block.
 
