@@ -515,13 +515,13 @@ def test_a_reader_over_its_memory_limit_is_reported_not_fatal(cold_records):
     assert table.count("\n| vlm | hpcio mds") == 4
 
 
-def test_block_and_buffer_shuffles_read_every_sample_against_iterate(tmp_path):
+def test_block_and_buffer_shuffles_and_the_dataloader_read_every_sample_against_iterate(tmp_path):
     from hpcio.bench import cold
 
     records = cold.run("vlm", 10_000_000, str(tmp_path), ops=cold.COLD_OPS[:1] + cold.COLD_OPS[2:],
                        only=["hpcio mds"], include_interop=False, log=lambda *a: None)
     plain = {r["op"]: r for r in records if r["system"] == "hpcio mds"}
-    assert set(plain) == {"iterate", "shuffle-block", "shuffle-buffer"}
+    assert set(plain) == {"iterate", "shuffle-block", "shuffle-buffer", "dataloader"}
     assert len({r["checksum"] for r in plain.values()}) == 1  # the same samples, each once
     assert all(r["cpu_s"] > 0 and r["anon_peak_mb"] > 0 for r in plain.values())
     table = cold.markdown(None, records)

@@ -31,11 +31,12 @@ from .runner import WORKER, System, systems_for
 __all__ = ["COLD_OPS", "cold_systems", "synthetic_datasets", "device_limits", "memory_cgroup", "measure_cold",
            "run", "markdown"]
 
-# Exact shuffle (``shuffle``) against the device's random reads; the block and buffer
-# shuffles (hpcio.bench.worker) against the same reader's ``iterate``, whose access
-# pattern they keep close to.
-COLD_OPS = ("iterate", "shuffle", "shuffle-block", "shuffle-buffer")
+# Exact shuffle (``shuffle``) and the shuffled DataLoader epoch against the device's random
+# reads; the block and buffer shuffles (hpcio.bench.worker) against the same reader's
+# ``iterate``, whose access pattern they keep close to.
+COLD_OPS = ("iterate", "shuffle", "shuffle-block", "shuffle-buffer", "dataloader")
 _NEAR_ITERATE = ("shuffle-block", "shuffle-buffer")
+_RANDOM = ("shuffle", "dataloader")
 
 # Synthetic samples: sizes (and images per vlm sample) as the demo profiles have them,
 # random (incompressible) payloads.
@@ -236,12 +237,12 @@ def _tier_label(tier: dict) -> str:
 
 def cold_systems(datasets: list[BenchDataset], include_interop: bool = True) -> list[System]:
     """The readers of the cold runs: the warm comparison's, with hpcio's block and buffer
-    shuffles on sharded formats, webdataset's buffer shuffle, and the one-request-at-a-time
-    baseline (one ``pread`` per MDS record, in shuffled order) added."""
+    shuffles and DataLoader epoch on sharded formats, webdataset's buffer shuffle, and the
+    one-request-at-a-time baseline (one ``pread`` per MDS record, in shuffled order) added."""
     systems = systems_for(datasets, include_interop)
     for s in systems:
         if s.system == "hpcio" and s.dataset.startswith("mds"):
-            s.ops = (*s.ops, "shuffle-block", "shuffle-buffer")
+            s.ops = (*s.ops, "shuffle-block", "shuffle-buffer", "dataloader")
         elif s.system == "webdataset":
             s.ops = (*s.ops, "shuffle-buffer")
     if any(d.name == "mds" for d in datasets):
@@ -303,7 +304,7 @@ def markdown(limits: dict | None, records: list[dict]) -> str:
               "| peak anonymous / dataset | storage read / dataset | MB per CPU s | tier |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
-        limit = rnd if r["op"] == "shuffle" else seq
+        limit = rnd if r["op"] in _RANDOM else seq
         tier = "local" if r["tier"] is None else _tier_label(r["tier"])
         if "error" in r:
             lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} ||||||||{tier} |")

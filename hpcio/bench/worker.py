@@ -21,6 +21,9 @@ shuffle-buffer  storage order through a buffer of ``SHUFFLE_BUFFER`` samples (hp
 batch         ``shuffle`` through the system's batch API (1024 samples per call)
 columns       ``shuffle`` through hpcio's columnar batch API (``get_columns``, 1024 samples
               per call), every column touched to the same total as ``touch``
+dataloader    an epoch of ``hpcio.torch.DataLoader`` over a shuffled
+              ``hpcio.torch.IterableDataset`` (``LOADER_BATCH`` samples per batch, no
+              workers, samples handed over as lists), every field touched
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ BATCH = 1024
 # a vlm reader's memory (1,000 samples of about 225 KB).
 SHUFFLE_WINDOW = 16
 SHUFFLE_BUFFER = 1000
+# The DataLoader epoch's batch size: the DataLoader sweep's (hpcio.bench.loader).
+LOADER_BATCH = 64
 
 
 def touch(sample, fields):
@@ -348,6 +353,8 @@ def run(spec):
     meta = spec.get("meta_fields")
     opener = LOADERS[system]()
     anon = AnonymousPeak() if spec.get("anon_peak") else None
+    if op == "dataloader":
+        import hpcio.torch  # noqa: F401  (torch's import counts with the harness, not the epoch)
     t0 = time.perf_counter()
     t_import = t0 - T_START
     ds = opener(spec["path"], spec.get("options", {}))
@@ -375,6 +382,14 @@ def run(spec):
         else:
             for s in ds:
                 checksum += touch(s, fields)
+    elif system == "hpcio" and op == "dataloader":
+        import hpcio.torch
+
+        source = hpcio.torch.IterableDataset(ds, batch_size=LOADER_BATCH, shuffle=True, seed=42, collate_fn=list,
+                                             context={"rank": 0, "world_size": 1})
+        for batch in hpcio.torch.DataLoader(source, num_workers=0):
+            for s in batch:
+                checksum += touch(s, None)
     elif system == "hpcio":
         # hpcio's own API: views are index arrays read back in vectorised batches.
         if op == "sort":

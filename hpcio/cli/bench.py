@@ -25,9 +25,11 @@ def add_arguments(parser):
     parser.add_argument("--vlm-samples", type=int, default=2000, help="samples in the vlm profile (default: %(default)s)")
     parser.add_argument("--op", action="append",
                         choices=["iterate", "iterate-meta", "shuffle", "sort", "batch", "columns",
-                                 "shuffle-block", "shuffle-buffer"],
-                        help="operation(s) to run (default: all; with --cold: iterate, shuffle, and the block "
-                             "and buffer shuffles, shuffle-block and shuffle-buffer, which only --cold runs)")
+                                 "shuffle-block", "shuffle-buffer", "dataloader"],
+                        help="operation(s) to run (default: all; with --cold: iterate, shuffle, the block "
+                             "and buffer shuffles shuffle-block and shuffle-buffer, and dataloader, a "
+                             "shuffled epoch of hpcio.torch.DataLoader, batch 64, no workers; these three "
+                             "only --cold runs)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per measurement; the median is kept (default: %(default)s)")
     parser.add_argument("--only", action="append", help="run only systems whose label contains this word (repeatable)")
     parser.add_argument("--no-interop", action="store_true", help="skip the peers that need the Python 3.12 interop environment")
