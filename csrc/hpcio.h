@@ -222,6 +222,9 @@ hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const 
                                            const uint64_t *off, const uint64_t *len,
                                            const uint64_t *rank, size_t m, uint64_t max_gap,
                                            int depth, hpcio_readahead **out, hpcio_error *err);
+/* 1 once every read of the read-ahead has ended (or where it has no thread: none ran, or
+ * this process is a fork of its owner), else 0; it does not wait. */
+int hpcio_readahead_done(const hpcio_readahead *ra);
 uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel);
 
 /* Ask the kernel to start writing the dirty pages of bytes [offset, offset + nbytes) of

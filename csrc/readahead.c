@@ -28,6 +28,7 @@ struct hpcio_readahead {
     int depth;
     int cancel;        /* set by finish: pieces not started are skipped */
     int running;       /* the coordinating thread exists */
+    int finished;      /* every piece was read, skipped or failed (atomic) */
     pid_t owner;       /* the process whose thread it is: a forked child has none */
     pthread_t coordinator;
     uint8_t *map;      /* a single range's pages mapped (never touched), for mincore; or NULL */
@@ -83,6 +84,7 @@ static void *coordinate(void *arg)
 
     hpcio_error_clear(&err);
     hpcio_parallel_for(ra->npieces, ra->depth, scratch_new, free, read_piece, ra, &err);
+    __atomic_store_n(&ra->finished, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -238,6 +240,12 @@ hpcio_status hpcio_readahead_extents_start(const int *fds, size_t nfiles, const 
     }
     free(ext);
     return begin(ra, depth, out);
+}
+
+int hpcio_readahead_done(const hpcio_readahead *ra)
+{
+    return ra == NULL || !ra->running || ra->owner != getpid() ||
+           __atomic_load_n(&ra->finished, __ATOMIC_ACQUIRE);
 }
 
 uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel)

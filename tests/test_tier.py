@@ -199,8 +199,8 @@ def _batch_prefetches_only(monkeypatch) -> None:
 def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_order(tmp_path, monkeypatch):
     """``will_read`` of a pass whose cold shards fit in half the memory available reads
     their records (under 64 KiB) ahead, merged into whole shards in storage order; the
-    batches then prefetch nothing more.  Cached shards, or shards that do not fit, leave
-    the batches' own prefetches."""
+    batches then prefetch nothing more, and once it ends its shards are read as cached.
+    Cached shards, or shards that do not fit, leave the batches' own prefetches."""
     from hpcio.formats.mds import batches
 
     blobs = _written_blobs(tmp_path / "d", count=200)

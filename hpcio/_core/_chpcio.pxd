@@ -96,6 +96,7 @@ cdef extern from "hpcio.h" nogil:
                                                const uint64_t *off, const uint64_t *len,
                                                const uint64_t *rank, size_t m, uint64_t max_gap,
                                                int depth, hpcio_readahead **out, hpcio_error *err)
+    int hpcio_readahead_done(const hpcio_readahead *ra)
     uint64_t hpcio_readahead_finish(hpcio_readahead *ra, int cancel)
     hpcio_status hpcio_batch_extents(const uint8_t *const *tables, const uint64_t *counts,
                                      size_t nshards, const int64_t *shard, const uint64_t *local,

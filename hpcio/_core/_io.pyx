@@ -18,8 +18,9 @@ from posix.unistd cimport SEEK_END, close as c_close, lseek
 
 from ._chpcio cimport (
     HPCIO_E_BUFFER, HPCIO_OK, hpcio_error, hpcio_error_clear, hpcio_gather, hpcio_keep_freed_heap,
-    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_readahead, hpcio_readahead_extents_start,
-    hpcio_readahead_finish, hpcio_readahead_start, hpcio_start_writeback,
+    hpcio_map_probe, hpcio_map_resident, hpcio_pread_full, hpcio_pread_records, hpcio_read_extents, hpcio_readahead,
+    hpcio_readahead_done, hpcio_readahead_extents_start, hpcio_readahead_finish, hpcio_readahead_start,
+    hpcio_start_writeback,
     hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
@@ -588,6 +589,11 @@ cdef class ReadAhead:
         hpcio_error_clear(&err)
         cdef hpcio_status st = hpcio_readahead_start(fd, offset, length, depth, &self._ra, &err)
         check(st, &err, None, -1, -1)
+
+    @property
+    def done(self) -> bool:
+        """Whether every read has ended (closed, or never started, counts as ended)."""
+        return self._ra == NULL or hpcio_readahead_done(self._ra) != 0
 
     def close(self, bint wait=False) -> int:
         """Release the read-ahead, once its reads end (``wait``) or once those in flight

@@ -195,6 +195,8 @@ class _BatchReads:
         from ..._core import _io
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self._pass_read is not None and self._pass_read.done:
+            self._pass_read_ended()
         if not len(ids) or self._pass_read is not None:
             return
         extents = self._extents_by_shard(ids)
@@ -253,6 +255,21 @@ class _BatchReads:
         fds, file_of, starts, ends, picked = extents
         self._pass_read = _io.read_ahead_extents(fds, file_of, starts, ends, depth, _PLANNED_GAP,
                                                  ranks=picked if in_turn else None)
+
+    def _pass_read_ended(self) -> None:
+        """The announced pass's records are cached: its shards cold when opened are read as
+        cached ones from now on (through the mapping, or value by value), where a planned
+        request per batch costs a system call per coalesced range (small text records
+        shuffled: about 1.5x the time)."""
+        self._pass_read.close()
+        self._pass_read = None
+        attached = self.__dict__.get("_attached")
+        for k, sh in list(self._maps.items()):
+            if sh.cold:
+                sh.cold = False
+                if attached is not None and attached[k]:
+                    self._detach(k)
+                    self._attach(k, sh)
 
     def _extents_by_shard(self, ids: np.ndarray):
         """The records of samples ``ids`` that lie in shards cold when opened:
