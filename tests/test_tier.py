@@ -213,8 +213,10 @@ def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_ord
         whole = ds.reader._pass_read
         assert whole.close(wait=True) >= sum(os.path.getsize(f) for f in files) - 4096 * len(files)
         assert pagecache.resident(files).fraction == 1.0
+        # once it has ended, the next prefetch reads the shards as cached ones
         ds.prefetch(order[10:20])
-        assert not ds.reader._prefetches and ds.reader._pass_read is whole
+        assert not ds.reader._prefetches and ds.reader._pass_read is None
+        assert not any(sh.cold for sh in ds.reader._maps.values()) and ds.reader._maps
         assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:  # cached now: nothing to read
         ds.will_read(order)
@@ -534,11 +536,27 @@ def test_cold_runs_write_only_what_their_readers_read(tmp_path):
     from hpcio.bench import cold
 
     described = cold.synthetic_datasets("vlm", 2_000_000, str(tmp_path), write=(), log=lambda *a: None)
-    assert [d.name for d in described] == ["mds", "webdataset"]
+    assert [d.name for d in described] == ["mds", "webdataset", "jinx", "parquet"]
     assert not any(os.path.exists(d.path) for d in described)
     cold.run("vlm", 2_000_000, str(tmp_path), ops=("iterate",), only=["hpcio mds"], include_interop=False,
              log=lambda *a: None)
-    assert os.path.exists(described[0].path) and not os.path.exists(described[1].path)
+    assert [os.path.exists(d.path) for d in described] == [True, False, False, False]
+
+
+def test_cold_runs_read_jinx_and_parquet_with_every_reader(tmp_path):
+    """hpcio's JINX and Parquet readers and pyarrow read the same cold samples."""
+    from hpcio.bench import cold
+
+    records = cold.run("text", 3_000_000, str(tmp_path), ops=("iterate", "shuffle"), only=["jinx", "parquet"],
+                       include_interop=False, log=lambda *a: None)
+    assert {(r["system"], r["op"]) for r in records} == {
+        (system, op) for system in ("hpcio jinx lazy", "hpcio jinx eager", "hpcio parquet", "pyarrow parquet")
+        for op in ("iterate", "shuffle")}
+    for r in records:
+        assert "error" not in r, r
+        assert r["resident_before"] == 0.0 and r["samples"] == records[0]["samples"] > 1000
+    hpcio_sums = {r["checksum"] for r in records if r["system"].startswith("hpcio")}
+    assert len(hpcio_sums) == 1
 
 
 def test_the_one_request_baseline_reads_each_record_exactly(tmp_path):

@@ -12,6 +12,7 @@ storage read (``/proc/<pid>/io`` on a block device, the emulated tier's own coun
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..demo.samples import IMAGES_PER_SAMPLE
-from .data import META_FIELDS, VLM_COLUMNS, BenchDataset
+from .data import META_FIELDS, VLM_COLUMNS, BenchDataset, parquet_row_group_rows
 from .limits import dataset_files
 from .pagecache import evict, resident
 from .runner import WORKER, System, systems_for
@@ -73,10 +74,11 @@ def _samples(profile: str, n: int, seed: int):
 
 
 def synthetic_datasets(profile: str, target_bytes: int, root: str, *, seed: int = 0,
-                       formats=("mds", "webdataset"), write=None, log=print) -> list[BenchDataset]:
+                       formats=("mds", "webdataset", "jinx", "parquet"), write=None, log=print) -> list[BenchDataset]:
     """Datasets of about ``target_bytes`` each, written once under ``root`` and reused.
     ``write``: the formats to write when missing (default all); the others are only
-    described, for choosing the readers."""
+    described, for choosing the readers.  Parquet is written by pyarrow, in the row
+    groups Hugging Face writes (:func:`~hpcio.bench.data.parquet_row_group_rows`)."""
     import hpcio
 
     if profile == "vlm":
@@ -85,20 +87,47 @@ def synthetic_datasets(profile: str, target_bytes: int, root: str, *, seed: int 
         mean = np.mean(_TEXT_CHARS) + 200
     n = max(1, int(target_bytes // mean))
     columns = VLM_COLUMNS if profile == "vlm" else {"id": "int", "text": "str", "meta": "json"}
-    options = {"mds": {"columns": columns}, "webdataset": {}}
+    options = {"mds": {"columns": columns}, "webdataset": {}, "jinx": {}, "parquet": {}}
     out = []
     for fmt in formats:
-        path = os.path.join(root, f"{profile}-{target_bytes}-{seed}", fmt)
-        done = os.path.join(path, ".complete")
+        folder = os.path.join(root, f"{profile}-{target_bytes}-{seed}", fmt)
+        # JINX is one file (and its sidecar); the other formats are directories
+        path = os.path.join(folder, "data.jinx") if fmt == "jinx" else folder
+        done = folder + ".complete"  # beside it: readers list every file of the folder
         if (write is None or fmt in write) and not os.path.exists(done):
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
             log(f"writing {n} synthetic {profile} samples as {fmt} in {path}")
-            with hpcio.open_writer(path, format=fmt, **options[fmt]) as w:
-                for sample in _samples(profile, n, seed):
-                    w.write(sample)
+            if fmt == "parquet":
+                _write_parquet(os.path.join(path, "data.parquet"), _samples(profile, n, seed),
+                               parquet_row_group_rows(profile))
+            else:
+                with hpcio.open_writer(path, format=fmt, **options[fmt]) as w:
+                    for sample in _samples(profile, n, seed):
+                        w.write(sample)
             open(done, "w").close()
         out.append(BenchDataset(fmt, fmt, path, n, options[fmt], profile))
     return out
+
+
+def _write_parquet(path: str, samples, rows_per_group: int) -> None:
+    """``samples`` as one Parquet file, a row group of ``rows_per_group`` at a time (the
+    samples are never all in memory)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    samples = iter(samples)
+    writer = None
+    try:
+        while group := list(itertools.islice(samples, rows_per_group)):
+            table = pa.Table.from_pylist(group)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table, row_group_size=rows_per_group)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _fio(args: list[str]) -> dict:
