@@ -226,6 +226,8 @@ def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_ord
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
         ds.will_read(order)
         assert ds.reader._pass_read is None
+        # too large to read ahead, but its shards' offset tables were read all at once
+        assert not ds.reader._maps and all(pagecache.resident_range(f, 0, 4096) for f in files)
         ds.prefetch(order[:10])
         assert len(ds.reader._prefetches) == 1
         assert 10 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 20 * 30_000

@@ -192,14 +192,14 @@ class _BatchReads:
         announced pass (:meth:`will_read`) runs: it holds these records.  A shard that
         cannot be opened or whose offsets are bad is skipped: the read of its samples
         reports it, in its turn."""
-        from ..._core import _io
+        from ..._core import _index, _io
 
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self._pass_read is not None and self._pass_read.done:
             self._pass_read_ended()
         if not len(ids) or self._pass_read is not None:
             return
-        extents = self._extents_by_shard(ids)
+        extents = self._extents_by_shard(*_index.bisect_ids(self._cum, ids, path=self.path))
         if extents is None:
             return
         fds, file_of, starts, ends, _picked = extents
@@ -226,30 +226,30 @@ class _BatchReads:
         up to 1 MiB, at the storage's sequential bandwidth where a request per record
         would be bound by its random reads.  A rank's share of the samples reads only its
         own records.  Larger than memory, the batches' own prefetches are the reads
-        ahead.  The heads of the shards touched are read concurrently first, so opening
-        them costs one latency, not one per shard.  Announcing a pass stops the previous
-        one's read."""
-        from ..._core import _io
+        ahead.  Either way the heads of the shards touched are read concurrently first,
+        so opening them costs one latency, not one per shard.  Announcing a pass stops
+        the previous one's read."""
+        from ..._core import _index, _io
 
         self._stop_pass_read()
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if not len(ids) or not self.shards or any(s.whole_shard for s in self.shards):
             return
-        available = available_bytes()
-        if available is None:
-            return
-        shard_of, _local = _index_of(self, ids)
+        shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
         touched = np.unique(shard_of)
+        if len(touched) > self.max_open:
+            return
+        self._read_heads(touched)
+        available = available_bytes()
         shard_bytes = sum(self.shards[k].raw_bytes for k in touched.tolist())
-        if len(touched) > self.max_open or shard_bytes > available * _PASS_READ_FRACTION:
+        if available is None or shard_bytes > available * _PASS_READ_FRACTION:
             return
         record = shard_bytes // max(1, sum(self.shards[k].samples for k in touched.tolist()))
         in_turn = record >= _RECORD_PER_REQUEST
         depth = self.read_ahead or _PLANNED_DEPTH
         if in_turn and self.read_ahead:  # as many bytes in flight as read_ahead reads of 1 MiB
             depth = min(_MAX_DEPTH, self.read_ahead * max(1, (1 << 20) // record))
-        self._read_heads(touched)
-        extents = self._extents_by_shard(ids)
+        extents = self._extents_by_shard(shard_of, local)
         if extents is None:
             return
         fds, file_of, starts, ends, picked = extents
@@ -271,18 +271,18 @@ class _BatchReads:
                     self._detach(k)
                     self._attach(k, sh)
 
-    def _extents_by_shard(self, ids: np.ndarray):
-        """The records of samples ``ids`` that lie in shards cold when opened:
-        ``(fds, file_of, starts, ends, picked)``, ``picked`` the position in ``ids`` of
-        each record; None when there is none, or when the samples touch more shards than
-        may be open at once (opening them would close shards a batch reads)."""
-        shard_of, local = _index_of(self, ids)
+    def _extents_by_shard(self, shard_of: np.ndarray, local: np.ndarray):
+        """The records of the samples at ``local`` in shards ``shard_of`` that lie in
+        shards cold when opened: ``(fds, file_of, starts, ends, picked)``, ``picked`` the
+        position of each record's sample among those asked; None when there is none, or
+        when they touch more shards than may be open at once (opening them would close
+        shards a batch reads)."""
         # one stable sort groups the samples by shard, each shard's in asked order
         order = np.argsort(shard_of, kind="stable")
         touched, first = np.unique(shard_of[order], return_index=True)
         if len(touched) > self.max_open:
             return None
-        bounds = np.append(first, len(ids)).tolist()
+        bounds = np.append(first, len(shard_of)).tolist()
         fds, file_of, starts, ends, picked = [], [], [], [], []
         for j, k in enumerate(touched.tolist()):
             if k in self._mem or (k in self._maps and not self._maps[k].cold):
@@ -694,13 +694,6 @@ def _relocated(exc: HpcioError, sample: int) -> HpcioError:
     if getattr(exc, "errno", None) is not None:
         new.errno = exc.errno
     return new
-
-
-def _index_of(reader, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(shard, local index)`` of samples ``ids`` of ``reader``."""
-    from ..._core import _index
-
-    return _index.bisect_ids(reader._cum, ids, path=reader.path)
 
 
 def _inverse(order: np.ndarray) -> np.ndarray:
