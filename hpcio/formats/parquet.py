@@ -304,9 +304,11 @@ class Reader(BatchReader):
 
     All files must have the same columns and types (SchemaError names the first file
     that differs).  Decoded row groups are kept, least recently used dropped first, up
-    to ``cache_bytes`` of Arrow memory (default ``CACHE_BYTES``; the last one read is
-    always kept): a shuffled pass over a file that fits decodes each row group once,
-    where a cache of a few row groups would decode one for nearly every batch.  A
+    to ``cache_bytes`` of Arrow memory (default ``CACHE_BYTES``, or for an announced
+    pass every row group it touches where they fit in half the memory available, see
+    :meth:`will_read`; the last one read is always kept): a shuffled pass over a file
+    that fits decodes each row group once, where a cache of a few row groups would
+    decode one for nearly every batch.  A
     request for a run of rows that ends a row group is a pass over it (iteration,
     conversion), which will not come back: that row group is dropped, so a pass holds
     one row group, not the budget's worth of fresh memory.
@@ -342,11 +344,28 @@ class Reader(BatchReader):
         self.kinds = {} if schema is None else {
             fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
         self.cum = sample_starts(counts)
-        cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
-        if cache_bytes < 0:
+        if cache_bytes is not None and cache_bytes < 0:
             raise InvalidArgumentError(f"cache_bytes must be >= 0, got {cache_bytes}")
+        self._cache_given = cache_bytes is not None
         self.cache: OrderedDict = OrderedDict()
-        self.cache_bytes = cache_bytes
+        self.cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+
+    def will_read(self, indices) -> None:
+        """A pass is about to read samples ``indices``: unless ``cache_bytes`` was given,
+        the cache holds every row group the pass touches (their uncompressed size, from
+        the files' metadata) when they fit in half the memory available, so a shuffled
+        pass decodes each once, where a smaller cache would decode one for nearly every
+        sample; else it stays ``CACHE_BYTES`` (shuffle in blocks of row groups there)."""
+        from .._memory import available_bytes
+
+        if self._cache_given:
+            return
+        touched = np.unique(locate(self.cum, np.asarray(indices, dtype=np.int64))[0]).tolist()
+        needed = sum(self.files[self.groups[g][0]].metadata.row_group(self.groups[g][1]).total_byte_size
+                     for g in touched)
+        available = available_bytes()
+        fits = available is not None and needed <= available // 2
+        self.cache_bytes = max(CACHE_BYTES, needed) if fits else CACHE_BYTES
 
     @property
     def cached_bytes(self) -> int:

@@ -124,6 +124,35 @@ def test_shuffled_reads_decode_each_row_group_once(tmp_path, row_group_reads):
         hpcio.open(path, cache_bytes=-1)
 
 
+def test_an_announced_shuffle_larger_than_the_cache_decodes_each_row_group_once(tmp_path, monkeypatch,
+                                                                              row_group_reads):
+    """A shuffled view announces its pass (will_read): the cache then holds the row groups
+    it touches where they fit in half the memory available, whatever CACHE_BYTES says;
+    with cache_bytes given, or too little memory, the budget stays and groups are
+    decoded again."""
+    from hpcio.formats import parquet
+
+    samples = [sample(i) for i in range(120)]
+    path = write(tmp_path / "p.parquet", samples, row_group_size=10)  # 12 row groups
+    monkeypatch.setattr(parquet, "CACHE_BYTES", 1)  # one row group kept, by default
+
+    def shuffled(**options):
+        ds = hpcio.open(path, **options)
+        ds.reader.batch_size = 8  # 15 batches, each touching most row groups
+        return ds.shuffle(42)
+
+    view = shuffled()
+    for j, got in zip(view.indices, view):
+        assert_sample_equal(got, samples[j], f"sample {j}")
+    assert sorted(row_group_reads) == list(range(12))
+    for options in ({"cache_bytes": 1}, {}):
+        if not options:
+            monkeypatch.setattr("hpcio._memory.available_bytes", lambda: 1)
+        row_group_reads.clear()
+        assert [s["id"] for s in shuffled(**options)] == [samples[j]["id"] for j in view.indices]
+        assert len(row_group_reads) > 12 * 3
+
+
 def test_a_pass_decodes_one_row_group_at_a_time(tmp_path, monkeypatch):
     """iter_range asks for no step across a row group nor longer than ITER_ROWS, and
     holds one decoded row group at a time: a pass over a large file reuses the memory of
