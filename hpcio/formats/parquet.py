@@ -270,6 +270,13 @@ class Writer(FileWriter):
             self.pending.publish()
 
 
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """The permutation that puts rows taken in ``order`` back in request order."""
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.arange(len(order))
+    return inverse
+
+
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
     """The column's values as Python objects; ``samples[k]`` is row k's sample index in
     ``path`` (for error messages)."""
@@ -363,6 +370,7 @@ class Reader(BatchReader):
         touched = np.unique(locate(self.cum, np.asarray(indices, dtype=np.int64))[0]).tolist()
         needed = sum(self.files[self.groups[g][0]].metadata.row_group(self.groups[g][1]).total_byte_size
                      for g in touched)
+        needed += needed // 4  # decoded tables run a little over the metadata's sizes
         available = available_bytes()
         fits = available is not None and needed <= available // 2
         self.cache_bytes = max(CACHE_BYTES, needed) if fits else CACHE_BYTES
@@ -402,8 +410,11 @@ class Reader(BatchReader):
         for f in fields:
             if f not in self.kinds:
                 raise KeyNotFoundError(f"{self.path} has no field {f!r}")
-        out: list = [None] * len(indices)
-        for g, where, rows in by_shard(self.cum, indices):
+        groups = list(by_shard(self.cum, indices))
+        if not groups:
+            return []
+        if len(groups) == 1:
+            g, _where, rows = groups[0]
             table = self._group(g, fields)
             if len(rows) and np.all(np.diff(rows) == 1):
                 if len(rows) > 1 and rows[-1] == len(table) - 1:
@@ -411,10 +422,19 @@ class Reader(BatchReader):
                 table = table.slice(int(rows[0]), len(rows))  # a run of rows: no copy
             else:
                 table = table.take(rows)
-            columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, indices[where]) for f in fields]
-            for k, pos in enumerate(where):
-                out[pos] = {f: col[k] for f, col in zip(fields, columns)}
-        return out
+        else:
+            # the rows taken from each row group, joined into one small table, then put in
+            # request order: one conversion per column for the batch, where a shuffled
+            # batch touches most row groups (a take on the row groups joined would copy
+            # them all)
+            pa, _pq = _pa()
+            parts, order = [], []
+            for g, where, rows in groups:
+                parts.append(self._group(g, fields).take(rows))
+                order.append(where)
+            table = pa.concat_tables(parts).combine_chunks().take(_inverse(np.concatenate(order)))
+        columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, indices) for f in fields]
+        return [dict(zip(fields, values)) for values in zip(*columns)] if fields else [{} for _ in indices]
 
     def read_field(self, indices, field):
         return [s[field] for s in self.read_many(indices, [field])]
