@@ -10,7 +10,10 @@ __all__ = ["available_bytes"]
 def available_bytes() -> int | None:
     """``MemAvailable`` from ``/proc/meminfo``, capped by the room left under this process's
     memory cgroup limit (v2 ``memory.max - memory.current``, v1 ``limit - usage``), whose
-    page cache counts against the limit; None when neither can be read."""
+    page cache counts against the limit; None when neither can be read.  As
+    ``MemAvailable`` does, the room counts the cgroup's file pages (``active_file`` and
+    ``inactive_file`` of ``memory.stat``) as available: the kernel reclaims them for new
+    ones, and after an epoch they fill the cgroup."""
     available = None
     try:
         with open("/proc/meminfo") as f:
@@ -44,8 +47,29 @@ def _cgroup_room() -> int | None:
             continue
         limit, used = _read_int(f"{base}/{limit_name}"), _read_int(f"{base}/{used_name}")
         if limit is not None and used is not None:
-            return max(limit - used, 0)
+            return min(limit, max(limit - used, 0) + _file_pages(f"{base}/memory.stat"))
     return None
+
+
+def _file_pages(stat_path: str) -> int:
+    """Bytes of the cgroup's page cache on its file LRU lists (v1 ``total_*``, counting
+    its children, else v2's hierarchical figures); 0 when they cannot be read."""
+    stats = {}
+    try:
+        with open(stat_path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                stats[key] = value
+    except OSError:
+        return 0
+    total = 0
+    for name in ("active_file", "inactive_file"):
+        value = stats.get("total_" + name, stats.get(name))
+        try:
+            total += int(value) if value is not None else 0
+        except ValueError:
+            pass
+    return total
 
 
 def _read_int(path: str) -> int | None:

@@ -278,6 +278,9 @@ def test_an_announced_pass_of_large_records_reads_them_in_its_order(tmp_path):
 
 
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
+    """The room under a memory cgroup's limit, counting its page cache as available: a
+    child that read 40 MB into the page cache of a 64 MB cgroup still has more than
+    half of the limit (it would have about 10 MB if the cache counted as used)."""
     import subprocess
     import sys
 
@@ -293,15 +296,22 @@ def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
     except hpcio.HpcioError as exc:
         pytest.skip(f"no memory cgroup here: {exc}")
     try:
+        cached = tmp_path / "cached.bin"
+        cached.write_bytes(os.urandom(40 << 20))
+        pagecache.evict([str(cached)])
         child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(1); "
-                                  "from hpcio._memory import available_bytes; print(available_bytes())"],
+                                  "from hpcio._memory import available_bytes; print(available_bytes()); "
+                                  f"f = open({str(cached)!r}, 'rb')\nwhile f.read(1 << 20): pass\n"
+                                  "print(available_bytes())"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         with open(procs, "w") as f:
             f.write(str(child.pid))
         out, _ = child.communicate("x")
     finally:
         cgroup.__exit__(None, None, None)
-    assert 0 <= int(out) <= 64 << 20
+    before, after = (int(v) for v in out.split())
+    assert 0 <= after <= before <= 64 << 20
+    assert after > 32 << 20
 
 
 def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
