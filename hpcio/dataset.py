@@ -132,8 +132,9 @@ class Dataset(Sequence):
 
     def will_read(self, indices) -> None:
         """Announce a pass that is about to read the samples at ``indices`` in this order:
-        MDS then reads their records ahead in that order, in large requests, when they fit
-        in half the memory available (see :doc:`formats/mds`).  A hint, like
+        when what it touches fits in half the memory available, MDS reads their records
+        ahead in that order, in large requests, and Parquet keeps every row group they
+        touch decoded (see :doc:`formats/mds`, :doc:`formats/parquet`).  A hint, like
         :meth:`prefetch`; iterating a view and the :mod:`hpcio.torch` adapters announce
         their passes themselves."""
         positions = self._positions(indices)
