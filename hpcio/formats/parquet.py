@@ -315,10 +315,10 @@ class Reader(BatchReader):
     pass every row group it touches where they fit in half the memory available, see
     :meth:`will_read`; the last one read is always kept): a shuffled pass over a file
     that fits decodes each row group once, where a cache of a few row groups would
-    decode one for nearly every batch.  A
-    request for a run of rows that ends a row group is a pass over it (iteration,
-    conversion), which will not come back: that row group is dropped, so a pass holds
-    one row group, not the budget's worth of fresh memory.
+    decode one for nearly every batch.  A request for a run of rows that ends a row
+    group is a pass over it (iteration, conversion), which will not come back: that row
+    group is dropped, so a pass holds one row group, not the budget's worth of fresh
+    memory.
     """
 
     def __init__(self, path, cache_bytes: int | None = None, **options):
