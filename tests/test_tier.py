@@ -277,6 +277,25 @@ def test_an_announced_pass_of_large_records_reads_them_in_its_order(tmp_path):
             assert max(cached(int(i)) for i in order[1:]) <= 16 << 10
 
 
+def test_the_map_style_loader_announces_its_epoch(tmp_path):
+    """hpcio.torch.DataLoader over a MapDataset announces the rank's epoch from its batch
+    sampler: the records are read ahead in the main process, whose page cache the
+    workers read from."""
+    import hpcio.torch as ht
+
+    blobs = _written_blobs(tmp_path / "d", count=200)
+    files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        source = ht.MapDataset(ds, batch_size=16, shuffle=True, seed=1, context={"rank": 0, "world_size": 1})
+        batches = iter(ht.DataLoader(source, collate_fn=list))
+        first = next(batches)
+        assert ds.reader._pass_read.close(wait=True) > 0
+        assert pagecache.resident(files).fraction == 1.0
+        got = [s["blob"] for batch in [first, *batches] for s in batch]
+    assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
+
+
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
     """The room under a memory cgroup's limit, counting its page cache as available: a
     child that read 40 MB into the page cache of a 64 MB cgroup still has more than
