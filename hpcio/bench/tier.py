@@ -68,8 +68,11 @@ def cache_source(files: list[str]) -> float:
     from .._memory import available_bytes
     from .pagecache import load, resident
 
+    before = resident(files)
+    if before.fraction == 1.0:
+        return 1.0  # cached already (each run and epoch asks again)
     available = available_bytes()
-    if available is not None and sum(os.path.getsize(f) for f in files) <= available // 2:
+    if available is not None and before[1] <= available // 2:
         load(files)
     return resident(files).fraction
 

@@ -63,6 +63,13 @@ def locate(starts: np.ndarray, indices):
     return shards, indices - starts[shards]
 
 
+def inverse_permutation(order: np.ndarray) -> np.ndarray:
+    """The permutation that puts values taken in ``order`` back in request order."""
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.arange(len(order))
+    return inverse
+
+
 def by_shard(starts: np.ndarray, indices: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """For each shard that ``indices`` touch, in shard order: ``(shard, positions in
     indices, indices within the shard)``, so a reader reads each shard once per batch."""

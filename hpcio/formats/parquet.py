@@ -35,7 +35,7 @@ from .. import tuning
 from . import _values
 from .base import BatchReader
 from .base import (PendingFiles, by_shard, files_bytes, first_file_head, inspect_report,
-                   locate, sample_starts, shard_files, verify_samples)
+                   inverse_permutation, locate, sample_starts, shard_files, verify_samples)
 from .base import FileWriter
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
@@ -270,13 +270,6 @@ class Writer(FileWriter):
             self.pending.publish()
 
 
-def _inverse(order: np.ndarray) -> np.ndarray:
-    """The permutation that puts rows taken in ``order`` back in request order."""
-    inverse = np.empty(len(order), np.int64)
-    inverse[order] = np.arange(len(order))
-    return inverse
-
-
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
     """The column's values as Python objects; ``samples[k]`` is row k's sample index in
     ``path`` (for error messages)."""
@@ -432,7 +425,7 @@ class Reader(BatchReader):
             for g, where, rows in groups:
                 parts.append(self._group(g, fields).take(rows))
                 order.append(where)
-            table = pa.concat_tables(parts).combine_chunks().take(_inverse(np.concatenate(order)))
+            table = pa.concat_tables(parts).combine_chunks().take(inverse_permutation(np.concatenate(order)))
         columns = [_decode_column(table.column(f), self.kinds[f], f, self.path, indices) for f in fields]
         return [dict(zip(fields, values)) for values in zip(*columns)] if fields else [{} for _ in indices]
 

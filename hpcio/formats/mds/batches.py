@@ -22,6 +22,7 @@ from ...codecs import MAX_DECODED_ENV
 from ...errors import (CorruptShardError, DecompressionLimitError, HpcioError, IndexOutOfRangeError, OutOfMemoryError,
                        ShardChangedError)
 from ..._memory import available_bytes
+from ..base import inverse_permutation
 from .compression import Compression
 from .shards import _OpenShard, _large_records
 
@@ -41,7 +42,8 @@ _PREFETCHES = 2
 # the storage's random reads.
 _PASS_READ_FRACTION = 0.5
 _RECORD_PER_REQUEST = 64 << 10
-# Reads in flight at most (the read_ahead option's bound).
+# Reads in flight at most: the bound of the read_ahead option, and of the depth a pass
+# read scales it to.
 _MAX_DEPTH = 64
 
 
@@ -121,7 +123,7 @@ class _BatchReads:
         if pieces is None:
             return None
         copies, spans, bufs, which = pieces
-        inverse = None if order is None else _inverse(order)
+        inverse = None if order is None else inverse_permutation(order)
         out = {self._layout.names[c]: _copied_column(copies[c], kinds[c], inverse) for c in copied}
         if inverse is not None:
             which = which[inverse]
@@ -259,8 +261,7 @@ class _BatchReads:
     def _pass_read_ended(self) -> None:
         """The announced pass's records are cached: its shards cold when opened are read as
         cached ones from now on (through the mapping, or value by value), where a planned
-        request per batch costs a system call per coalesced range (small text records
-        shuffled: about 1.5x the time)."""
+        request per batch costs a system call per coalesced range."""
         self._pass_read.close()
         self._pass_read = None
         attached = self.__dict__.get("_attached")
@@ -408,7 +409,7 @@ class _BatchReads:
             else:
                 values = [list(chain.from_iterable(g[c] for g in per_group)) for c in range(len(cols))]
         if order is not None:
-            inv = _inverse(order).tolist()
+            inv = inverse_permutation(order).tolist()
             if as_samples:
                 values = [values[j] for j in inv]
             else:
@@ -694,13 +695,6 @@ def _relocated(exc: HpcioError, sample: int) -> HpcioError:
     if getattr(exc, "errno", None) is not None:
         new.errno = exc.errno
     return new
-
-
-def _inverse(order: np.ndarray) -> np.ndarray:
-    """The permutation that puts values taken in ``order`` back in request order."""
-    inverse = np.empty(len(order), np.int64)
-    inverse[order] = np.arange(len(order))
-    return inverse
 
 
 def _column(kind, data: np.ndarray, offsets: np.ndarray):

@@ -28,7 +28,7 @@ import numpy as np
 from ... import codecs as _codec_table
 from ...errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from .. import base
-from .batches import READ_PATHS, _BatchReads, _Budget
+from .batches import _MAX_DEPTH, READ_PATHS, _BatchReads, _Budget
 from .compression import _FAST_HASHES, _digest, _hash_functions
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
@@ -155,8 +155,9 @@ class Reader(_BatchReads, base.Reader):
             raise InvalidArgumentError(f"read_path must be one of {', '.join(READ_PATHS)}, got {read_path!r}")
         self.read_path = read_path
         if read_ahead != "auto" and (isinstance(read_ahead, bool) or not isinstance(read_ahead, int)
-                                     or not 0 <= read_ahead <= 64):
-            raise InvalidArgumentError(f"read_ahead must be 'auto' or a number of reads from 0 to 64, got {read_ahead!r}")
+                                     or not 0 <= read_ahead <= _MAX_DEPTH):
+            raise InvalidArgumentError(f"read_ahead must be 'auto' or a number of reads from 0 to {_MAX_DEPTH}, "
+                                       f"got {read_ahead!r}")
         self.read_ahead = _auto_read_ahead(self.directory) if read_ahead == "auto" else read_ahead
         self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
