@@ -12,7 +12,9 @@
 # socket and key, spool, logs, PID files, the jobcomp file (job state and exit code without
 # slurmdbd), JOBSCRATCH directories.  Nothing is written to /etc, so a second cluster with
 # another directory and HPCIO_SLURM_PORT can run beside it.  Needs root (apt-get, slurmd).
-set -euo pipefail
+set -Eeuo pipefail  # -E: functions inherit the ERR trap below
+# Under set -e a failing command exits without a word: name it.
+trap 'echo "cluster.sh: error: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 
 STATE=${HPCIO_SLURM_DIR:-/tmp/hpcio-slurm}
 PORT=${HPCIO_SLURM_PORT:-6817}          # slurmctld; the slurmds take the next ports
@@ -40,7 +42,7 @@ install_packages() {
 # ---- configuration ------------------------------------------------------------
 hardware() {  # "CPUs=.. Boards=.. ... RealMemory=.." of this machine, memory at 90 %
     local line mem
-    line=$(slurmd -C | head -1)
+    line=$(slurmd -C | sed -n 1p)  # sed reads all: no SIGPIPE under pipefail
     mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$line")
     sed -e 's/^NodeName=[^ ]* //' -e "s/RealMemory=[0-9]*/RealMemory=$((mem * 9 / 10))/" <<<"$line"
 }
@@ -226,7 +228,8 @@ wait_idle() {
             return 0
         fi
         # A node left down by a previous run comes back once its slurmd registers.
-        grep -E ' (down|drained)' <<<"$states" | while read -r node _; do
+        # (grep finds none while nodes are still registering: not an error)
+        { grep -E ' (down|drained)' <<<"$states" || true; } | while read -r node _; do
             scontrol update NodeName="$node" State=RESUME 2>/dev/null || true
         done
         ((SECONDS < deadline)) || fail "nodes not idle after ${TIMEOUT}s: ${states:-sinfo gave nothing}"
@@ -282,7 +285,7 @@ status() {
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    status) status ;;
+    status) status || exit $? ;;  # 3: stopped, not an error to report
     env) echo "export SLURM_CONF=$CONF" ;;
     *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
 esac
