@@ -319,13 +319,10 @@ class BatchSampler(torch_data.Sampler):
         # Workers fetch batches in the order this sampler yields them, so delivery
         # has width 1 whatever the worker count.
         indices = self.source._indices(self.source.context(), 0, 1)
-        if len(indices):
-            # the epoch announced: its records are read ahead here, into the page cache
-            # the workers read from
-            self.source.dataset.will_read(indices)
-        b = self.source.batch_size
-        for lo in range(0, len(indices), b):
-            yield indices[lo : lo + b].tolist()
+        # The epoch is announced and each next batch prefetched here, into the page cache
+        # the workers read from: larger than memory, no batch waits for all its records.
+        for batch in batches_read_ahead(indices, self.source.batch_size, self.source.dataset):
+            yield batch.tolist()
 
 
 def _as_collated(batch):

@@ -296,6 +296,26 @@ def test_the_map_style_loader_announces_its_epoch(tmp_path):
     assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
 
 
+def test_the_map_style_loader_prefetches_the_next_batch_larger_than_memory(tmp_path, monkeypatch):
+    """When the epoch does not fit in memory, the map-style loader's batch sampler
+    prefetches each next batch as it hands one out: with the first batch delivered, the
+    second one's records (16 of 30,000 bytes) are being read, and nothing more."""
+    import hpcio.torch as ht
+
+    _batch_prefetches_only(monkeypatch)
+    blobs = _written_blobs(tmp_path / "d", count=200)
+    files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
+    pagecache.evict(files)
+    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
+        source = ht.MapDataset(ds, batch_size=16, shuffle=True, seed=1, context={"rank": 0, "world_size": 1})
+        batches = iter(ht.DataLoader(source, collate_fn=list))
+        first = next(batches)
+        assert ds.reader._pass_read is None and len(ds.reader._prefetches) == 1
+        assert 16 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 16 * (30_000 + 2 * 4096)
+        got = [s["blob"] for batch in [first, *batches] for s in batch]
+    assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
+
+
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
     """The room under a memory cgroup's limit, counting its page cache as available: a
     child that read 40 MB into the page cache of a 64 MB cgroup still has more than
