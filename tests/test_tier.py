@@ -316,6 +316,16 @@ def test_the_map_style_loader_prefetches_the_next_batch_larger_than_memory(tmp_p
     assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
 
 
+def test_a_prefetch_keeps_the_bytes_of_read_ahead_reads_of_1_mib_in_flight():
+    """Records read one request each get as many requests in flight as ``read_ahead``
+    reads of 1 MiB would hold: more for smaller records, never more than 64."""
+    from hpcio.formats.mds.batches import _MAX_DEPTH, _bytes_depth
+
+    assert _bytes_depth(8, 225_000) == 32
+    assert _bytes_depth(8, 2_400) == _bytes_depth(8, 0) == _MAX_DEPTH == 64
+    assert _bytes_depth(2, 3 << 20) == 2
+
+
 def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path):
     """The room under a memory cgroup's limit, counting its page cache as available: a
     child that read 40 MB into the page cache of a 64 MB cgroup still has more than

@@ -47,6 +47,13 @@ _RECORD_PER_REQUEST = 64 << 10
 _MAX_DEPTH = 64
 
 
+def _bytes_depth(read_ahead: int, record: int) -> int:
+    """Requests in flight for records of ``record`` bytes read one request each: as many
+    bytes as ``read_ahead`` reads of 1 MiB (on a remote tier the bytes in flight hide its
+    latency), at most ``_MAX_DEPTH``."""
+    return min(_MAX_DEPTH, read_ahead * max(1, (1 << 20) // max(1, record)))
+
+
 class _BatchReads:
     """``read_many``, ``read_field``, ``read_columns`` and ``field_lengths`` of the reader."""
 
@@ -187,8 +194,9 @@ class _BatchReads:
         """Start reading the records of samples ``indices`` that lie in shards not cached
         when opened, and return: a batch read while the batch before it is consumed is
         found in the page cache when its turn comes, so storage latency overlaps the
-        caller's work.  With ``read_ahead`` reads in flight on threads of their own
-        (records sorted and coalesced as planned reads are), else by
+        caller's work.  With ``read_ahead`` set, on threads of their own, one request per
+        record or coalesced run (sorted as planned reads are), with as many bytes in flight
+        as ``read_ahead`` reads of 1 MiB (:func:`_bytes_depth`); else by
         ``POSIX_FADV_WILLNEED``, which block devices serve asynchronously.  The oldest
         prefetch beyond the last two is stopped.  Nothing is done while the read of an
         announced pass (:meth:`will_read`) runs: it holds these records.  A shard that
@@ -211,7 +219,9 @@ class _BatchReads:
                 _io.will_need(fd, starts[mine], ends[mine])
             return
         running = self._prefetches
-        running.append(_io.read_ahead_extents(fds, file_of, starts, ends, self.read_ahead, _PLANNED_GAP))
+        record = int((ends - starts).sum()) // len(starts)
+        running.append(_io.read_ahead_extents(fds, file_of, starts, ends, _bytes_depth(self.read_ahead, record),
+                                              _PLANNED_GAP))
         while len(running) > _PREFETCHES:
             running.popleft().close()
 
@@ -249,8 +259,8 @@ class _BatchReads:
         record = shard_bytes // max(1, sum(self.shards[k].samples for k in touched.tolist()))
         in_turn = record >= _RECORD_PER_REQUEST
         depth = self.read_ahead or _PLANNED_DEPTH
-        if in_turn and self.read_ahead:  # as many bytes in flight as read_ahead reads of 1 MiB
-            depth = min(_MAX_DEPTH, self.read_ahead * max(1, (1 << 20) // record))
+        if in_turn and self.read_ahead:
+            depth = _bytes_depth(self.read_ahead, record)
         extents = self._extents_by_shard(shard_of, local)
         if extents is None:
             return

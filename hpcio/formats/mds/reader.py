@@ -109,8 +109,9 @@ class Reader(_BatchReads, base.Reader):
         (default): 8 on filesystems whose kernel read-ahead keeps one request in flight
         (FUSE), where each request's latency would otherwise bound the pass, else 0,
         leaving block devices, Lustre and Spectrum Scale to their own deeper read-ahead.
-        A number from 0 to 64 applies everywhere.  :meth:`prefetch` keeps as many reads
-        in flight for a batch's records (0: ``POSIX_FADV_WILLNEED`` instead).
+        A number from 0 to 64 applies everywhere.  :meth:`prefetch` keeps as many bytes
+        in flight for a batch's records, one request per record or run of neighbours, up
+        to 64 requests (0: ``POSIX_FADV_WILLNEED`` instead).
     """
 
     def __init__(self, path, *, cache_dir=None, max_open: int = 1024, max_decompressed: int = 8,
