@@ -120,11 +120,13 @@ def test_read_ahead_brings_an_evicted_range_into_the_page_cache(tmp_path):
         os.close(fd)
 
 
-@pytest.mark.parametrize("zero_copy", [False, True])
-def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypatch, zero_copy):
-    """A batch read through the mapping of a shard that was not cached when opened asks the
-    kernel for exactly its records first (a major fault would read the whole read-around
-    window per record); shards opened cached do not."""
+@pytest.mark.parametrize(("zero_copy", "read_path"), [(False, "auto"), (True, "auto"), (True, "map")])
+def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypatch, zero_copy, read_path):
+    """A batch of shards not cached when opened is read as planned requests, zero-copy
+    views included (they view the batch's buffer); read through the mapping
+    (``read_path="map"``), it asks the kernel for exactly its records first (a major
+    fault would read the whole read-around window per record).  Shards opened cached
+    are read through the mapping and ask nothing."""
     from hpcio._core import _io
 
     rng = np.random.default_rng(0)
@@ -135,7 +137,7 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
     asked, real = [], _io.will_need
     monkeypatch.setattr(_io, "will_need", lambda fd, a, b: asked.extend(zip(a.tolist(), b.tolist())) or real(fd, a, b))
     order = np.random.default_rng(1).permutation(len(samples))[:20]
-    with hpcio.open(tmp_path / "d", zero_copy=zero_copy) as ds:  # just written: cached
+    with hpcio.open(tmp_path / "d", zero_copy=zero_copy, read_path=read_path) as ds:  # just written: cached
         assert [bytes(s["blob"]) for s in ds.get_batch(order)] == [samples[i]["blob"] for i in order]
     assert asked == []
     files = dataset_files(tmp_path / "d")
@@ -144,8 +146,10 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
             os.fsync(f.fileno())
     pagecache.evict(files)
     assert pagecache.resident(files).fraction == 0.0
-    with hpcio.open(tmp_path / "d", zero_copy=zero_copy) as ds:
-        assert [bytes(s["blob"]) for s in ds.get_batch(order)] == [samples[i]["blob"] for i in order]
+    with hpcio.open(tmp_path / "d", zero_copy=zero_copy, read_path=read_path) as ds:
+        batch = ds.get_batch(order)
+        assert [bytes(s["blob"]) for s in batch] == [samples[i]["blob"] for i in order]
+        assert all(isinstance(s["blob"], memoryview if zero_copy else bytes) for s in batch)
         asked_by_batch = list(asked)
         reader = ds.reader
         extents = set()
@@ -153,7 +157,7 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
             k = int(np.searchsorted(reader._cum_list, i, side="right")) - 1
             _sh, _l, lo, hi = reader._ranges(k, np.array([i - reader._cum_list[k]]))
             extents.add((int(lo[0]), int(hi[0])))
-    if zero_copy:  # read through the mapping: every record asked for, nothing else
+    if read_path == "map":  # read through the mapping: every record asked for, nothing else
         assert set(asked_by_batch) == extents
     else:  # read as planned requests from the file, not through the mapping
         assert asked_by_batch == []

@@ -429,17 +429,17 @@ class _BatchReads:
     # --- one compiled read of a batch across shards ---------------------------------------
     def _batch_table(self):
         """The ShardTable of the open shards, or None when batches are read shard by shard:
-        with ``zero_copy`` (values view each shard's own bytes) or records compressed one
-        by one (decompressed per shard)."""
+        records compressed one by one (decompressed per shard)."""
         table = self.__dict__.get("_table", False)
         if table is False:
             from ..._core import _io
 
             per_sample = any(s.compression is not None and s.compression.per_sample for s in self.shards)
-            table = None if self.zero_copy or per_sample or not self.shards else _io.ShardTable(len(self.shards))
+            table = None if per_sample or not self.shards else _io.ShardTable(len(self.shards))
             self._table = table
             self._attached = np.zeros(len(self.shards), bool)
             self._read_by_value = np.zeros(len(self.shards), bool)
+            self._planned = np.zeros(len(self.shards), bool)
             self._in_memory = self.cache_dir is None and any(s.whole_shard for s in self.shards)
         return table
 
@@ -458,22 +458,28 @@ class _BatchReads:
         table.attach(k, sh.buf, sh.n, sh.mapped.fd if sh.mapped is not None else -1, sh.path, planned)
         self._attached[k] = True
         self._read_by_value[k] = by_value
+        self._planned[k] = planned
 
     def _detach(self, k: int) -> None:
         if self.__dict__.get("_table"):
             self._table.detach(k)
-            self._attached[k] = self._read_by_value[k] = False
+            self._attached[k] = self._read_by_value[k] = self._planned[k] = False
 
     def _columns_across_shards(self, ids: np.ndarray, cols: list[int], as_samples: bool) -> list | None:
         """:meth:`_read_columns` in one compiled read whatever the number of shards the
         batch touches: the records located, size-checked and copied (or read as planned
         requests) back to back in request order, then sliced once.  None when the batch
-        touches more shards than may be open at once."""
+        touches more shards than may be open at once, or, with ``zero_copy``, when every
+        shard it touches is read through the mapping: its values then view the shards'
+        own pages.  Read as planned requests, they view the batch's buffer, one copy
+        where copied values take two."""
         from ..._core import _index
 
         shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
         touched = np.unique(shard_of)
         if not self._open_all(touched):
+            return None
+        if self.zero_copy and not self._planned[touched].any():
             return None
         shrunk = self._table.shrunk(touched)
         if shrunk is not None:
@@ -503,7 +509,7 @@ class _BatchReads:
             return sh.path, int(starts[j]) if sh.in_file else None, int(ids[j])
 
         decode = self._layout.samples if as_samples else self._layout.columns
-        return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate)
+        return decode(buf, pos[:-1], pos[1:], cols, self.decode_images, locate, self.zero_copy)
 
     def _samples_by_value(self, cols, touched, shard_of, starts, ends) -> list | None:
         """The samples of records ``[starts[j], ends[j])`` of shards ``shard_of[j]``, all cached

@@ -89,10 +89,11 @@ class Reader(_BatchReads, base.Reader):
         batch together, checked against their declared sizes before allocating (a byte
         size; default ``$HPCIO_MAX_DECODED_BYTES``, else 1 GiB).  The reader's ``limit``.
     zero_copy
-        Return ``bytes`` (and undecoded image) values as read-only memoryviews of the
-        mapped shard or decompressed batch instead of copies: fastest for large binary
-        values, but memoryviews cannot be pickled (e.g. sent back by DataLoader workers)
-        and keep their shard mapped while alive.
+        Return ``bytes`` (and undecoded image) values as read-only memoryviews instead
+        of copies: of the mapped shard, or of the batch's buffer where its records were
+        read as planned requests or decompressed.  Fastest for large binary values, but
+        memoryviews cannot be pickled (e.g. sent back by DataLoader workers) and keep
+        their shard mapped, or their batch's buffer, alive.
     read_path
         How a batch (``get_batch``, a shuffled pass) reads the records of a mapped shard:
         ``"map"`` copies them from the mapping, ``"planned"`` reads them from the file as
