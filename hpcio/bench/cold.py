@@ -239,7 +239,8 @@ def measure_cold(system: System, dataset: BenchDataset, op: str, profile: str, *
         **head, "samples": rec["samples"], "open_s": rec["open_s"], "op_s": rec["op_s"],
         "samples_per_s": rec["samples"] / rec["total_s"] if rec["total_s"] else float("inf"),
         "bytes_per_s": total / rec["total_s"] if rec["total_s"] else float("inf"),
-        "maxrss_mb": rec["maxrss_mb"], "anon_peak_mb": rec.get("anon_peak_mb"), "storage_bytes": storage,
+        "maxrss_mb": rec["maxrss_mb"], "anon_peak_mb": rec.get("anon_peak_mb"),
+        "anon_at_open_mb": rec.get("anon_at_open_mb"), "storage_bytes": storage,
         # the reader's CPU seconds, whole process: on a busy machine, bytes per CPU second
         # say how fast it would read with a core of its own, where it is CPU-bound
         "cpu_s": (after_cpu.ru_utime - before_cpu.ru_utime) + (after_cpu.ru_stime - before_cpu.ru_stime),
@@ -310,7 +311,8 @@ def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limi
                     continue
                 log(f"{rec['system']:32} {op:14} {rec['samples_per_s']:>12,.0f} samples/s "
                     f"{rec['bytes_per_s'] / 1e6:>8,.0f} MB/s  rss {rec['maxrss_mb']:>7,.0f} MB  "
-                    f"anon {rec['anon_peak_mb'] or float('nan'):>7,.0f} MB  cpu {rec['cpu_s']:.1f} s  "
+                    f"anon {rec['anon_peak_mb'] or float('nan'):>7,.0f} MB "
+                    f"({rec['anon_at_open_mb'] or float('nan'):,.0f} at open)  cpu {rec['cpu_s']:.1f} s  "
                     f"waiting for a cpu {rec['runqueue_wait_s'] or float('nan'):.1f} s  "
                     f"storage {rec['storage_ratio'] or float('nan'):.2f}x  resident before "
                     f"{rec['resident_before']:.2f}")
@@ -332,13 +334,13 @@ def markdown(limits: dict | None, records: list[dict]) -> str:
                  f"{limits['random_request_bytes'] >> 10} KiB reads {rnd / 1e6:,.0f} MB/s at depth "
                  f"{limits['random_best_depth']}.", ""]
     lines += ["| profile | system | op | samples/s | MB/s | of device | of iterate | peak RSS / dataset "
-              "| peak anonymous / dataset | storage read / dataset | MB per CPU s | tier |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| peak anonymous / dataset | anonymous at open MB | storage read / dataset | MB per CPU s | tier |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         limit = rnd if r["op"] in _RANDOM else seq
         tier = "local" if r["tier"] is None else _tier_label(r["tier"])
         if "error" in r:
-            lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} ||||||||{tier} |")
+            lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['error']} |||||||||{tier} |")
             continue
         ratio = "-" if r["storage_ratio"] is None else f"{r['storage_ratio']:.2f}"
         base = iterate.get((r["profile"], r["system"], str(r["tier"])))
@@ -346,7 +348,9 @@ def markdown(limits: dict | None, records: list[dict]) -> str:
         of_device = "-" if limit is None else f"{r['bytes_per_s'] / limit:.2f}"
         cpu = f"{r['dataset_bytes'] / 1e6 / r['cpu_s']:,.0f}" if r.get("cpu_s") else "-"
         anon = f"{r['anon_peak_mb'] * 1e6 / r['dataset_bytes']:.3f}" if r.get("anon_peak_mb") is not None else "-"
+        at_open = f"{r['anon_at_open_mb']:,.0f}" if r.get("anon_at_open_mb") is not None else "-"
         lines.append(f"| {r['profile']} | {r['system']} | {r['op']} | {r['samples_per_s']:,.0f} | "
                      f"{r['bytes_per_s'] / 1e6:,.0f} | {of_device} | {near} | "
-                     f"{r['maxrss_mb'] * 1e6 / r['dataset_bytes']:.3f} | {anon} | {ratio} | {cpu} | {tier} |")
+                     f"{r['maxrss_mb'] * 1e6 / r['dataset_bytes']:.3f} | {anon} | {at_open} | {ratio} | {cpu} | "
+                     f"{tier} |")
     return "\n".join(lines) + "\n"

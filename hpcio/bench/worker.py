@@ -296,6 +296,15 @@ def peak_rss_mb():
     return float("nan")
 
 
+def anon_rss_mb():
+    """This process's anonymous resident memory now (``RssAnon``), in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 class AnonymousPeak:
     """The peak of this process's anonymous resident memory (``RssAnon``), sampled every
     ``interval`` seconds by a thread: the memory a reader itself holds, without the file
@@ -357,6 +366,8 @@ def run(spec):
         import hpcio.torch  # noqa: F401  (torch's import counts with the harness, not the epoch)
     t0 = time.perf_counter()
     t_import = t0 - T_START
+    # what the imports hold before the reader opens: PyTorch's alone is hundreds of MB
+    anon_at_open = anon_rss_mb()
     ds = opener(spec["path"], spec.get("options", {}))
     t_open = time.perf_counter()
     waited = runqueue_wait_s()
@@ -440,6 +451,7 @@ def run(spec):
     waited = None if waited is None else runqueue_wait_s() - waited
     return {
         **({"anon_peak_mb": anon.stop()} if anon is not None else {}),
+        "anon_at_open_mb": anon_at_open,
         "runqueue_wait_s": waited,
         "import_s": t_import,
         "open_s": t_open - t0,
