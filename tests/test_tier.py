@@ -281,12 +281,17 @@ def test_an_announced_pass_of_large_records_reads_them_in_its_order(tmp_path):
             assert max(cached(int(i)) for i in order[1:]) <= 16 << 10
 
 
-def test_the_map_style_loader_announces_its_epoch(tmp_path):
-    """hpcio.torch.DataLoader over a MapDataset announces the rank's epoch from its batch
-    sampler: the records are read ahead in the main process, whose page cache the
-    workers read from."""
+@pytest.mark.parametrize("fits", [True, False])
+def test_the_map_style_loader_reads_its_epoch_ahead(tmp_path, monkeypatch, fits):
+    """hpcio.torch.DataLoader over a MapDataset reads ahead from its batch sampler, in the
+    main process, whose page cache the workers read from: the announced epoch when it
+    fits in memory; else each next batch as one is handed out, so with the first batch
+    delivered the second one's records (16 of 30,000 bytes) are being read, and nothing
+    more."""
     import hpcio.torch as ht
 
+    if not fits:
+        _batch_prefetches_only(monkeypatch)
     blobs = _written_blobs(tmp_path / "d", count=200)
     files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
     pagecache.evict(files)
@@ -294,28 +299,12 @@ def test_the_map_style_loader_announces_its_epoch(tmp_path):
         source = ht.MapDataset(ds, batch_size=16, shuffle=True, seed=1, context={"rank": 0, "world_size": 1})
         batches = iter(ht.DataLoader(source, collate_fn=list))
         first = next(batches)
-        assert ds.reader._pass_read.close(wait=True) > 0
-        assert pagecache.resident(files).fraction == 1.0
-        got = [s["blob"] for batch in [first, *batches] for s in batch]
-    assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
-
-
-def test_the_map_style_loader_prefetches_the_next_batch_larger_than_memory(tmp_path, monkeypatch):
-    """When the epoch does not fit in memory, the map-style loader's batch sampler
-    prefetches each next batch as it hands one out: with the first batch delivered, the
-    second one's records (16 of 30,000 bytes) are being read, and nothing more."""
-    import hpcio.torch as ht
-
-    _batch_prefetches_only(monkeypatch)
-    blobs = _written_blobs(tmp_path / "d", count=200)
-    files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
-    pagecache.evict(files)
-    with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
-        source = ht.MapDataset(ds, batch_size=16, shuffle=True, seed=1, context={"rank": 0, "world_size": 1})
-        batches = iter(ht.DataLoader(source, collate_fn=list))
-        first = next(batches)
-        assert ds.reader._pass_read is None and len(ds.reader._prefetches) == 1
-        assert 16 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 16 * (30_000 + 2 * 4096)
+        if fits:
+            assert ds.reader._pass_read.close(wait=True) > 0
+            assert pagecache.resident(files).fraction == 1.0
+        else:
+            assert ds.reader._pass_read is None and len(ds.reader._prefetches) == 1
+            assert 16 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 16 * (30_000 + 2 * 4096)
         got = [s["blob"] for batch in [first, *batches] for s in batch]
     assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
 

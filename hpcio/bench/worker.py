@@ -287,22 +287,23 @@ LOADERS = {
 }
 
 
-def peak_rss_mb():
-    """This process's peak resident set (VmHWM), which exec resets, unlike ru_maxrss."""
+def _status_mb(key: str) -> float:
+    """The ``key:`` line of ``/proc/self/status`` (kB) in MB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def peak_rss_mb():
+    """This process's peak resident set (VmHWM), which exec resets, unlike ru_maxrss."""
+    return _status_mb("VmHWM")
 
 
 def anon_rss_mb():
     """This process's anonymous resident memory now (``RssAnon``), in MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return _status_mb("RssAnon")
 
 
 class AnonymousPeak:
@@ -320,11 +321,7 @@ class AnonymousPeak:
 
     def _sample(self, interval):
         while True:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-                        break
+            self.peak_kb = max(self.peak_kb, anon_rss_mb() * 1024)
             if self._stop.wait(interval):
                 return
 
