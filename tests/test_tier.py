@@ -163,6 +163,27 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
         assert asked_by_batch == []
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_zero_copy_batches_over_many_shards_are_views(tmp_path, cached):
+    """A zero-copy batch spread over many small shards, cached or not, is read in one
+    call and its bytes values are memoryviews (of the batch's buffer), equal to the
+    copying reader's values."""
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(30_000) for _ in range(60)]
+    with hpcio.open_writer(tmp_path / "d", format="mds", size_limit=64 << 10) as w:
+        for i, blob in enumerate(blobs):
+            w.write({"id": i, "blob": blob})
+    files = dataset_files(tmp_path / "d")
+    if not cached:
+        pagecache.evict(files)
+    order = np.random.default_rng(1).permutation(len(blobs))[:20]
+    with hpcio.open(tmp_path / "d", zero_copy=True) as ds:
+        assert len(ds.reader.shards) > 20
+        batch = ds.get_batch(order)
+        assert all(isinstance(s["blob"], memoryview) for s in batch)
+        assert [bytes(s["blob"]) for s in batch] == [blobs[i] for i in order]
+
+
 def test_read_ahead_extents_reads_each_merged_range_once(tmp_path):
     """Scattered extents are sorted, neighbours within the gap merged, each byte read once;
     a file index beyond the descriptors given is refused before anything is read."""

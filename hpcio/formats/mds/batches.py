@@ -47,6 +47,13 @@ _RECORD_PER_REQUEST = 64 << 10
 _MAX_DEPTH = 64
 
 
+def _gathers(samples: int, shards: int) -> bool:
+    """Whether a batch of ``samples`` over ``shards`` shards is gathered into one buffer
+    before it is sliced, rather than sliced shard by shard: many shards, few records
+    each, where slicing per shard would run its Python per shard."""
+    return shards > 8 and samples < 8 * shards
+
+
 def _bytes_depth(read_ahead: int, record: int) -> int:
     """Requests in flight for records of ``record`` bytes read one request each: as many
     bytes as ``read_ahead`` reads of 1 MiB (on a remote tier the bytes in flight hide its
@@ -408,7 +415,7 @@ class _BatchReads:
                 return values
         groups, order = self._shard_groups(ids)
         budget = _Budget(self.limit)
-        if len(groups) > 8 and m < 8 * len(groups):
+        if _gathers(m, len(groups)):
             values = self._columns_gathered([(k, lidx) for k, lidx, _a, _b in groups], cols, as_samples, budget)
         else:
             per_group = [self._columns_of(k, lidx, cols, as_samples, budget) for k, lidx, _a, _b in groups]
@@ -439,7 +446,7 @@ class _BatchReads:
             self._table = table
             self._attached = np.zeros(len(self.shards), bool)
             self._read_by_value = np.zeros(len(self.shards), bool)
-            self._planned = np.zeros(len(self.shards), bool)
+            self._uncached = np.zeros(len(self.shards), bool)
             self._in_memory = self.cache_dir is None and any(s.whole_shard for s in self.shards)
         return table
 
@@ -448,9 +455,10 @@ class _BatchReads:
         table = self._batch_table()
         if table is None:
             return
-        planned = by_value = False
+        planned = by_value = uncached = False
         if sh.mapped is not None and self.read_path != "map":
             cached = self.read_path != "planned" and not sh.cold
+            uncached = not cached
             planned = not cached or sh.pread_values
             # cached large records: each value read once, straight into its bytes object,
             # not gathered into fresh memory first and copied out again
@@ -458,28 +466,29 @@ class _BatchReads:
         table.attach(k, sh.buf, sh.n, sh.mapped.fd if sh.mapped is not None else -1, sh.path, planned)
         self._attached[k] = True
         self._read_by_value[k] = by_value
-        self._planned[k] = planned
+        self._uncached[k] = uncached
 
     def _detach(self, k: int) -> None:
         if self.__dict__.get("_table"):
             self._table.detach(k)
-            self._attached[k] = self._read_by_value[k] = self._planned[k] = False
+            self._attached[k] = self._read_by_value[k] = self._uncached[k] = False
 
     def _columns_across_shards(self, ids: np.ndarray, cols: list[int], as_samples: bool) -> list | None:
         """:meth:`_read_columns` in one compiled read whatever the number of shards the
         batch touches: the records located, size-checked and copied (or read as planned
         requests) back to back in request order, then sliced once.  None when the batch
         touches more shards than may be open at once, or, with ``zero_copy``, when every
-        shard it touches is read through the mapping: its values then view the shards'
-        own pages.  Read as planned requests, they view the batch's buffer, one copy
-        where copied values take two."""
+        shard it touches was cached when opened and the batch is not gathered
+        (:func:`_gathers`): its values then view the shards' own pages.  Otherwise
+        zero-copy values view what one read brought in (the batch's buffer, or each
+        value's own): one copy, where copied values take two."""
         from ..._core import _index
 
         shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
         touched = np.unique(shard_of)
         if not self._open_all(touched):
             return None
-        if self.zero_copy and not self._planned[touched].any():
+        if self.zero_copy and not self._uncached[touched].any() and not _gathers(len(ids), len(touched)):
             return None
         shrunk = self._table.shrunk(touched)
         if shrunk is not None:
