@@ -61,8 +61,16 @@ class Residency(tuple):
         return super().__new__(cls, (resident_bytes, total_bytes))
 
     @property
+    def resident_bytes(self) -> int:
+        return self[0]
+
+    @property
+    def total_bytes(self) -> int:
+        return self[1]
+
+    @property
     def fraction(self) -> float:
-        return self[0] / self[1] if self[1] else 0.0
+        return self.resident_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
 def _resident_bytes(path: str, offset: int = 0, length: int | None = None) -> tuple[int, int]:

@@ -72,7 +72,7 @@ def cache_source(files: list[str]) -> float:
     if before.fraction == 1.0:
         return 1.0  # cached already (each run and epoch asks again)
     available = available_bytes()
-    if available is not None and before[1] <= available // 2:
+    if available is not None and before.total_bytes <= available // 2:
         load(files)
     return resident(files).fraction
 

@@ -314,14 +314,14 @@ class AnonymousPeak:
     def __init__(self, interval=0.02):
         import threading
 
-        self.peak_kb = 0
+        self.peak_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
         self._thread.start()
 
     def _sample(self, interval):
         while True:
-            self.peak_kb = max(self.peak_kb, anon_rss_mb() * 1024)
+            self.peak_mb = max(self.peak_mb, anon_rss_mb())
             if self._stop.wait(interval):
                 return
 
@@ -329,7 +329,7 @@ class AnonymousPeak:
         """The peak in MB."""
         self._stop.set()
         self._thread.join()
-        return self.peak_kb / 1024
+        return self.peak_mb
 
 
 def runqueue_wait_s():
