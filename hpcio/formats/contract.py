@@ -8,10 +8,11 @@ defines against these protocols; :func:`hpcio.registry.register_format` refuses 
 it finds problems in, and ``FormatTests.test_contract`` runs it for every format.
 
 Signatures are compared by what a caller relies on: the number and kind of the
-positional parameters (their names are free), every keyword parameter of the protocol
-present by name with the same default (a protocol parameter without default may get one),
-and no extra parameter the caller would not pass unless it has a default.  Where a
-protocol takes ``**options``, the implementation may instead name the options it knows.
+positional parameters (their names are free) and the defaults of those a caller may leave
+out, every keyword parameter of the protocol present by name with the same default (a
+protocol parameter without default may get one), and no extra parameter the caller would
+not pass unless it has a default.  Where a protocol takes ``**options``, the
+implementation may instead name the options it knows.
 """
 
 from __future__ import annotations
@@ -47,10 +48,12 @@ class Format(Protocol):
 
     ``Reader(path, **options)`` and ``Writer(path, **options)`` are subclasses of
     :class:`hpcio.formats.base.Reader` and :class:`~hpcio.formats.base.Writer` (or
-    classes with the same methods).  A reader may also offer ``Reader.sample_nbytes()``:
-    an int64 array with the stored size of every sample, read from the index without
+    classes with the same methods).  A reader may also offer
+    ``Reader.sample_nbytes(start=0, stop=None)``: an int64 array with the stored size of
+    samples ``[start, stop)`` (to the end when ``stop`` is None), read from the index without
     touching the data, so the converter balances shards by bytes (without it, sizes are
-    estimated from the file sizes).
+    estimated from the file sizes).  The converter asks for windows of samples, so that
+    no process holds the size of every sample; a sample's size is the same in any window.
     """
 
     NAME: str
@@ -194,6 +197,9 @@ def signature_problems(func, expected: inspect.Signature) -> list[str]:
     var_pos = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     if len(have_pos) < len(want_pos) and not var_pos:
         problems.append(f"takes {len(have_pos)} positional parameters, the contract passes {len(want_pos)}")
+    for w, p in zip(want_pos, have_pos):
+        if w.default is not _EMPTY and p.default != w.default:  # the caller may leave it out
+            problems.append(f"parameter {p.name!r} defaults to {_show(p.default)}, the contract says {w.default!r}")
     for p in have_pos[len(want_pos):]:
         if p.default is _EMPTY:
             problems.append(f"parameter {p.name!r} needs a default: the contract does not pass it")
@@ -264,8 +270,8 @@ def _writer_problems(module, label: str) -> list[str]:
     problems = []
     sample_nbytes = getattr(module.Reader, "sample_nbytes", None)
     if sample_nbytes is not None and callable(sample_nbytes):
-        problems += [f"{label}.Reader.sample_nbytes(): {why}"
-                     for why in signature_problems(sample_nbytes, inspect.Signature([_SELF]))]
+        problems += [f"{label}.Reader.sample_nbytes(start=0, stop=None): {why}"
+                     for why in signature_problems(sample_nbytes, _SAMPLE_NBYTES)]
     if hasattr(module, "merge_index"):
         problems += _method(owner, writer, "__init__", ShardWriter, "the sharded-writing hook")
         problems += _method(owner, writer, "index_part", ShardWriter, "the sharded-writing hook")
@@ -281,6 +287,9 @@ def _writer_problems(module, label: str) -> list[str]:
 
 
 _SELF = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_SAMPLE_NBYTES = inspect.Signature([
+    _SELF, *(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+             for name, default in (("start", 0), ("stop", None)))])
 
 
 def _method(owner: str, cls: type, name: str, protocol: type, group: str) -> list[str]:

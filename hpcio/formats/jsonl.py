@@ -3,8 +3,9 @@
 The reader maps the file (or its decompressed bytes) and builds a newline index in C
 (``_index.scan_lines``), so ``ds[i]`` is one ``orjson.loads`` of one line.  Whole-file
 compressed inputs are decompressed into memory, or into ``cache_dir`` when given; the
-index is kept beside them in the cache as ``.lines.npy`` so a second open is instant.
-Blank lines are skipped.  Nothing is written anywhere else (no temporary files).
+index is then written beside them in the cache and mapped, so a second open (by any
+process) is instant and the index takes no anonymous memory.  Blank lines are skipped.
+Nothing is written anywhere else (no temporary files).
 
 >>> import hpcio, os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "toy.jsonl.zst")
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import socket
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -65,13 +67,18 @@ def sniff(path) -> bool:
 # so opening a file larger than memory keeps no more than this of it resident.
 INDEX_CHUNK_BYTES = 16 << 20
 
+# The cached line index, ``<key>.lines.u64``: for each non-blank line in order, its start
+# and end byte offsets as two little-endian uint64 (16 bytes a line, no header), so it is
+# written part by part and mapped as an (n, 2) array.
+INDEX_SUFFIX = ".lines.u64"
+_PAIRS = np.dtype("<u8")
 
-def _index_lines(data, drop_pages=lambda: None) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end offsets of the non-blank lines of ``data`` (bytes-like with
-    ``find``/``rfind``), indexed in parts of whole lines of about :data:`INDEX_CHUNK_BYTES`;
-    ``drop_pages()`` is called after each part."""
+
+def _index_parts(data, drop_pages):
+    """The (start, end) offset pairs of the non-blank lines of ``data`` (bytes-like with
+    ``find``/``rfind``), one (n, 2) array per part of whole lines of about
+    :data:`INDEX_CHUNK_BYTES`; ``drop_pages()`` is called after each part."""
     size = len(data)
-    parts = []
     at = 0
     while at < size:
         end = min(size, at + INDEX_CHUNK_BYTES)
@@ -82,18 +89,40 @@ def _index_lines(data, drop_pages=lambda: None) -> tuple[np.ndarray, np.ndarray]
             if newline < 0:
                 newline = data.find(b"\n", end)
             end = size if newline < 0 else newline + 1
-        parts.append(_index_part(data, at, end))
+        pairs = np.column_stack(_index_part(data, at, end)).astype(_PAIRS, copy=False)
         drop_pages()
+        yield pairs
         at = end
-    if not parts:
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    starts = np.concatenate([p[0] for p in parts])
-    ends = np.concatenate([p[1] for p in parts])
-    return np.ascontiguousarray(starts), np.ascontiguousarray(ends)
+
+
+def _index_lines(data, drop_pages) -> np.ndarray:
+    """The (n, 2) offset pairs of :func:`_index_parts`, in memory."""
+    return np.concatenate([np.zeros((0, 2), _PAIRS), *_index_parts(data, drop_pages)])
+
+
+def _write_index(path: str, data, drop_pages) -> None:
+    """Write the offset pairs of ``data`` to ``path`` (see :data:`INDEX_SUFFIX`) a part at a
+    time, so building it holds one part in memory, not the index."""
+    with _AtomicFile(path) as f:
+        for pairs in _index_parts(data, drop_pages):
+            f.write(pairs)
+
+
+def _map_index(path: str):
+    """The read-only map of the index file ``path`` (None when empty: nothing to map) and
+    its (n, 2) offset pairs viewed from it."""
+    with open(path, "rb") as f:  # the map holds its own descriptor
+        if not os.fstat(f.fileno()).st_size:
+            return None, np.zeros((0, 2), _PAIRS)
+        from .._core import _io
+
+        mm = _io.map_file(f.fileno())
+    return mm, np.frombuffer(mm, _PAIRS).reshape(-1, 2)
 
 
 def _index_part(data, at: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_index_lines` of ``data[at:end]``, which ends after a newline or at the end."""
+    """Start and end offsets of the non-blank lines of ``data[at:end]``, which ends after
+    a newline or at the end."""
     from .._core import _index
 
     with memoryview(data) as whole, whole[at:end] as buf:
@@ -123,20 +152,17 @@ class Reader(base.Reader):
     path
         ``.jsonl`` (mapped), ``.jsonl.zst`` or ``.jsonl.gz`` (decompressed once).
     cache_dir
-        Where to keep the decompressed bytes and the line index between opens;
-        ``None`` keeps both in memory only.
+        Where to keep the decompressed bytes and the line index between opens; both are
+        mapped from there, and every process given the same ``cache_dir`` reuses what
+        the first one wrote.  ``None`` keeps both in memory only.
     validate_hashes
         True: check the file (as stored, compressed or not) against the xxh3_64 its
         ``<file>.hashes.json`` records before reading, raising
         :class:`~hpcio.errors.ChecksumMismatchError` naming it; ``"xxh3_64"`` also
         requires the manifest.
-    shared_index
-        The :meth:`shared_index` of a reader of the same file, which this one then does
-        not build again (every rank of a conversion opens the file).
     """
 
-    def __init__(self, path, cache_dir=None, validate_hashes: bool | str = False,
-                 shared_index=None):
+    def __init__(self, path, cache_dir=None, validate_hashes: bool | str = False):
         super().__init__(path)
         if not os.path.isfile(self.path):
             raise ShardNotFoundError("no such JSONL file", path=self.path)
@@ -167,38 +193,41 @@ class Reader(base.Reader):
                     self.buf = memoryview(self._mm)
                 else:
                     self.buf = memoryview(b"")
-        index_path = None if cache_dir is None else os.path.join(cache_dir, key + ".lines.npy")
-        if shared_index is not None:
-            self.starts, self.ends = shared_index
-        elif index_path is not None and os.path.exists(index_path):
-            bounds = np.load(index_path)
-            self.starts, self.ends = bounds[0], bounds[1]
+        self._index_mm = None
+        data = self._mm if self._mm is not None else self.buf
+        if cache_dir is None:
+            pairs = _index_lines(data, self.drop_pages)
         else:
-            self.starts, self.ends = _index_lines(self._mm if self._mm is not None else self.buf, self.drop_pages)
-            if index_path is not None:
+            index_path = os.path.join(cache_dir, key + INDEX_SUFFIX)
+            if not os.path.exists(index_path):
                 os.makedirs(cache_dir, exist_ok=True)
-                with _AtomicFile(index_path) as f:
-                    np.save(f, np.stack([self.starts, self.ends]))
-        self._s = memoryview(self.starts).cast("B").cast("Q") if len(self.starts) else []
-        self._e = memoryview(self.ends).cast("B").cast("Q") if len(self.ends) else []
+                _write_index(index_path, data, self.drop_pages)
+            self._index_mm, pairs = _map_index(index_path)
+        self._set_index(pairs)
+
+    def _set_index(self, pairs: np.ndarray) -> None:
+        """Take the offsets from the (n, 2) ``pairs``: ``starts``/``ends`` as arrays, and
+        as memoryviews for :meth:`read` (indexing one is cheaper than a numpy array)."""
+        self._n = len(pairs)
+        self.starts, self.ends = pairs[:, 0], pairs[:, 1]
+        flat = memoryview(np.asarray(pairs, dtype=np.uint64).reshape(-1))
+        self._s, self._e = flat[0::2], flat[1::2]
 
     def _decompress(self, codec: str, data: bytes):
         return _codecs_table.get_codec(codec).decompress(data, DECOMPRESS_LIMIT, path=self.path)
 
     def __len__(self) -> int:
-        return len(self.starts)
-
-    def shared_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """The line index: start and end offsets of every line."""
-        return self.starts, self.ends
+        return self._n
 
     def drop_pages(self) -> None:
-        if self._mm is not None:
-            self._mm.madvise(mmap.MADV_DONTNEED)
+        for mm in (self._mm, self._index_mm):
+            if mm is not None:
+                mm.madvise(mmap.MADV_DONTNEED)
 
-    def sample_nbytes(self) -> np.ndarray:
-        """Bytes of every line (the converter balances shards with them)."""
-        return (self.ends - self.starts).astype(np.int64)
+    def sample_nbytes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Bytes of the lines ``start`` to ``stop`` (the end when None), which the
+        converter balances shards with, asking a window at a time."""
+        return (self.ends[start:stop] - self.starts[start:stop]).astype(np.int64)
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         a = self._s[i]
@@ -224,16 +253,19 @@ class Reader(base.Reader):
             yield read(i, fields)
 
     def close(self) -> None:
-        if isinstance(self.buf, memoryview):
+        views = [self._s, self._e] + ([self.buf] if isinstance(self.buf, memoryview) else [])
+        for view in views:
             try:
-                self.buf.release()
+                view.release()
             except BufferError:
                 pass
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:  # a caller still holds a view; the map dies with it
-                pass
+        self.starts = self.ends = None  # their views of the index map
+        for mm in (self._mm, self._index_mm):
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:  # a caller still holds a view; the map dies with it
+                    pass
 
 
 class _AtomicFile:
@@ -242,7 +274,7 @@ class _AtomicFile:
     def __init__(self, path: str):
         self.path = path
         head, tail = os.path.split(path)
-        self.tmp = os.path.join(head, f".{tail}.tmp-{os.getpid()}")
+        self.tmp = os.path.join(head, f".{tail}.tmp-{socket.gethostname()}-{os.getpid()}")
 
     def __enter__(self):
         self.f = open(self.tmp, "wb")

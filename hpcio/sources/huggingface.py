@@ -118,13 +118,20 @@ class Reader(base.BatchReader):
         columns = [rows.column(f).to_pylist() for f in fields]
         return [dict(zip(fields, values)) for values in zip(*columns)] if fields else [{} for _ in range(len(rows))]
 
-    def sample_nbytes(self) -> np.ndarray:
-        """Bytes of every row: its binary and string values (image bytes, text) and an
-        even share of the fixed-width columns, so shards balance by what they hold."""
-        sizes = np.zeros(len(self), dtype=np.int64)
+    def sample_nbytes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Bytes of the rows ``start`` to ``stop`` (the end when None): their binary and
+        string values (image bytes, text) and an even share of the fixed-width columns,
+        so shards balance by what they hold.  A row's size does not depend on the window
+        it is asked in."""
+        rows = range(len(self))[start:stop]
+        sizes = np.zeros(len(rows), dtype=np.int64)
         for column in self.table.columns:
-            if column.num_chunks:
-                sizes += np.concatenate([_value_bytes(chunk, len(chunk)) for chunk in column.chunks])
+            at = 0  # first row of the chunk
+            for chunk in column.chunks:
+                lo, hi = max(rows.start - at, 0), min(rows.stop - at, len(chunk))
+                if lo < hi:
+                    sizes[at + lo - rows.start:at + hi - rows.start] += _value_bytes(chunk, lo, hi)
+                at += len(chunk)
         return sizes
 
     def close(self) -> None:
@@ -134,20 +141,22 @@ class Reader(base.BatchReader):
         self._maps = []
 
 
-def _value_bytes(array, n: int) -> np.ndarray:
-    """Bytes each row of ``array`` holds: the lengths of binary and string values, the
-    sum over struct fields, else the array's bytes shared out evenly."""
+def _value_bytes(array, lo: int, hi: int) -> np.ndarray:
+    """Bytes each of the rows ``lo`` to ``hi`` of ``array`` holds: the lengths of binary
+    and string values, the sum over struct fields, else the whole array's bytes shared
+    out evenly over its rows (the first ones taking the remainder)."""
     pa = _pa()
     import pyarrow.compute as pc
 
     kind = array.type
     if pa.types.is_struct(kind):
-        return sum((_value_bytes(array.field(k), n) for k in range(kind.num_fields)),
-                   np.zeros(n, dtype=np.int64))
+        return sum((_value_bytes(array.field(k), lo, hi) for k in range(kind.num_fields)),
+                   np.zeros(hi - lo, dtype=np.int64))
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind) \
             or pa.types.is_large_string(kind):
-        return pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    per, extra = divmod(array.nbytes, max(n, 1))
-    sizes = np.full(n, per, dtype=np.int64)
-    sizes[:extra] += 1
+        lengths = pc.binary_length(array.slice(lo, hi - lo)).fill_null(0)
+        return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
+    per, extra = divmod(array.nbytes, max(len(array), 1))
+    sizes = np.full(hi - lo, per, dtype=np.int64)
+    sizes[:max(extra - lo, 0)] += 1
     return sizes

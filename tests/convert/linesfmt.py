@@ -62,8 +62,8 @@ class Reader(BaseReader):
     def __len__(self):
         return len(self._starts)
 
-    def sample_nbytes(self):
-        return np.array([e - s for _, s, e in self._starts], dtype=np.int64)
+    def sample_nbytes(self, start=0, stop=None):
+        return np.array([e - s for _, s, e in self._starts[start:stop]], dtype=np.int64)
 
     def read(self, i, fields=None):
         i = self.check_index(i)

@@ -24,7 +24,7 @@ def fake_format(name="fake", **hooks) -> types.ModuleType:
     module.NAME = name
     module.CAPABILITIES = Capabilities()
     module.sniff = lambda path: False
-    module.Reader = jsonl.Reader
+    module.Reader = hooks.pop("Reader", jsonl.Reader)
     module.Writer = hooks.pop("Writer", jsonl.Writer)
     for key, value in hooks.items():
         setattr(module, key, value)
@@ -109,6 +109,28 @@ def test_hook_groups_must_be_complete():
     ]
     assert check_format(fake_format(record_layout=lambda shard_id, lengths, **o: None)) == [
         "fake_fake has record_layout but not record_encoder, which the placed-record hook needs"]
+
+
+def test_reader_sample_nbytes_takes_a_window():
+    class Whole(jsonl.Reader):
+        def sample_nbytes(self):
+            pass
+
+    class NoDefaults(jsonl.Reader):
+        def sample_nbytes(self, first, last=-1):
+            pass
+
+    class Renamed(jsonl.Reader):  # positional names are free
+        def sample_nbytes(self, a=0, b=None, *, step=1):
+            pass
+
+    assert check_format(fake_format(Reader=Whole)) == [
+        "fake_fake.Reader.sample_nbytes(start=0, stop=None): takes 1 positional parameters, the contract passes 3"]
+    assert check_format(fake_format(Reader=NoDefaults)) == [
+        "fake_fake.Reader.sample_nbytes(start=0, stop=None): " + why for why in (
+            "parameter 'first' defaults to nothing, the contract says 0",
+            "parameter 'last' defaults to -1, the contract says None")]
+    assert check_format(fake_format(Reader=Renamed)) == [] == check_format(fake_format())
 
 
 def test_register_format_refuses_a_broken_module(clean_registry):

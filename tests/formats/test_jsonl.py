@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import tempfile
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -94,11 +95,109 @@ def test_cache_dir_keeps_decompressed_bytes_and_index(tmp_path):
     cache = tmp_path / "cache"
     assert [s["id"] for s in hpcio.open(path, cache_dir=cache)] == [0, 1, 2]
     names = sorted(os.listdir(cache))
-    assert len(names) == 2 and names[0].endswith(".jsonl") and names[1].endswith(".lines.npy")
+    assert len(names) == 2 and names[0].endswith(".jsonl") and names[1].endswith(".lines.u64")
     data = next(n for n in names if n.endswith(".jsonl"))
     assert (cache / data).read_bytes() == LINES
     again = hpcio.open(path, cache_dir=cache)
     assert again[2]["t"] == "c" and sorted(os.listdir(cache)) == names
+
+
+def offsets(reader):
+    return np.column_stack([reader.starts, reader.ends]).tolist()
+
+
+def no_indexing(*args):
+    raise AssertionError("the file was indexed again")
+
+
+@pytest.mark.parametrize("data", [LINES, LINES + b"\n", b"", b"\n \n"], ids=["no-final-newline", "final-newline",
+                                                                             "empty", "blank"])
+def test_cached_index_matches_the_uncached_one(tmp_path, monkeypatch, data):
+    monkeypatch.setattr(jsonl, "INDEX_CHUNK_BYTES", 8)  # a part per line or two
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(data)
+    cache = tmp_path / "cache"
+    expected = jsonl.Reader(path)
+    built = jsonl.Reader(path, cache_dir=cache)
+    [name] = os.listdir(cache)
+    assert name.endswith(jsonl.INDEX_SUFFIX) and os.path.getsize(cache / name) == 16 * len(expected)
+    monkeypatch.setattr(jsonl, "_index_part", no_indexing)
+    again = jsonl.Reader(path, cache_dir=cache)
+    picks = [2, 0] if len(expected) else []
+    for reader in (built, again):
+        assert len(reader) == len(expected) and offsets(reader) == offsets(expected)
+        assert list(reader.iter_range()) == list(expected.iter_range())
+        assert reader.read_many(picks) == expected.read_many(picks)
+        assert reader.sample_nbytes().tolist() == expected.sample_nbytes().tolist()
+        reader.close()
+    assert os.listdir(cache) == [name]
+
+
+def many_lines(path, n):
+    path.write_bytes(b"".join(b'{"i":%d}\n' % i for i in range(n)))
+    return path
+
+
+def mapped_files():
+    """Path -> resident kB of each file this process maps (from /proc/self/smaps)."""
+    resident, path = {}, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head, _, rest = line.partition(" ")
+            if "-" in head and not head.endswith(":"):
+                fields = line.split()
+                path = fields[5] if len(fields) > 5 else None
+            elif head == "Rss:" and path:
+                resident[path] = resident.get(path, 0) + int(rest.split()[0])
+    return resident
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_cached_index_is_mapped_not_held_in_memory(tmp_path, monkeypatch):
+    n = 300_000  # 16 bytes a line would be 4.8 MB of arrays
+    path = many_lines(tmp_path / "x.jsonl", n)
+    monkeypatch.setattr(jsonl, "INDEX_CHUNK_BYTES", 64 << 10)
+    cache = tmp_path / "cache"
+    for _ in ("building", "reusing"):
+        tracemalloc.start()
+        try:
+            reader = jsonl.Reader(path, cache_dir=cache)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
+        assert len(reader) == n and reader.read(n - 1) == {"i": n - 1} and reader.read(n // 2) == {"i": n // 2}
+        [index] = [os.path.realpath(cache / name) for name in os.listdir(cache)]
+        assert os.path.getsize(index) == 16 * n and index in mapped_files()
+        reader.close()
+        assert index not in mapped_files()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_drop_pages_releases_the_data_and_the_index(tmp_path):
+    path = many_lines(tmp_path / "x.jsonl", 20_000)
+    cache = tmp_path / "cache"
+    with jsonl.Reader(path, cache_dir=cache) as reader:
+        [index] = [os.path.realpath(cache / name) for name in os.listdir(cache)]
+        first = list(reader.iter_range())
+        data = os.path.realpath(path)
+        assert mapped_files()[index] > 0 and mapped_files()[data] > 0
+        reader.drop_pages()
+        assert mapped_files()[index] == 0 and mapped_files()[data] == 0
+        assert list(reader.iter_range()) == first == [{"i": i} for i in range(20_000)]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_sample_nbytes_windows(tmp_path, cached):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(LINES)
+    reader = jsonl.Reader(path, cache_dir=tmp_path / "cache" if cached else None)
+    whole = reader.sample_nbytes()
+    assert whole.dtype == np.int64 and whole.tolist() == [20, 21, 19]  # with the newline
+    windows = [reader.sample_nbytes(a, b) for a, b in [(0, 1), (1, 1), (1, 3)]]
+    assert all(w.dtype == np.int64 for w in windows)
+    assert np.concatenate(windows).tolist() == whole.tolist()
+    assert reader.sample_nbytes(1).tolist() == [21, 19] and reader.sample_nbytes(stop=2).tolist() == [20, 21]
 
 
 def test_garbled_line_names_file_offset_sample(tmp_path):
