@@ -4,13 +4,14 @@ Nothing here touches files or processes; every function is a deterministic funct
 its arguments, so every MPI rank (or rank 0 alone, which then broadcasts) computes the
 same plan, and the output does not depend on how many ranks write it.
 
-Assignment (``order="seeded"``): the samples selected for conversion are permuted with
-``numpy.random.default_rng(seed)``, and the permuted sequence is cut into ``num_shards``
-consecutive runs of (as near as possible) equal bytes.  Each shard is therefore a uniform
-random sample of the whole source (representative: no shard holds "the end of the
-file"), and its bytes differ from the mean by at most the largest sample.  Within a shard
-samples are kept in source order, so each writer reads its sources front to back.
-``order="source"`` skips the permutation (joins keep the sources' order).
+Assignment (``order="seeded"``): the samples selected for conversion are visited in a
+seeded order (a bijection computed on demand, :mod:`.order`), and that sequence is cut
+into ``num_shards`` consecutive runs of (as near as possible) equal bytes.  Each shard is
+therefore a uniform random sample of the whole source (representative: no shard holds
+"the end of the file"), and its bytes differ from the mean by at most the largest
+sample.  Within a shard samples are kept in source order, so each writer reads its
+sources front to back.  ``order="source"`` visits the selection in its order (joins keep
+the sources' order).  The plan holds a few numbers per shard, never one per sample.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-# numpy loads its random module on first use: imported here, with the rest of the
-# converter, it is not paid inside a conversion's own time by rank 0 alone.
-import numpy.random
 
 from ..errors import PlanError
 from ..units import format_bytes
+from .order import sample_order
 
 __all__ = [
     "ShardPlan",
@@ -34,6 +33,7 @@ __all__ = [
     "recommend",
     "write_rounds",
     "read_shares",
+    "selected_bytes",
     "DEFAULT_SHARD_SIZE",
     "DEFAULT_ROUND_BYTES",
     "DEFAULT_PLACED_RUN_BYTES",
@@ -102,30 +102,60 @@ def shard_count(
 
 @dataclass
 class ShardPlan:
-    """Which samples go into which shard.
+    """Which samples go into which shard, computed per shard rather than stored.
 
-    ``members[bounds[k]:bounds[k+1]]`` are the global sample ids of shard ``k`` (a
-    global id numbers the samples of all sources one after the other), in source order;
-    ``shard_bytes[k]`` is their size according to the sizes the plan was made from.
+    The ``num_samples`` selected samples are visited in the plan's order (a bijection of
+    their positions, :mod:`.order`); shard ``k`` holds the samples at positions
+    ``bounds[k]:bounds[k+1]`` of that order.  ``selection`` holds their global ids (a
+    global id numbers the samples of all sources one after the other), or is None when
+    they are the ids ``first, first + 1, ...``.  ``shard_bytes[k]`` is shard ``k``'s size
+    according to the sizes the plan was made from.  A plan holds a few bytes per shard,
+    not per sample: each rank computes the members of the shards it needs.
     """
 
-    members: np.ndarray
+    num_samples: int
     bounds: np.ndarray
     shard_bytes: np.ndarray
     seed: int
     order: str
+    first: int = 0
+    selection: np.ndarray | None = None
+
+    def __post_init__(self):
+        self._order = sample_order(self.num_samples, self.seed, self.order)
+        if self.selection is not None:
+            self._by_id = np.argsort(self.selection, kind="stable")
+            self._sorted = self.selection[self._by_id]
 
     @property
     def num_shards(self) -> int:
         return len(self.bounds) - 1
 
-    @property
-    def num_samples(self) -> int:
-        return len(self.members)
+    def ids(self, positions: np.ndarray) -> np.ndarray:
+        """Global ids of the samples at ``positions`` of the selection (not of the order)."""
+        return self.first + positions if self.selection is None else self.selection[positions]
 
     def shard(self, k: int) -> np.ndarray:
-        """Global sample ids of shard ``k``."""
-        return self.members[self.bounds[k] : self.bounds[k + 1]]
+        """Global ids of shard ``k``, ascending (source order)."""
+        at = np.arange(self.bounds[k], self.bounds[k + 1], dtype=np.int64)
+        ids = self.ids(self._order.forward(at))
+        ids.sort()
+        return ids
+
+    def shard_of(self, ids: np.ndarray) -> np.ndarray:
+        """The shard of each of the global ``ids``: -1 for an id not selected."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.selection is None:
+            positions = ids - self.first
+            selected = (positions >= 0) & (positions < self.num_samples)
+        else:
+            at = np.minimum(np.searchsorted(self._sorted, ids), max(self.num_samples - 1, 0))
+            selected = self._sorted[at] == ids if self.num_samples else np.zeros(len(ids), bool)
+            positions = self._by_id[at]
+        shards = np.full(len(ids), -1, dtype=np.int64)
+        visits = self._order.inverse(positions[selected])
+        shards[selected] = np.searchsorted(self.bounds, visits, side="right") - 1
+        return shards
 
     def imbalance(self) -> float:
         """Largest relative distance of a shard's bytes from the mean shard."""
@@ -135,26 +165,42 @@ class ShardPlan:
         return float(np.abs(self.shard_bytes - mean).max() / mean)
 
 
+# Selected samples an assignment pass reads the sizes of at a time.
+PASS_SAMPLES = 1 << 16
+
+
 def assign_shards(
-    sizes: np.ndarray,
+    sizes,
     num_shards: int,
     seed: int = 0,
     *,
     selection: np.ndarray | None = None,
+    first: int = 0,
+    count: int | None = None,
     order: str = "seeded",
 ) -> ShardPlan:
     """Assign samples to ``num_shards`` shards balanced by bytes.
 
+    The selected samples, visited in the plan's order, are cut into ``num_shards``
+    consecutive runs of (as near as possible) equal bytes: each cut falls after the
+    sample whose running total is nearest its target, every shard keeps at least one
+    sample.  Two passes over the sizes find the cuts without holding a value per
+    sample: the first sums the bytes of buckets of consecutive positions, the second
+    the bytes of each shard; between them, each cut is placed within its bucket.
+
     Parameters
     ----------
     sizes
-        Stored size in bytes of every sample of the sources (indexed by global id).
+        Stored size in bytes of every sample of the sources, indexed by global id (an
+        array, or any object whose ``[ids]`` gives the sizes of an id array, such as
+        :class:`.sizes.SampleSizes`).
     num_shards
         Number of shards (at most the number of selected samples).
     seed
-        Seed of the permutation (``order="seeded"``).
+        Seed of the order (``order="seeded"``).
     selection
-        Global ids to convert (default: all), e.g. from take/skip or a split.
+        Global ids to convert, each at most once (e.g. from a split); else the ``count``
+        ids from ``first`` (default: every id of ``sizes``).
     order
         ``"seeded"`` spreads every part of the source over all shards; ``"source"``
         keeps the selection's order (shard 0 holds its beginning).
@@ -165,39 +211,85 @@ def assign_shards(
     >>> p.shard_bytes.tolist()
     [500, 500]
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    ids = np.arange(len(sizes), dtype=np.int64) if selection is None else np.asarray(selection, np.int64)
-    n = len(ids)
+    if selection is not None:
+        selection = np.asarray(selection, dtype=np.int64)
+        n = len(selection)
+        if len(np.unique(selection)) != n:
+            raise PlanError("the selection lists a sample more than once")
+    else:
+        n = len(sizes) - first if count is None else count
     if num_shards < 1 or num_shards > max(n, 1) or (n == 0 and num_shards != 1):
         raise PlanError(f"cannot cut {n} samples into {num_shards} shards")
-    if order == "seeded":
-        ids = ids[np.random.default_rng(seed).permutation(n)]
-    elif order != "source":
-        raise PlanError(f"unknown sample order {order!r}; use 'seeded' or 'source'")
-    # Weigh each sample at least one byte so empty samples still spread evenly.
-    weights = np.maximum(sizes[ids], 1) if n else np.zeros(0, np.int64)
-    cum = np.cumsum(weights)
-    total = int(cum[-1]) if n else 0
+    plan = ShardPlan(num_samples=n, bounds=np.array([0, n], np.int64), shard_bytes=np.zeros(1, np.int64),
+                     seed=seed, order=order, first=first, selection=selection)
+    bucket = max(1024, -(-n // (1 << 18)))
+    weights, _ = _pass(plan, sizes, bucket, None)
+    ends = np.cumsum(weights)
+    total = int(ends[-1]) if n else 0
     targets = (np.arange(1, num_shards, dtype=np.float64) * total) / num_shards
-    # Cut after the sample whose cumulative size is nearest the target.
-    right = np.searchsorted(cum, targets, side="left")
-    right = np.minimum(right, n - 1) if n else right
-    left_gap = targets - np.where(right > 0, cum[right - 1], 0) if n else targets
-    right_gap = cum[right] - targets if n else targets
-    cuts = np.where(right_gap < left_gap, right + 1, right)
+    cuts = np.array([_cut(plan, sizes, ends, bucket, t) for t in targets], dtype=np.int64)
     # Every shard gets at least one sample: keep the cuts strictly increasing in (0, n).
     k = np.arange(1, num_shards, dtype=np.int64)
     cuts = np.maximum(cuts, k)
     cuts = np.minimum(cuts, n - (num_shards - k))
     cuts = np.maximum.accumulate(cuts) if len(cuts) else cuts
-    bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
-    members = ids.copy()
-    shard_bytes = np.empty(num_shards, dtype=np.int64)
-    for s in range(num_shards):
-        part = members[bounds[s] : bounds[s + 1]]
-        part.sort()
-        shard_bytes[s] = int(sizes[part].sum())
-    return ShardPlan(members=members, bounds=bounds, shard_bytes=shard_bytes, seed=seed, order=order)
+    plan.bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    _, plan.shard_bytes = _pass(plan, sizes, 0, num_shards)
+    return plan
+
+
+def selected_bytes(sizes, *, selection: np.ndarray | None = None, first: int = 0, count: int | None = None) -> int:
+    """The bytes of the selected samples (as :func:`assign_shards` selects them), summed
+    a window of sizes at a time.
+
+    >>> selected_bytes(np.arange(10), first=2, count=3), selected_bytes(np.arange(10), selection=np.array([9, 1]))
+    (9, 10)
+    """
+    n = len(selection) if selection is not None else (len(sizes) - first if count is None else count)
+    total = 0
+    for start in range(0, n, PASS_SAMPLES):
+        stop = min(n, start + PASS_SAMPLES)
+        ids = selection[start:stop] if selection is not None else np.arange(first + start, first + stop)
+        total += int(np.asarray(sizes[ids], dtype=np.int64).sum())
+    return total
+
+
+def _pass(plan: ShardPlan, sizes, bucket: int, num_shards: int | None):
+    """One pass over the selection in windows: the weights (bytes, at least 1) of each
+    ``bucket`` consecutive positions of the order, or the bytes of each of the plan's
+    ``num_shards`` shards."""
+    n = plan.num_samples
+    buckets = np.zeros(-(-n // bucket) if bucket else 0, np.int64)
+    shards = np.zeros(num_shards or 0, np.int64)
+    for start in range(0, n, PASS_SAMPLES):
+        at = np.arange(start, min(n, start + PASS_SAMPLES), dtype=np.int64)
+        nbytes = np.asarray(sizes[plan.ids(at)], dtype=np.int64)
+        visits = plan._order.inverse(at)
+        if bucket:
+            # Weigh each sample at least one byte so empty samples still spread evenly.
+            buckets += np.bincount(visits // bucket, np.maximum(nbytes, 1), len(buckets)).astype(np.int64)
+        else:
+            owner = np.searchsorted(plan.bounds, visits, side="right") - 1
+            shards += np.bincount(owner, nbytes, num_shards).astype(np.int64)
+    return buckets, shards
+
+
+def _cut(plan: ShardPlan, sizes, ends: np.ndarray, bucket: int, target: float) -> int:
+    """The position after which to cut for ``target`` bytes: after the sample whose
+    running total (of weights, in the plan's order) is nearest the target.  ``ends`` are
+    the running totals at the ends of the buckets; the bucket holding the target is
+    weighed sample by sample."""
+    n = plan.num_samples
+    b = min(int(np.searchsorted(ends, target, side="left")), len(ends) - 1)
+    lo = b * bucket
+    at = np.arange(lo, min(n, lo + bucket), dtype=np.int64)
+    weights = np.maximum(np.asarray(sizes[plan.ids(plan._order.forward(at))], dtype=np.int64), 1)
+    before = int(ends[b - 1]) if b else 0
+    running = before + np.cumsum(weights)
+    right = min(int(np.searchsorted(running, target, side="left")), len(at) - 1)
+    left_gap = target - (int(running[right - 1]) if right else before)
+    right_gap = int(running[right]) - target
+    return lo + right + 1 if right_gap < left_gap else lo + right
 
 
 def write_rounds(shards: list[int], shard_bytes: np.ndarray, ranks: int, round_bytes: int) -> list[list[int]]:

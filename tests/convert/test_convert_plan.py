@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hpcio.convert import plan as planning
+from hpcio.convert.order import SeededOrder
 from hpcio.convert.plan import (
     BALANCE_TOLERANCE,
     assign_shards,
@@ -44,9 +46,13 @@ def test_shards_are_balanced_by_bytes_within_5_percent(seed, dist):
         assert plan.shard_bytes[k] == sizes[plan.shard(k)].sum()
 
 
+def _members(plan):
+    return np.concatenate([plan.shard(k) for k in range(plan.num_shards)])
+
+
 def test_every_sample_is_in_exactly_one_shard_in_source_order_within_it():
     plan = assign_shards(np.arange(1, 1001), 10, seed=3)
-    assert sorted(plan.members.tolist()) == list(range(1000))
+    assert sorted(_members(plan).tolist()) == list(range(1000))
     for k in range(10):
         ids = plan.shard(k)
         assert len(ids) > 0 and (np.diff(ids) > 0).all()
@@ -74,15 +80,64 @@ def test_source_order_keeps_contiguous_runs():
 def test_plan_is_deterministic_and_seeded():
     sizes = np.random.default_rng(0).integers(1, 1000, 5000)
     a, b = assign_shards(sizes, 8, seed=42), assign_shards(sizes, 8, seed=42)
-    assert np.array_equal(a.members, b.members) and np.array_equal(a.bounds, b.bounds)
+    assert np.array_equal(_members(a), _members(b)) and np.array_equal(a.bounds, b.bounds)
     c = assign_shards(sizes, 8, seed=43)
-    assert not np.array_equal(a.members, c.members)
+    assert not np.array_equal(a.shard(0), c.shard(0))
 
 
 def test_selection_restricts_the_plan():
     sel = np.arange(100, 200)
     plan = assign_shards(np.full(1000, 5), 4, seed=0, selection=sel)
-    assert sorted(plan.members.tolist()) == sel.tolist()
+    assert sorted(_members(plan).tolist()) == sel.tolist()
+    ranged = assign_shards(np.full(1000, 5), 4, seed=0, first=100, count=100)
+    assert [ranged.shard(k).tolist() for k in range(4)] == [plan.shard(k).tolist() for k in range(4)]
+
+
+def test_a_selection_listing_a_sample_twice_is_refused():
+    with pytest.raises(PlanError, match=r"^the selection lists a sample more than once$"):
+        assign_shards(np.full(10, 5), 2, selection=np.array([1, 2, 2]))
+
+
+def _reference_cuts(weights, num_shards):
+    """The cuts of a materialised order: after the sample whose running total is nearest
+    each target, every shard keeping one sample."""
+    n = len(weights)
+    cum = np.cumsum(weights)
+    targets = np.arange(1, num_shards) * float(cum[-1]) / num_shards
+    right = np.minimum(np.searchsorted(cum, targets, side="left"), n - 1)
+    left_gap = targets - np.where(right > 0, cum[right - 1], 0)
+    cuts = np.where(cum[right] - targets < left_gap, right + 1, right)
+    k = np.arange(1, num_shards)
+    cuts = np.maximum.accumulate(np.minimum(np.maximum(cuts, k), n - (num_shards - k)))
+    return np.concatenate([[0], cuts, [n]])
+
+
+@pytest.mark.parametrize("n, shards", [(5_000, 7), (200_000, 64), (3, 3)])
+def test_cuts_match_those_of_the_materialised_order(monkeypatch, n, shards):
+    # Passes of a few windows, and buckets far smaller than the selection.
+    monkeypatch.setattr(planning, "PASS_SAMPLES", 4096)
+    rng = np.random.default_rng(n)
+    sizes = rng.lognormal(7, 2, n + 50).astype(np.int64)
+    sizes[rng.integers(0, n, n // 10)] = 0
+    sel = rng.permutation(n + 50)[:n]
+    plan = assign_shards(sizes, shards, seed=11, selection=sel)
+    visited = sel[SeededOrder(n, 11).forward(np.arange(n))]
+    assert plan.bounds.tolist() == _reference_cuts(np.maximum(sizes[visited], 1), shards).tolist()
+    for k in range(shards):
+        members = np.sort(visited[plan.bounds[k]:plan.bounds[k + 1]])
+        assert plan.shard(k).tolist() == members.tolist()
+        assert plan.shard_bytes[k] == sizes[members].sum()
+
+
+def test_shard_of_inverts_the_shards():
+    sel = np.random.default_rng(1).permutation(3000)[:2000]
+    for plan in (assign_shards(np.full(3000, 9), 6, seed=4, selection=sel),
+                 assign_shards(np.full(3000, 9), 6, seed=4, first=500, count=2000),
+                 assign_shards(np.full(3000, 9), 6, seed=4, order="source")):
+        expected = np.full(3000, -1)
+        for k in range(plan.num_shards):
+            expected[plan.shard(k)] = k
+        assert plan.shard_of(np.arange(3000)).tolist() == expected.tolist()
 
 
 def test_every_shard_gets_a_sample_even_with_one_huge_sample():
