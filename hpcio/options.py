@@ -44,9 +44,8 @@ def check_options(options: Mapping, valid: Iterable[str], what: str) -> None:
 
 
 def reader_option_names(reader) -> list[str]:
-    """The options a user may give the reader class ``reader``: not ``shared_index``,
-    which the converter hands from one rank's reader to another's."""
-    return option_names(reader, skip=("path", "shared_index"))
+    """The options a user may give the reader class ``reader``."""
+    return option_names(reader, skip=("path",))
 
 
 def check_reader_options(module, options: Mapping, extra: Iterable[str] = ()) -> None:

@@ -43,7 +43,8 @@ from ..errors import CapabilityError, InvalidArgumentError, PlanError, ResumeErr
 from ..options import check_writer_options
 from ..registry import get_format
 from ..sources.inputs import check_reader_options
-from ..sources import ReaderCache, Source, block_starts, expand_sources, load_libraries, measure_source
+from ..sources import ReaderCache, Source, expand_sources, load_libraries
+from ..sources.inputs import BlockCutter, sample_sizes
 from ..units import ByteSizeError, parse_bytes
 from . import jobstate
 from . import plan as planning
@@ -52,6 +53,7 @@ from .affinity import share_node_cpus
 from .clock import PhaseClock, peak_rss_bytes
 from .faults import write_report
 from .progress import Progress
+from .sizes import SampleSizes
 from .resume import (
     array_fingerprint,
     fingerprint,
@@ -316,9 +318,16 @@ def convert(
 class _Measured:
     """What measuring the sources found, the same on every rank."""
 
-    by_source: dict  # source -> (sample sizes, block starts, shared index)
+    sizes: SampleSizes  # every sample's size, by global id
     first_id: np.ndarray  # the global id of each source's first sample (and the total)
     block_first: np.ndarray  # the global id of the first sample of every block, ascending
+
+
+# The version of the plan a seed gives (:mod:`.plan`), part of a resumed run's
+# fingerprint: a run resumes only the shards its own plan would have made.
+PLAN_VERSION = 2
+# Samples whose sizes a rank measures, writes and cuts into blocks at a time.
+_MEASURE_SAMPLES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -368,23 +377,28 @@ class _Job:
         started = time.monotonic()
         clock = PhaseClock(started)
         # The readers opened to measure stay open for writing (opening may scan a file).
-        readers = ReaderCache(sources, reader_options=self.reader_options)
+        readers = ReaderCache(sources, reader_options=self.reader_options,
+                              index_dir=os.path.join(_scan_dir(self.staging), "indexes"))
+        measured = None
         try:
             measured = self.measure(sources, readers)
             clock.lap("measure")
-            plan, sizes = _collective(comm, lambda: self.make_plan(sources, measured))
-            measured.by_source.clear()  # the sizes are in ``sizes`` now
+            plan = _collective(comm, lambda: self.make_plan(sources, measured))
             kept = self.complete_shards(plan.num_shards)
         except BaseException:
             readers.close()
+            if measured is not None:
+                measured.sizes.close()
             restore_pool()
+            if comm.rank == 0 and not os.path.exists(_plan_file(self.staging)):
+                shutil.rmtree(self.staging, ignore_errors=True)  # nothing in it to resume
             raise
         todo = sorted(set(range(plan.num_shards)) - set(kept))
-        bar = Progress(comm, int(sum(len(plan.shard(k)) for k in todo)),
-                       int(sum(int(plan.shard_bytes[k]) for k in todo)), enabled=self.progress)
+        bar = Progress(comm, int(np.diff(plan.bounds)[todo].sum()),
+                       int(plan.shard_bytes[todo].sum()), enabled=self.progress)
         writer = ShardWriter(
             fmt=self.fmt, staging=self.staging, sources=sources, first_id=measured.first_id,
-            block_first=measured.block_first, sizes=sizes, fields=self.fields, map_fn=self.map_fn,
+            block_first=measured.block_first, sizes=measured.sizes, fields=self.fields, map_fn=self.map_fn,
             filter_fn=self.filter_fn, skip_bad=self.skip_bad, writer_options=self.writer_options,
             num_shards=plan.num_shards, progress=bar, readers=readers, clock=clock,
             placed_run_bytes=self.placed_run_bytes,
@@ -400,7 +414,8 @@ class _Job:
         return comm.bcast(summary)
 
     def list_sources(self) -> list[Source]:
-        """The sources, once the destination is known to be free (rank 0)."""
+        """The sources, once the destination is known to be free (rank 0), and an empty
+        directory in the staging directory for what measuring them writes."""
         dst, staging = self.dst, self.staging
         if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
             raise ResumeError("the destination already exists; remove it or choose another", path=dst)
@@ -410,58 +425,85 @@ class _Job:
                 "finish it, or delete it to start over",
                 path=staging,
             )
-        return expand_sources(self.src, self.from_format)
+        sources = expand_sources(self.src, self.from_format)
+        scan = _scan_dir(staging)
+        shutil.rmtree(scan, ignore_errors=True)
+        os.makedirs(scan)
+        return sources
 
     def measure(self, sources: list[Source], readers: ReaderCache) -> _Measured:
-        """Every rank sizes a share of the sources; the shares are exchanged, with the
-        indexes the readers built (so that no other rank reads a source to build it)."""
+        """Every rank counts and sizes a share of the sources, writing the sizes into one
+        file that every rank then maps (:mod:`.sizes`); the readers of JSON Lines keep
+        their line indexes beside it, so that no other rank reads a source to build one."""
         comm = self.comm
+        path = os.path.join(_scan_dir(self.staging), "sizes.i64")
+
+        def count_share():
+            return {i: len(readers.get(i)) for i in range(comm.rank, len(sources), comm.size)}
+
+        counts = {i: n for share in _collective(comm, count_share, root_only=False) for i, n in share.items()}
+        first_id = np.concatenate([[0], np.cumsum([counts[i] for i in range(len(sources))])]).astype(np.int64)
+        _collective(comm, lambda: SampleSizes.create(path, int(first_id[-1])))
 
         def measure_share():
-            out = {}
+            blocks = {}
             for i in range(comm.rank, len(sources), comm.size):
-                reader = readers.get(i)
-                sizes = measure_source(sources[i], reader=reader)
-                out[i] = (sizes, block_starts(reader, sizes),
-                          reader.shared_index() if comm.size > 1 else None)
-            return out
+                blocks[i] = self.measure_source(sources[i], readers.get(i), path, int(first_id[i]))
+            return blocks
 
-        by_source: dict[int, tuple] = {}
-        for part in _collective(comm, measure_share, root_only=False):
-            by_source.update(part)
-        readers.shared = {i: shared for i, (_sizes, _starts, shared) in by_source.items() if shared is not None}
-        counts = np.array([len(by_source[i][0]) for i in range(len(sources))], dtype=np.int64)
-        first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        blocks = {i: b for share in _collective(comm, measure_share, root_only=False) for i, b in share.items()}
         block_first = np.concatenate(
-            [by_source[i][1] + first_id[i] for i in range(len(sources))] or [np.zeros(0, np.int64)]
+            [blocks[i] + first_id[i] for i in range(len(sources))] or [np.zeros(0, np.int64)]
         ).astype(np.int64)
-        return _Measured(by_source, first_id, block_first)
+        return _Measured(SampleSizes(path, int(first_id[-1])), first_id, block_first)
 
-    def make_plan(self, sources: list[Source], measured: _Measured):
-        """The plan and every sample's size (rank 0); a fresh run makes the staging
-        directory, a resumed one checks that it was made from the same inputs."""
-        sizes = (np.concatenate([measured.by_source[i][0] for i in range(len(sources))])
-                 if sources else np.zeros(0, np.int64))
-        sel = self.selected(len(sizes))
-        total = int(sizes[sel].sum())
-        count = planning.shard_count(total, len(sel), shard_size=self.shard_size,
-                                     num_shards=self.num_shards, multiple_of=self.multiple)
-        plan = planning.assign_shards(sizes, count, self.seed, selection=sel, order=self.order)
-        self.prepare_staging(self.identity(sources, count, sel))
-        return plan, sizes
+    @staticmethod
+    def measure_source(source: Source, reader, path: str, first: int) -> np.ndarray:
+        """Write the sizes of ``source``'s samples (global ids from ``first``) into the
+        sizes file a window at a time; returns the first sample of each of its blocks."""
+        starts = reader.block_starts()
+        cutter = BlockCutter() if starts is None else None
+        found = []
+        for start in range(0, len(reader), _MEASURE_SAMPLES):
+            sizes = sample_sizes(source, reader, start, min(len(reader), start + _MEASURE_SAMPLES))
+            SampleSizes.write(path, first + start, sizes)
+            if cutter is not None:
+                found.append(cutter.add(sizes))
+        reader.drop_pages()
+        if cutter is None:
+            return np.asarray(starts, dtype=np.int64)
+        return np.concatenate(found) if found else np.zeros(0, np.int64)
 
-    def selected(self, num_samples: int) -> np.ndarray:
-        """The global ids of the samples to convert."""
-        sel = self.selection
-        if sel is None:
+    def make_plan(self, sources: list[Source], measured: _Measured) -> planning.ShardPlan:
+        """The plan (rank 0); a fresh run makes the staging directory, a resumed one
+        checks that it was made from the same inputs."""
+        sizes = measured.sizes
+        first, count, sel = self.selected(len(sizes))
+        total = planning.selected_bytes(sizes, selection=sel, first=first, count=count)
+        shards = planning.shard_count(total, count, shard_size=self.shard_size,
+                                      num_shards=self.num_shards, multiple_of=self.multiple)
+        plan = planning.assign_shards(sizes, shards, self.seed, selection=sel, first=first, count=count,
+                                      order=self.order)
+        sizes.drop_pages()
+        self.prepare_staging(self.identity(sources, shards, plan))
+        return plan
+
+    def selected(self, num_samples: int) -> tuple[int, int, np.ndarray | None]:
+        """The samples to convert: ``(first, count, None)`` for the ids ``first ..
+        first + count``, else ``(0, len(selection), selection)``."""
+        if self.selection is not None:
+            sel = np.asarray(self.selection, dtype=np.int64)
+            first, count = 0, len(sel)
+        else:
+            sel = None
+            first = min(self.skip, num_samples)
             stop = num_samples if self.take is None else min(num_samples, self.skip + self.take)
-            sel = np.arange(min(self.skip, num_samples), stop, dtype=np.int64)
-        sel = np.asarray(sel, dtype=np.int64)
-        if len(sel) == 0:
+            count = max(0, stop - first)
+        if count == 0:
             raise PlanError("no samples selected to convert")
-        return sel
+        return first, count, sel
 
-    def identity(self, sources: list[Source], count: int, sel: np.ndarray) -> dict:
+    def identity(self, sources: list[Source], count: int, plan: planning.ShardPlan) -> dict:
         """What a resumed run must share with the run it continues."""
         return {
             "sources": [s.to_json() for s in sources],
@@ -471,7 +513,9 @@ class _Job:
             "num_shards": count,
             "seed": self.seed,
             "order": self.order,
-            "selection": array_fingerprint(sel),
+            "plan_version": PLAN_VERSION,
+            "selection": ([plan.first, plan.num_samples] if plan.selection is None
+                          else array_fingerprint(plan.selection)),
             "fields": self.fields,
             "map": _spec_name(self.map_spec),
             "filter": _spec_name(self.filter_spec),
@@ -482,7 +526,7 @@ class _Job:
         the one a resumed run recorded; empty the shards' temporary directory."""
         staging = self.staging
         digest = fingerprint(identity)
-        plan_file = os.path.join(state_dir(staging), "plan.json")
+        plan_file = _plan_file(staging)
         if self.resume and os.path.exists(plan_file):
             with open(plan_file, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -493,8 +537,8 @@ class _Job:
                     path=staging,
                 )
         else:
-            if os.path.exists(staging):
-                shutil.rmtree(staging)
+            _empty_except(staging, state_dir(staging))
+            _empty_except(state_dir(staging), _scan_dir(staging))
             os.makedirs(os.path.join(state_dir(staging), "parts"))
             write_json_atomic(plan_file, {"fingerprint": digest, "identity": identity})
         shutil.rmtree(os.path.join(state_dir(staging), "tmp"), ignore_errors=True)
@@ -560,6 +604,27 @@ class _Job:
             summary["phases"] = {name: [round(p[name], 4) for p, _rss in ranks] for name in PhaseClock.PHASES}
             summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
+
+
+def _plan_file(staging: str) -> str:
+    return os.path.join(state_dir(staging), "plan.json")
+
+
+def _scan_dir(staging: str) -> str:
+    """Where a run keeps what it learnt of its sources: every sample's size, line indexes."""
+    return os.path.join(state_dir(staging), "scan")
+
+
+def _empty_except(directory: str, keep: str) -> None:
+    """Delete everything in ``directory`` but its entry ``keep``."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if path == keep:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan) -> dict:

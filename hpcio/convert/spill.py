@@ -21,8 +21,7 @@ import numpy as np
 
 __all__ = ["RoundSpill", "RoundShare", "Piece", "PASS_SAMPLES"]
 
-# Global ids a pass ahead of the rounds looks at at a time: it keeps a few bytes per
-# sample of the sources, and arrays of this many.
+# Global ids a pass ahead of the rounds looks at at a time: it holds arrays of this many.
 PASS_SAMPLES = 1 << 16
 
 # A piece: the global ids of a run of samples of one round, their shards, the

@@ -76,6 +76,7 @@ class ShardWriter:
 
     def close(self):
         self.readers.close()
+        self.sizes.close()
         if self.spill is not None:
             self.spill.close()
 
@@ -111,9 +112,9 @@ class ShardWriter:
 
     def round_share(self, comm: Comm, round_shards: list[int], plan) -> tuple[RoundShare, dict]:
         """This rank's contiguous share of the round's samples, and each shard's owner."""
-        lengths = [len(plan.shard(k)) for k in round_shards]
-        gids = np.concatenate([plan.shard(k) for k in round_shards])
-        shard_of = np.repeat(np.asarray(round_shards, dtype=np.int64), lengths)
+        members = [plan.shard(k) for k in round_shards]
+        gids = np.concatenate(members)
+        shard_of = np.repeat(np.asarray(round_shards, dtype=np.int64), [len(m) for m in members])
         order = np.argsort(gids, kind="stable")
         gids, shard_of = gids[order], shard_of[order]
         # Rounds start at a multiple of comm.size, so a shard's owner is its position here.
@@ -127,24 +128,21 @@ class ShardWriter:
         """Read this rank's share of every round once, in source order, into the round's
         file (:mod:`.spill`); :meth:`write_round` then reads the file, not the sources."""
         # A rank's share of a round is a contiguous range of the round's global ids: the
-        # pass keeps those ranges and each sample's shard, not every round's ids.
+        # pass keeps those ranges, and finds each sample's shard from the plan as it goes.
         first, last = np.zeros(len(rounds), np.int64), np.full(len(rounds), -1, np.int64)
-        shard_of_id = np.full(len(self.sizes), -1, np.int32)
         round_of_shard = np.full(plan.num_shards + 1, -1, np.int32)  # [-1]: no shard
         for t, round_shards in enumerate(rounds):
             share, _owner = self.round_share(comm, round_shards, plan)
             if len(share.gids):
                 first[t], last[t] = share.gids[0], share.gids[-1]
-            for k in round_shards:
-                shard_of_id[plan.shard(k)] = k
             round_of_shard[round_shards] = t
         self.spill = RoundSpill(os.path.join(state_dir(self.staging), "tmp", f"spill-{comm.rank:06d}"),
                                 len(rounds), buffer_bytes)
         read_runs = functools.partial(self.read_runs, portable=True, run_bytes=buffer_bytes)
         with gc_paused():
-            for start in range(0, len(shard_of_id), PASS_SAMPLES):
-                ids = np.arange(start, min(start + PASS_SAMPLES, len(shard_of_id)), dtype=np.int64)
-                shards = shard_of_id[ids]
+            for start in range(0, len(self.sizes), PASS_SAMPLES):
+                ids = np.arange(start, min(start + PASS_SAMPLES, len(self.sizes)), dtype=np.int64)
+                shards = plan.shard_of(ids)
                 round_of = round_of_shard[shards]
                 keep = (round_of >= 0) & (ids >= first[round_of]) & (ids <= last[round_of])
                 gids = ids[keep]

@@ -159,12 +159,6 @@ class Reader(abc.ABC):
         this order: formats that can read it ahead in that order start doing so in the
         background.  A hint, like :meth:`prefetch`."""
 
-    def shared_index(self) -> object | None:
-        """What another process opening the same dataset can be given as the reader's
-        ``shared_index`` option so as not to build it again by reading the files (the
-        line index of JSON Lines); None when opening reads nothing to share."""
-        return None
-
     def drop_pages(self) -> None:
         """Unmap from this process the pages of the files it maps that were read so far
         (they stay in the page cache): a pass over a source larger than memory then keeps

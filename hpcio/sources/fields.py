@@ -255,9 +255,6 @@ class DecodedReader(base.Reader):
     def drop_pages(self) -> None:
         self.reader.drop_pages()
 
-    def shared_index(self) -> object | None:
-        return self.reader.shared_index()
-
     def mean_sample_bytes(self) -> float | None:
         return self.reader.mean_sample_bytes()
 

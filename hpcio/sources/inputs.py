@@ -24,8 +24,8 @@ from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
-__all__ = ["Source", "expand_sources", "measure_source", "block_starts", "disk_bytes", "ReaderCache",
-           "BLOCK_BYTES", "open_reader", "source_format", "load_libraries", "check_reader_options"]
+__all__ = ["Source", "expand_sources", "measure_source", "sample_sizes", "block_starts", "BlockCutter",
+           "disk_bytes", "ReaderCache", "BLOCK_BYTES", "open_reader", "source_format", "load_libraries", "check_reader_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
 _SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
@@ -78,13 +78,10 @@ def load_libraries(names) -> None:
     registry.load_libraries(names - set(_SOURCE_ONLY))
 
 
-def open_reader(source: "Source", reader_options: dict | None = None, shared_index=None):
-    """A reader of ``source``: its format's reader given the reader options (and the
-    ``shared_index`` of another reader of it, if any), wrapped in a
+def open_reader(source: "Source", reader_options: dict | None = None):
+    """A reader of ``source``: its format's reader given the reader options, wrapped in a
     :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
     field_options, options = split_options(reader_options)
-    if shared_index is not None:
-        options["shared_index"] = shared_index
     reader = source_format(source.format).Reader(source.path, **options)
     try:
         decoder = FieldDecoder(field_options, source.path, source.format, reader)
@@ -174,24 +171,31 @@ def measure_source(source: Source, reader_options: dict | None = None, reader=No
     if own:
         reader = open_reader(source, reader_options)
     try:
-        n = len(reader)
-        sizer = getattr(reader, "sample_nbytes", None)
-        if sizer is not None:
-            sizes = np.asarray(sizer(), dtype=np.int64)
-            if len(sizes) == n:
-                return sizes
-        if n == 0:
-            return np.zeros(0, dtype=np.int64)
-        # Spread the bytes on disk evenly; the remainder goes to the first samples so the
-        # sizes still add up to the source's size.
-        per, extra = divmod(source.nbytes, n)
-        sizes = np.full(n, per, dtype=np.int64)
-        sizes[:extra] += 1
-        return sizes
+        return sample_sizes(source, reader, 0, len(reader))
     finally:
         if own:
             reader.close()
 
+
+def sample_sizes(source: Source, reader, start: int, stop: int) -> np.ndarray:
+    """The stored sizes of samples ``start .. stop`` of ``source`` (int64 array), from
+    its open ``reader``: the format's own (``sample_nbytes``), else the bytes on disk
+    spread evenly, the remainder going to the first samples so that the sizes add up to
+    the source's size."""
+    sizer = getattr(reader, "sample_nbytes", None)
+    if sizer is not None:
+        return np.asarray(sizer(start, stop), dtype=np.int64)
+    n = len(reader)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    per, extra = divmod(source.nbytes, n)
+    sizes = np.full(stop - start, per, dtype=np.int64)
+    sizes[: max(0, extra - start)] += 1
+    return sizes
+
+
+# Formats whose readers keep the index they build when opened in their ``cache_dir``.
+_INDEXED_IN_CACHE_DIR = frozenset({"jsonl"})
 
 # Samples a rank reads in one call when the format has no decoding units of its own: large
 # enough for sequential reads, small enough that one block's samples are cheap to hold.
@@ -205,29 +209,58 @@ def block_starts(reader, sizes: np.ndarray) -> np.ndarray:
     starts = reader.block_starts()
     if starts is not None:
         return np.asarray(starts, dtype=np.int64)
-    offsets = np.cumsum(sizes) - sizes
-    return np.flatnonzero(np.diff(offsets // BLOCK_BYTES, prepend=-1)).astype(np.int64)
+    return BlockCutter().add(sizes)
+
+
+class BlockCutter:
+    """:func:`block_starts` of a source without blocks of its own, from its sizes given
+    a window at a time (:meth:`add` returns the blocks starting in each)."""
+
+    def __init__(self):
+        self.samples = 0
+        self.offset = 0
+        self.block = -1
+
+    def add(self, sizes: np.ndarray) -> np.ndarray:
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if not len(sizes):
+            return np.zeros(0, np.int64)
+        blocks = (self.offset + np.cumsum(sizes) - sizes) // BLOCK_BYTES
+        starts = np.flatnonzero(np.diff(blocks, prepend=self.block)) + self.samples
+        self.samples += len(sizes)
+        self.offset += int(sizes.sum())
+        self.block = int(blocks[-1])
+        return starts.astype(np.int64)
 
 
 class ReaderCache:
     """Open readers by source index, closing the least recently used beyond ``limit``
     (a rank reads from every source, and thousands of open files would exhaust the
-    descriptor limit)."""
+    descriptor limit).
 
-    def __init__(self, sources: list[Source], limit: int = 32, reader_options: dict | None = None):
+    ``index_dir``: where readers that build an index of their file when opened (JSON
+    Lines' line index) keep it, unless the reader options say where.  Every process
+    opening the source then maps the index the first one built, rather than holding and
+    building its own."""
+
+    def __init__(self, sources: list[Source], limit: int = 32, reader_options: dict | None = None,
+                 index_dir: str | None = None):
         self.sources = sources
         self.limit = limit
         self.reader_options = dict(reader_options or {})
+        self.index_dir = index_dir
         self._open: OrderedDict[int, object] = OrderedDict()
-        # source index -> the shared_index() of a reader of it opened elsewhere
-        self.shared: dict[int, object] = {}
 
     def get(self, index: int):
         reader = self._open.get(index)
         if reader is not None:
             self._open.move_to_end(index)
             return reader
-        reader = open_reader(self.sources[index], self.reader_options, self.shared.get(index))
+        source = self.sources[index]
+        options = self.reader_options
+        if self.index_dir is not None and source.format in _INDEXED_IN_CACHE_DIR and "cache_dir" not in options:
+            options = {**options, "cache_dir": self.index_dir}
+        reader = open_reader(source, options)
         self._open[index] = reader
         if len(self._open) > self.limit:
             _, old = self._open.popitem(last=False)

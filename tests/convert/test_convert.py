@@ -369,6 +369,15 @@ def test_each_parquet_row_group_is_read_once_whatever_the_rounds(tmp_path, monke
         assert got[i] == source[i]
 
 
+def test_a_plan_that_fails_after_measuring_leaves_no_partial_output(sources, tmp_path):
+    # Measuring writes the sizes into the staging directory: a run that stops before its
+    # plan is recorded has nothing to resume, and a new run must not be told to resume.
+    for _ in range(2):
+        with pytest.raises(PlanError, match=r"^no samples selected to convert$"):
+            hpcio.convert(sources, tmp_path / "out", to="lines", skip=10**6, progress=False)
+        assert not os.path.exists(staging_path(tmp_path / "out"))
+
+
 def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
     with pytest.raises(PlanError, match=r"^round_bytes \(--round-size\) must be positive, got 0$"):
         hpcio.convert(sources, tmp_path / "out", to="lines", round_bytes=0, progress=False)

@@ -109,3 +109,33 @@ def test_peak_memory_does_not_grow_with_the_rounds(tmp_path):
     large = _peak_rss(_jsonl(tmp_path / "large.jsonl", 60, words=150), tmp_path / "large")
     # three times the rounds: the source's pages are not kept mapped, nor its samples held
     assert large - small < 8e6, (small, large)
+
+
+def _traced_peak(source: str, dst) -> int:
+    """Peak bytes of Python and numpy allocations while converting ``source`` into
+    shards of 64 KB in rounds of 256 KiB, in this process."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        hpcio.convert(source, str(dst), to="mds", shard_size=64_000, round_bytes=1 << 18, progress=False)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _tiny_lines(path, lines: int) -> str:
+    with open(path, "w") as f:
+        f.writelines(f'{{"i":{i}}}\n' for i in range(lines))
+    return str(path)
+
+
+def test_conversion_memory_does_not_grow_with_the_number_of_samples(tmp_path, monkeypatch):
+    # Samples of about 10 bytes, so that anything kept per sample of the source (its size,
+    # its line's offsets, its place in the plan: 40 bytes) outweighs the rounds' samples.
+    # Both files are indexed in several parts (a part's offsets are held while indexed).
+    monkeypatch.setattr("hpcio.formats.jsonl.INDEX_CHUNK_BYTES", 1 << 18)
+    small = _traced_peak(_tiny_lines(tmp_path / "small.jsonl", 150_000), tmp_path / "small")
+    large = _traced_peak(_tiny_lines(tmp_path / "large.jsonl", 600_000), tmp_path / "large")
+    # 450,000 more samples: 18 MB more at 40 bytes each
+    assert large - small < 3e6, (small, large)

@@ -1,0 +1,86 @@
+"""Every source sample's size, in a file beside the output rather than in each rank.
+
+A conversion weighs its shards and its ranks' shares by the stored size of every source
+sample: 8 bytes per sample, gigabytes for billions of samples, on every rank.  The
+ranks that measure the sources write those sizes into one file of little-endian int64,
+indexed by global id, in the staging directory; every rank maps it and reads the sizes
+it needs.  The map's pages are let go once a rank may have touched more than
+:data:`RESIDENT_BYTES` of it, so its resident memory stays bounded whatever the sources'
+size (the pages stay in the page cache).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+__all__ = ["SampleSizes", "RESIDENT_BYTES"]
+
+# Bytes of the sizes' map a rank keeps resident at most before letting its pages go.
+RESIDENT_BYTES = 64 << 20
+_ITEM = 8
+
+
+class SampleSizes:
+    """The sizes file at ``path``, of ``count`` samples: ``sizes[ids]`` is an int64 array."""
+
+    def __init__(self, path: str, count: int):
+        self.path = path
+        self.count = count
+        self._touched = 0
+        self._map = None
+        self._values = np.zeros(0, np.int64)
+        if count:
+            with open(path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), count * _ITEM, access=mmap.ACCESS_READ)
+            self._values = np.frombuffer(self._map, dtype="<i8", count=count)
+
+    @staticmethod
+    def create(path: str, count: int) -> None:
+        """Make the file for ``count`` samples (its sizes written by :meth:`write`)."""
+        with open(path, "wb") as f:
+            f.truncate(count * _ITEM)
+
+    @staticmethod
+    def write(path: str, first: int, sizes: np.ndarray) -> None:
+        """Write the sizes of the samples ``first, first + 1, ...`` into the file."""
+        data = np.ascontiguousarray(sizes, dtype="<i8")
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            view = memoryview(data).cast("B")
+            offset = first * _ITEM
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+        finally:
+            os.close(fd)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, ids) -> np.ndarray:
+        if isinstance(ids, slice):
+            ids = np.arange(*ids.indices(self.count), dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self._values[ids]
+        if len(ids):
+            # At most a page per id, and at most the span the ids cover.
+            span = (int(ids.max()) - int(ids.min()) + 1) * _ITEM + mmap.PAGESIZE
+            self._touched += min(len(ids) * mmap.PAGESIZE, span)
+            if self._touched > RESIDENT_BYTES:
+                self.drop_pages()
+        return out
+
+    def drop_pages(self) -> None:
+        """Unmap the pages read so far (they stay in the page cache)."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+        self._touched = 0
+
+    def close(self) -> None:
+        self._values = np.zeros(0, np.int64)
+        if self._map is not None:
+            self._map.close()
+            self._map = None
