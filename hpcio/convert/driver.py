@@ -467,9 +467,9 @@ class _Job:
         for start in range(0, len(reader), _MEASURE_SAMPLES):
             sizes = sample_sizes(source, reader, start, min(len(reader), start + _MEASURE_SAMPLES))
             SampleSizes.write(path, first + start, sizes)
+            reader.drop_pages()  # the pages of its index read for these sizes
             if cutter is not None:
                 found.append(cutter.add(sizes))
-        reader.drop_pages()
         if cutter is None:
             return np.asarray(starts, dtype=np.int64)
         return np.concatenate(found) if found else np.zeros(0, np.int64)

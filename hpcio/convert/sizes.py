@@ -19,8 +19,11 @@ import numpy as np
 __all__ = ["SampleSizes", "RESIDENT_BYTES"]
 
 # Bytes of the sizes' map a rank keeps resident at most before letting its pages go.
-RESIDENT_BYTES = 64 << 20
+RESIDENT_BYTES = 8 << 20
 _ITEM = 8
+_FAULT_AROUND = 64 << 10
+# Ids whose sizes one span of the file holds: half the resident bound.
+_SPAN_IDS = RESIDENT_BYTES // 2 // _ITEM
 
 
 class SampleSizes:
@@ -61,17 +64,32 @@ class SampleSizes:
         return self.count
 
     def __getitem__(self, ids) -> np.ndarray:
+        """The sizes of ``ids``, read a span of the file at a time in ascending order, so
+        that the pages let go between spans bound what one call maps."""
         if isinstance(ids, slice):
             ids = np.arange(*ids.indices(self.count), dtype=np.int64)
         ids = np.asarray(ids, dtype=np.int64)
-        out = self._values[ids]
-        if len(ids):
-            # At most a page per id, and at most the span the ids cover.
-            span = (int(ids.max()) - int(ids.min()) + 1) * _ITEM + mmap.PAGESIZE
-            self._touched += min(len(ids) * mmap.PAGESIZE, span)
+        if not len(ids):
+            return np.zeros(0, np.int64)
+        order = None
+        if len(ids) > 1 and (ids[1:] < ids[:-1]).any():
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+        out = np.empty(len(ids), np.int64)
+        spans = np.flatnonzero(np.diff(ids // _SPAN_IDS)) + 1
+        for lo, hi in zip([0, *spans.tolist()], [*spans.tolist(), len(ids)]):
+            out[lo:hi] = self._values[ids[lo:hi]]
+            # A fault maps up to 64 KiB around the page it reads (the kernel's default
+            # fault-around), and at most the span the ids cover.
+            span = (int(ids[hi - 1]) - int(ids[lo]) + 1) * _ITEM + _FAULT_AROUND
+            self._touched += min((hi - lo) * _FAULT_AROUND, span)
             if self._touched > RESIDENT_BYTES:
                 self.drop_pages()
-        return out
+        if order is None:
+            return out
+        values = np.empty_like(out)
+        values[order] = out
+        return values
 
     def drop_pages(self) -> None:
         """Unmap the pages read so far (they stay in the page cache)."""
