@@ -293,3 +293,27 @@ def test_convert_hugging_face_parquet(tmp_path):
     assert convert(tmp_path / "data" / "train-00000-of-00001.parquet", tmp_path / "out") == 0
     assert converted(tmp_path / "out") == {i: {"id": i, "image": IMAGES[i], "label": i % 2, "text": f"caption {i}"}
                                            for i in range(6)}
+
+
+def test_source_totals_sum_the_sizes_a_window_at_a_time(tmp_path):
+    from hpcio.sources.inputs import sample_sizes, source_totals
+
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text("".join(f'{{"i": {i}, "t": "{"x" * (i % 7)}"}}\n' for i in range(1000)))
+    save_to_disk(tmp_path / "hf", image_table(range(6)), num_shards=3)
+    for source in expand_sources([lines, tmp_path / "hf"]):
+        sizes = measure_source(source)
+        assert source_totals(source, window=64) == (len(sizes), int(sizes.sum()))
+        with open_reader(source) as reader:
+            windows = [sample_sizes(source, reader, a, min(len(sizes), a + 7)) for a in range(0, len(sizes), 7)]
+        assert np.concatenate(windows).tolist() == sizes.tolist()
+    # a format whose reader gives no sizes: the bytes on disk spread over the samples
+    mds = tmp_path / "mds"
+    with hpcio.get_format("mds").Writer(mds, columns={"v": "bytes"}) as w:
+        for i in range(10):
+            w.write({"v": b"x" * i})
+    (source,) = expand_sources(mds)
+    with open_reader(source) as reader:
+        spread = np.concatenate([sample_sizes(source, reader, a, min(10, a + 3)) for a in range(0, 10, 3)])
+    assert spread.tolist() == measure_source(source).tolist() and int(spread.sum()) == source.nbytes
+    assert spread.max() - spread.min() <= 1

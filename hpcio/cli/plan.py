@@ -49,12 +49,11 @@ def run(args) -> int:
             if not args.paths:
                 print("hpcio: error: give a dataset, or both --bytes and --samples", file=sys.stderr)
                 return 2
-            from hpcio.sources import expand_sources, measure_source
+            from hpcio.sources.inputs import expand_sources, source_totals
 
-            sources = expand_sources(args.paths, args.from_format)
-            sizes = [measure_source(s) for s in sources]
-            total = int(sum(int(s.sum()) for s in sizes)) if total is None else total
-            samples = int(sum(len(s) for s in sizes)) if samples is None else samples
+            totals = [source_totals(s) for s in expand_sources(args.paths, args.from_format)]
+            total = sum(nbytes for _n, nbytes in totals) if total is None else total
+            samples = sum(n for n, _nbytes in totals) if samples is None else samples
         rec = recommend(total, samples, ngpus=args.ngpus, nworkers=args.nworkers, nodes=args.nodes,
                         inode_quota=args.inode_quota, files_per_shard=args.files_per_shard,
                         target=args.target)

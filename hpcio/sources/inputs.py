@@ -24,7 +24,7 @@ from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
-__all__ = ["Source", "expand_sources", "measure_source", "sample_sizes", "block_starts", "BlockCutter",
+__all__ = ["Source", "expand_sources", "measure_source", "source_totals", "sample_sizes", "block_starts", "BlockCutter",
            "disk_bytes", "ReaderCache", "BLOCK_BYTES", "open_reader", "source_format", "load_libraries", "check_reader_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
@@ -175,6 +175,21 @@ def measure_source(source: Source, reader_options: dict | None = None, reader=No
     finally:
         if own:
             reader.close()
+
+
+def source_totals(source: Source, reader_options: dict | None = None, window: int = 1 << 16) -> tuple[int, int]:
+    """The number of samples of ``source`` and their stored bytes, summed ``window``
+    sizes at a time (no array of every sample's size)."""
+    reader = open_reader(source, reader_options)
+    try:
+        n = len(reader)
+        total = 0
+        for start in range(0, n, window):
+            total += int(sample_sizes(source, reader, start, min(n, start + window)).sum())
+            reader.drop_pages()
+        return n, total
+    finally:
+        reader.close()
 
 
 def sample_sizes(source: Source, reader, start: int, stop: int) -> np.ndarray:
