@@ -103,9 +103,10 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
                      help="leave out samples that fail and list them in DST.bad-samples.jsonl")
     run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
     run.add_argument("--round-size", dest="round_bytes", type=byte_size, metavar="BYTES",
-                     help="samples each rank reads, exchanges and holds at a time (default 512MiB, or "
-                          "$HPCIO_CONVERT_ROUND_BYTES); in a seeded conversion of several rounds the "
-                          "sources are read once, ahead of the rounds, into a file per round")
+                     help="stored bytes of samples each rank reads, exchanges and holds at a time "
+                          "(default 512MiB, or $HPCIO_CONVERT_ROUND_BYTES); held as Python objects they "
+                          "take more (JSON lines of 70 bytes: about 4x); in a seeded conversion of several "
+                          "rounds the sources are read once, ahead of the rounds, into a file per round")
     run.add_argument("--no-progress", action="store_true", help="no progress display")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
 
