@@ -24,8 +24,9 @@ from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
-__all__ = ["Source", "expand_sources", "measure_source", "source_totals", "sample_sizes", "block_starts", "BlockCutter",
-           "disk_bytes", "ReaderCache", "BLOCK_BYTES", "open_reader", "source_format", "load_libraries", "check_reader_options"]
+__all__ = ["Source", "expand_sources", "measure_source", "source_totals", "sample_sizes", "block_starts",
+           "BlockCutter", "disk_bytes", "ReaderCache", "BLOCK_BYTES", "open_reader", "source_format",
+           "load_libraries", "check_reader_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
 _SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
