@@ -123,9 +123,9 @@ class ShardPlan:
 
     def __post_init__(self):
         self._order = sample_order(self.num_samples, self.seed, self.order)
-        if self.selection is not None:
-            self._by_id = np.argsort(self.selection, kind="stable")
-            self._sorted = self.selection[self._by_id]
+        # The selection's positions ordered by id, and its ids so ordered: made when
+        # first needed (by the ranks that look samples up), not sent with the plan.
+        self._by_id = self._sorted = None
 
     @property
     def num_shards(self) -> int:
@@ -149,6 +149,9 @@ class ShardPlan:
             positions = ids - self.first
             selected = (positions >= 0) & (positions < self.num_samples)
         else:
+            if self._by_id is None:
+                self._by_id = np.argsort(self.selection, kind="stable")
+                self._sorted = self.selection[self._by_id]
             at = np.minimum(np.searchsorted(self._sorted, ids), max(self.num_samples - 1, 0))
             selected = self._sorted[at] == ids if self.num_samples else np.zeros(len(ids), bool)
             positions = self._by_id[at]
