@@ -336,3 +336,35 @@ def test_settle_page_cache_reads_every_file_back_unchanged(tmp_path):
             resident, pages = _resident_pages(path)
             assert resident == pages, path
         assert path.read_bytes() == data
+
+
+@pytest.mark.bench
+def test_peer_writers_store_a_list_of_images(tmp_path):
+    # The vlm profile with several images per sample holds a list of binaries: the peers'
+    # writers pickle it (MDS's pkl, a WebDataset .pickle member) rather than fail on JSON.
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        import webdataset as wds
+        from streaming import StreamingDataset
+    except ImportError as exc:
+        from hpcio.testing.environment import missing
+
+        missing("BENCH", f"the peers' writers need streaming and webdataset: {exc}")
+    import pickle
+
+    from hpcio.bench.pipeline import _PEER_WRITERS
+
+    images = [[b"\x00\x01", b"xy"], [b"z"], []]
+    pq.write_table(pa.table({"id": [0, 1, 2], "caption": ["a", "b", "c"], "images": images}), tmp_path / "d.parquet")
+    for name, code in _PEER_WRITERS.items():
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d.parquet"), str(tmp_path / name)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    ds = StreamingDataset(local=str(tmp_path / "streaming MDSWriter"), shuffle=False, batch_size=1,
+                          allow_unsafe_types=True)
+    assert [ds[i]["images"] for i in range(3)] == images and ds[1]["caption"] == "b"
+    tars = sorted(str(p) for p in (tmp_path / "webdataset ShardWriter").iterdir())
+    samples = list(wds.WebDataset(tars, shardshuffle=False))
+    assert [pickle.loads(s["images.pickle"]) for s in samples] == images
+    assert [s["caption.txt"] for s in samples] == [b"a", b"b", b"c"] and samples[2]["id.json"] == b"2"

@@ -41,28 +41,40 @@ __all__ = ["staging_figures", "conversion_figures"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# What each peer stores a column as, from the Parquet schema the bench writes: a list of
+# binaries (a sample's images) is pickled, the only list-of-binaries encoding MDS has.
+_PEER_COLUMN_KIND = """
+import pyarrow as pa
+def kind(t):
+    if pa.types.is_integer(t): return "int"
+    if pa.types.is_string(t) or pa.types.is_large_string(t): return "str"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t): return "bytes"
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_binary(t.value_type): return "pkl"
+    return "json"
+"""
+
 _PEER_WRITERS = {
-    "streaming MDSWriter": """
+    "streaming MDSWriter": _PEER_COLUMN_KIND + """
 import sys, pyarrow.parquet as pq
 from streaming import MDSWriter
-rows = pq.read_table(sys.argv[1]).to_pylist()
-cols = {k: ("int" if isinstance(v, int) else "str" if isinstance(v, str) else "bytes" if isinstance(v, bytes) else "json")
-        for k, v in rows[0].items()}
+table = pq.read_table(sys.argv[1])
+cols = {f.name: kind(f.type) for f in table.schema}
 with MDSWriter(out=sys.argv[2], columns=cols, size_limit=1 << 26) as w:
-    for r in rows:
+    for r in table.to_pylist():
         w.write(r)
 """,
-    "webdataset ShardWriter": """
-import sys, os, json, pyarrow.parquet as pq
+    "webdataset ShardWriter": _PEER_COLUMN_KIND + """
+import sys, os, json, pickle, pyarrow.parquet as pq
 import webdataset as wds
-rows = pq.read_table(sys.argv[1]).to_pylist()
+table = pq.read_table(sys.argv[1])
+suffix = {f.name: {"bytes": ".bin", "str": ".txt", "pkl": ".pickle"}.get(kind(f.type), ".json") for f in table.schema}
+encode = {".bin": lambda v: v, ".txt": lambda v: v, ".pickle": pickle.dumps, ".json": json.dumps}
 os.makedirs(sys.argv[2])
 with wds.ShardWriter(os.path.join(sys.argv[2], "shard-%06d.tar"), maxsize=1 << 26, verbose=0) as w:
-    for i, r in enumerate(rows):
+    for i, r in enumerate(table.to_pylist()):
         s = {"__key__": f"{i:09d}"}
         for k, v in r.items():
-            s[k + (".bin" if isinstance(v, bytes) else ".txt" if isinstance(v, str) else ".json")] = (
-                v if isinstance(v, (bytes, str)) else json.dumps(v))
+            s[k + suffix[k]] = encode[suffix[k]](v)
         w.write(s)
 """,
 }
