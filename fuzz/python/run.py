@@ -10,7 +10,6 @@ allowed hpcio error is reported as a crash and its input kept (``-artifact_prefi
 process, without atheris, and fails on the first that breaks the contract.
 """
 
-import atexit
 import os
 import sys
 from pathlib import Path
@@ -40,10 +39,7 @@ def main(argv):
     if argv[1:] == ["replay"]:
         import targets
 
-        try:
-            return replay(targets)
-        finally:
-            targets.scratch().cleanup()
+        return replay(targets)
     import atheris
 
     with atheris.instrument_imports(include=["hpcio"]):
@@ -54,7 +50,6 @@ def main(argv):
     if name not in targets.TARGETS:
         print(f"unknown target {name!r}; targets: {', '.join(targets.TARGETS)}", file=sys.stderr)
         return 2
-    atexit.register(lambda: targets.scratch().cleanup())
     atheris.Setup([argv[0]] + argv[2:], lambda data: targets.check(name, data))
     atheris.Fuzz()
     return 0

@@ -15,6 +15,7 @@ directory.  ``fuzz/python/run.py`` runs these under atheris; the regression test
 the committed inputs through :func:`check`.
 """
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -82,9 +83,12 @@ _scratch = None
 
 
 def scratch() -> Scratch:
+    """The process's scratch directory, removed when the process exits (the fuzzer, the
+    replay and the regression tests all end that way)."""
     global _scratch
     if _scratch is None:
         _scratch = Scratch()
+        atexit.register(_scratch.cleanup)
     return _scratch
 
 
