@@ -44,7 +44,7 @@ from ..options import check_writer_options
 from ..registry import get_format
 from ..sources.inputs import check_reader_options
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
-from ..sources.inputs import BlockCutter, sample_sizes
+from ..sources.inputs import size_windows
 from ..units import ByteSizeError, parse_bytes
 from . import jobstate
 from . import plan as planning
@@ -326,8 +326,6 @@ class _Measured:
 # The version of the plan a seed gives (:mod:`.plan`), part of a resumed run's
 # fingerprint: a run resumes only the shards its own plan would have made.
 PLAN_VERSION = 2
-# Samples whose sizes a rank measures, writes and cuts into blocks at a time.
-_MEASURE_SAMPLES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -461,29 +459,21 @@ class _Job:
     def measure_source(source: Source, reader, path: str, first: int) -> np.ndarray:
         """Write the sizes of ``source``'s samples (global ids from ``first``) into the
         sizes file a window at a time; returns the first sample of each of its blocks."""
-        starts = reader.block_starts()
-        cutter = BlockCutter() if starts is None else None
-        found = []
-        for start in range(0, len(reader), _MEASURE_SAMPLES):
-            sizes = sample_sizes(source, reader, start, min(len(reader), start + _MEASURE_SAMPLES))
+        blocks = [np.zeros(0, np.int64)]
+        for start, sizes, starts in size_windows(source, reader):
             SampleSizes.write(path, first + start, sizes)
-            reader.drop_pages()  # the pages of its index read for these sizes
-            if cutter is not None:
-                found.append(cutter.add(sizes))
-        if cutter is None:
-            return np.asarray(starts, dtype=np.int64)
-        return np.concatenate(found) if found else np.zeros(0, np.int64)
+            blocks.append(starts)
+        return np.concatenate(blocks)
 
     def make_plan(self, sources: list[Source], measured: _Measured) -> planning.ShardPlan:
         """The plan (rank 0); a fresh run makes the staging directory, a resumed one
         checks that it was made from the same inputs."""
         sizes = measured.sizes
         first, count, sel = self.selected(len(sizes))
-        total = planning.selected_bytes(sizes, selection=sel, first=first, count=count)
-        shards = planning.shard_count(total, count, shard_size=self.shard_size,
+        weighing = planning.weigh(sizes, self.seed, selection=sel, first=first, count=count, order=self.order)
+        shards = planning.shard_count(weighing.total_bytes, count, shard_size=self.shard_size,
                                       num_shards=self.num_shards, multiple_of=self.multiple)
-        plan = planning.assign_shards(sizes, shards, self.seed, selection=sel, first=first, count=count,
-                                      order=self.order)
+        plan = planning.cut(weighing, sizes, shards)
         sizes.drop_pages()
         self.prepare_staging(self.identity(sources, shards, plan))
         return plan

@@ -16,6 +16,7 @@ the sources' order).  The plan holds a few numbers per shard, never one per samp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -33,7 +34,9 @@ __all__ = [
     "recommend",
     "write_rounds",
     "read_shares",
-    "selected_bytes",
+    "weigh",
+    "cut",
+    "Weighing",
     "DEFAULT_SHARD_SIZE",
     "DEFAULT_ROUND_BYTES",
     "DEFAULT_PLACED_RUN_BYTES",
@@ -172,6 +175,66 @@ class ShardPlan:
 PASS_SAMPLES = 1 << 16
 
 
+@dataclass
+class Weighing:
+    """The selected samples weighed in the plan's order (:func:`weigh`), ready to be cut
+    into any number of shards (:func:`cut`): the weights of buckets of ``bucket``
+    consecutive positions, as running totals ``ends``, and the samples' stored bytes."""
+
+    plan: ShardPlan  # still one shard: its order and selection
+    bucket: int
+    ends: np.ndarray
+    total_bytes: int
+
+
+def weigh(sizes, seed: int = 0, *, selection: np.ndarray | None = None, first: int = 0,
+          count: int | None = None, order: str = "seeded") -> Weighing:
+    """One pass over the sizes of the selected samples, a window at a time (see
+    :func:`assign_shards` for the parameters): the weight (bytes, at least 1) of each
+    bucket of consecutive positions of the order, and the bytes of them all."""
+    if selection is not None:
+        selection = np.asarray(selection, dtype=np.int64)
+        n = len(selection)
+        if len(np.unique(selection)) != n:
+            raise PlanError("the selection lists a sample more than once")
+    else:
+        n = len(sizes) - first if count is None else count
+    plan = ShardPlan(num_samples=n, bounds=np.array([0, n], np.int64), shard_bytes=np.zeros(1, np.int64),
+                     seed=seed, order=order, first=first, selection=selection)
+    bucket = max(1024, -(-n // (1 << 18)))
+    weights = np.zeros(-(-n // bucket), np.int64)
+    total = 0
+    for visits, nbytes in _windows(plan, sizes):
+        # Weigh each sample at least one byte so empty samples still spread evenly.
+        weights += np.bincount(visits // bucket, np.maximum(nbytes, 1), len(weights)).astype(np.int64)
+        total += int(nbytes.sum())
+    plan.shard_bytes[0] = total
+    return Weighing(plan, bucket, np.cumsum(weights), total)
+
+
+def cut(weighing: Weighing, sizes, num_shards: int) -> ShardPlan:
+    """The plan cutting the weighed samples into ``num_shards`` shards (see
+    :func:`assign_shards`); one more pass over the sizes sums each shard's bytes."""
+    plan, ends = weighing.plan, weighing.ends
+    n = plan.num_samples
+    if num_shards < 1 or num_shards > max(n, 1) or (n == 0 and num_shards != 1):
+        raise PlanError(f"cannot cut {n} samples into {num_shards} shards")
+    total = int(ends[-1]) if n else 0
+    targets = (np.arange(1, num_shards, dtype=np.float64) * total) / num_shards
+    cuts = np.array([_cut(plan, sizes, ends, weighing.bucket, t) for t in targets], dtype=np.int64)
+    # Every shard gets at least one sample: keep the cuts strictly increasing in (0, n).
+    k = np.arange(1, num_shards, dtype=np.int64)
+    cuts = np.maximum(cuts, k)
+    cuts = np.minimum(cuts, n - (num_shards - k))
+    cuts = np.maximum.accumulate(cuts) if len(cuts) else cuts
+    bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    shard_bytes = np.zeros(num_shards, np.int64)
+    for visits, nbytes in _windows(plan, sizes):
+        owner = np.searchsorted(bounds, visits, side="right") - 1
+        shard_bytes += np.bincount(owner, nbytes, num_shards).astype(np.int64)
+    return dataclasses.replace(plan, bounds=bounds, shard_bytes=shard_bytes)
+
+
 def assign_shards(
     sizes,
     num_shards: int,
@@ -188,8 +251,9 @@ def assign_shards(
     consecutive runs of (as near as possible) equal bytes: each cut falls after the
     sample whose running total is nearest its target, every shard keeps at least one
     sample.  Two passes over the sizes find the cuts without holding a value per
-    sample: the first sums the bytes of buckets of consecutive positions, the second
-    the bytes of each shard; between them, each cut is placed within its bucket.
+    sample: the first sums the bytes of buckets of consecutive positions
+    (:func:`weigh`), the second the bytes of each shard (:func:`cut`); between them,
+    each cut is placed within its bucket.
 
     Parameters
     ----------
@@ -214,67 +278,17 @@ def assign_shards(
     >>> p.shard_bytes.tolist()
     [500, 500]
     """
-    if selection is not None:
-        selection = np.asarray(selection, dtype=np.int64)
-        n = len(selection)
-        if len(np.unique(selection)) != n:
-            raise PlanError("the selection lists a sample more than once")
-    else:
-        n = len(sizes) - first if count is None else count
-    if num_shards < 1 or num_shards > max(n, 1) or (n == 0 and num_shards != 1):
-        raise PlanError(f"cannot cut {n} samples into {num_shards} shards")
-    plan = ShardPlan(num_samples=n, bounds=np.array([0, n], np.int64), shard_bytes=np.zeros(1, np.int64),
-                     seed=seed, order=order, first=first, selection=selection)
-    bucket = max(1024, -(-n // (1 << 18)))
-    weights, _ = _pass(plan, sizes, bucket, None)
-    ends = np.cumsum(weights)
-    total = int(ends[-1]) if n else 0
-    targets = (np.arange(1, num_shards, dtype=np.float64) * total) / num_shards
-    cuts = np.array([_cut(plan, sizes, ends, bucket, t) for t in targets], dtype=np.int64)
-    # Every shard gets at least one sample: keep the cuts strictly increasing in (0, n).
-    k = np.arange(1, num_shards, dtype=np.int64)
-    cuts = np.maximum(cuts, k)
-    cuts = np.minimum(cuts, n - (num_shards - k))
-    cuts = np.maximum.accumulate(cuts) if len(cuts) else cuts
-    plan.bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
-    _, plan.shard_bytes = _pass(plan, sizes, 0, num_shards)
-    return plan
+    weighing = weigh(sizes, seed, selection=selection, first=first, count=count, order=order)
+    return cut(weighing, sizes, num_shards)
 
 
-def selected_bytes(sizes, *, selection: np.ndarray | None = None, first: int = 0, count: int | None = None) -> int:
-    """The bytes of the selected samples (as :func:`assign_shards` selects them), summed
-    a window of sizes at a time.
-
-    >>> selected_bytes(np.arange(10), first=2, count=3), selected_bytes(np.arange(10), selection=np.array([9, 1]))
-    (9, 10)
-    """
-    n = len(selection) if selection is not None else (len(sizes) - first if count is None else count)
-    total = 0
-    for start in range(0, n, PASS_SAMPLES):
-        stop = min(n, start + PASS_SAMPLES)
-        ids = selection[start:stop] if selection is not None else np.arange(first + start, first + stop)
-        total += int(np.asarray(sizes[ids], dtype=np.int64).sum())
-    return total
-
-
-def _pass(plan: ShardPlan, sizes, bucket: int, num_shards: int | None):
-    """One pass over the selection in windows: the weights (bytes, at least 1) of each
-    ``bucket`` consecutive positions of the order, or the bytes of each of the plan's
-    ``num_shards`` shards."""
+def _windows(plan: ShardPlan, sizes):
+    """``(positions in the order, stored sizes)`` of the plan's selected samples,
+    :data:`PASS_SAMPLES` at a time."""
     n = plan.num_samples
-    buckets = np.zeros(-(-n // bucket) if bucket else 0, np.int64)
-    shards = np.zeros(num_shards or 0, np.int64)
     for start in range(0, n, PASS_SAMPLES):
         at = np.arange(start, min(n, start + PASS_SAMPLES), dtype=np.int64)
-        nbytes = np.asarray(sizes[plan.ids(at)], dtype=np.int64)
-        visits = plan._order.inverse(at)
-        if bucket:
-            # Weigh each sample at least one byte so empty samples still spread evenly.
-            buckets += np.bincount(visits // bucket, np.maximum(nbytes, 1), len(buckets)).astype(np.int64)
-        else:
-            owner = np.searchsorted(plan.bounds, visits, side="right") - 1
-            shards += np.bincount(owner, nbytes, num_shards).astype(np.int64)
-    return buckets, shards
+        yield plan._order.inverse(at), np.asarray(sizes[plan.ids(at)], dtype=np.int64)
 
 
 def _cut(plan: ShardPlan, sizes, ends: np.ndarray, bucket: int, target: float) -> int:

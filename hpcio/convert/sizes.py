@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from .._fileio import write_pieces
+
 __all__ = ["SampleSizes", "RESIDENT_BYTES"]
 
 # Bytes of the sizes' map a rank keeps resident at most before letting its pages go.
@@ -52,11 +54,7 @@ class SampleSizes:
         data = np.ascontiguousarray(sizes, dtype="<i8")
         fd = os.open(path, os.O_WRONLY)
         try:
-            view = memoryview(data).cast("B")
-            offset = first * _ITEM
-            while view:
-                written = os.pwrite(fd, view, offset)
-                view, offset = view[written:], offset + written
+            write_pieces(fd, [memoryview(data).cast("B")], first * _ITEM)
         finally:
             os.close(fd)
 

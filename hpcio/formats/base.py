@@ -26,7 +26,7 @@ from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNot
 from ._checksums import verify_files
 from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "sample_starts", "locate", "by_shard",
+__all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "even_sizes", "sample_starts", "locate", "by_shard",
            "shard_files", "first_file_head",
            "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
            "remove_empty_dir"]
@@ -41,6 +41,23 @@ DEFAULT_BATCH = 256
 # flight (see docs/performance.md).
 BATCH_BYTES = 4 << 20
 MIN_BATCH = 8
+
+
+def even_sizes(total: int, count: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Sizes of samples ``start .. stop`` when ``total`` bytes are spread evenly over
+    ``count`` samples: the remainder goes to the first samples, so the sizes of all
+    ``count`` add up to ``total`` whatever the windows they are asked in.
+
+    >>> even_sizes(10, 4).tolist(), even_sizes(10, 4, 1, 3).tolist()
+    ([3, 3, 2, 2], [3, 2])
+    """
+    stop = count if stop is None else stop
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    per, extra = divmod(total, count)
+    sizes = np.full(stop - start, per, dtype=np.int64)
+    sizes[: max(0, extra - start)] += 1
+    return sizes
 
 
 def project(sample: Mapping, fields: Sequence[str] | None) -> Mapping:

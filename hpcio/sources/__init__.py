@@ -1,7 +1,7 @@
 """The sources a conversion reads: the one layer between raw datasets and the converter.
 
 * :mod:`.inputs` — which datasets (:class:`Source`, :func:`expand_sources`), how many
-  samples and how big (:func:`measure_source`, :func:`block_starts`), and their readers
+  samples and how big (:func:`measure_source`, :func:`size_windows`), and their readers
   (:func:`open_reader`, :class:`ReaderCache`).
 * :mod:`.fields` — bytes carried as base64, ``data:`` URLs, references or Hugging Face
   ``{"bytes", "path"}`` structs, turned into bytes as samples are read.
@@ -24,12 +24,12 @@ from .inputs import (
     BLOCK_BYTES,
     ReaderCache,
     Source,
-    block_starts,
     disk_bytes,
     expand_sources,
     load_libraries,
     measure_source,
     open_reader,
+    size_windows,
     source_format,
 )
 from .references import References
@@ -38,7 +38,7 @@ __all__ = [
     "Source",
     "expand_sources",
     "measure_source",
-    "block_starts",
+    "size_windows",
     "disk_bytes",
     "open_reader",
     "source_format",

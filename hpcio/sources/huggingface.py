@@ -156,7 +156,4 @@ def _value_bytes(array, lo: int, hi: int) -> np.ndarray:
             or pa.types.is_large_string(kind):
         lengths = pc.binary_length(array.slice(lo, hi - lo)).fill_null(0)
         return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
-    per, extra = divmod(array.nbytes, max(len(array), 1))
-    sizes = np.full(hi - lo, per, dtype=np.int64)
-    sizes[:max(extra - lo, 0)] += 1
-    return sizes
+    return base.even_sizes(array.nbytes, len(array), lo, hi)

@@ -20,12 +20,13 @@ import numpy as np
 
 from .. import registry
 from ..errors import FormatSniffError, HpcioError, ShardNotFoundError, UnknownFormatError
+from ..formats.base import even_sizes
 from ..options import check_options, reader_option_names
 from . import huggingface
 from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
-__all__ = ["Source", "expand_sources", "measure_source", "source_totals", "sample_sizes", "block_starts",
-           "BlockCutter", "disk_bytes", "ReaderCache", "BLOCK_BYTES", "open_reader", "source_format",
+__all__ = ["Source", "expand_sources", "measure_source", "source_totals", "size_windows", "sample_sizes",
+           "disk_bytes", "ReaderCache", "BLOCK_BYTES", "SIZE_WINDOW", "open_reader", "source_format",
            "load_libraries", "check_reader_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
@@ -162,6 +163,13 @@ def expand_sources(paths, format: str | None = None) -> list[Source]:
     return sources
 
 
+# Samples whose sizes are asked of a reader at a time: no array of every sample's size.
+SIZE_WINDOW = 1 << 16
+# Samples a rank reads in one call when the format has no decoding units of its own: large
+# enough for sequential reads, small enough that one block's samples are cheap to hold.
+BLOCK_BYTES = 16 << 20
+
+
 def measure_source(source: Source, reader_options: dict | None = None, reader=None) -> np.ndarray:
     """The stored size in bytes of every sample of ``source`` (int64 array).
 
@@ -178,75 +186,54 @@ def measure_source(source: Source, reader_options: dict | None = None, reader=No
             reader.close()
 
 
-def source_totals(source: Source, reader_options: dict | None = None, window: int = 1 << 16) -> tuple[int, int]:
+def source_totals(source: Source, reader_options: dict | None = None,
+                  window: int = SIZE_WINDOW) -> tuple[int, int]:
     """The number of samples of ``source`` and their stored bytes, summed ``window``
-    sizes at a time (no array of every sample's size)."""
+    sizes at a time (:func:`size_windows`)."""
     reader = open_reader(source, reader_options)
     try:
-        n = len(reader)
-        total = 0
-        for start in range(0, n, window):
-            total += int(sample_sizes(source, reader, start, min(n, start + window)).sum())
-            reader.drop_pages()
-        return n, total
+        return len(reader), sum(int(sizes.sum()) for _start, sizes, _blocks in size_windows(source, reader, window))
     finally:
         reader.close()
+
+
+def size_windows(source: Source, reader, window: int = SIZE_WINDOW):
+    """``(start, sizes, blocks)`` for consecutive windows of the samples of ``source``
+    (its open ``reader``): the sizes of samples ``start ..`` (:func:`sample_sizes`), and
+    the first samples of the blocks that start among them.  Blocks are what a conversion
+    reads on one rank: the units the format decodes whole (Parquet row groups), else runs
+    of about :data:`BLOCK_BYTES`.  The reader lets go of the pages it read for each
+    window, so a pass over a source larger than memory keeps none of it resident."""
+    n = len(reader)
+    own = reader.block_starts()
+    own = None if own is None else np.asarray(own, dtype=np.int64)
+    offset, block = 0, -1  # bytes before the window, block of its last sample
+    for start in range(0, n, window):
+        stop = min(n, start + window)
+        sizes = sample_sizes(source, reader, start, stop)
+        reader.drop_pages()
+        if own is not None:
+            blocks = own[(own >= start) & (own < stop)]
+        else:
+            ends = offset + np.cumsum(sizes)
+            index = (ends - sizes) // BLOCK_BYTES
+            blocks = (np.flatnonzero(np.diff(index, prepend=block)) + start).astype(np.int64)
+            offset, block = int(ends[-1]), int(index[-1])
+        yield start, sizes, blocks
 
 
 def sample_sizes(source: Source, reader, start: int, stop: int) -> np.ndarray:
     """The stored sizes of samples ``start .. stop`` of ``source`` (int64 array), from
     its open ``reader``: the format's own (``sample_nbytes``), else the bytes on disk
-    spread evenly, the remainder going to the first samples so that the sizes add up to
-    the source's size."""
+    spread evenly over the samples."""
     sizer = getattr(reader, "sample_nbytes", None)
     if sizer is not None:
         return np.asarray(sizer(start, stop), dtype=np.int64)
-    n = len(reader)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    per, extra = divmod(source.nbytes, n)
-    sizes = np.full(stop - start, per, dtype=np.int64)
-    sizes[: max(0, extra - start)] += 1
-    return sizes
+    return even_sizes(source.nbytes, len(reader), start, stop)
 
 
 # Formats whose readers keep the index they build when opened in their ``cache_dir``.
 _INDEXED_IN_CACHE_DIR = frozenset({"jsonl"})
-
-# Samples a rank reads in one call when the format has no decoding units of its own: large
-# enough for sequential reads, small enough that one block's samples are cheap to hold.
-BLOCK_BYTES = 16 << 20
-
-
-def block_starts(reader, sizes: np.ndarray) -> np.ndarray:
-    """First sample of each block of a source: the units its format decodes whole (Parquet
-    row groups), else runs of about :data:`BLOCK_BYTES` of ``sizes``.  A conversion reads
-    each block on one rank."""
-    starts = reader.block_starts()
-    if starts is not None:
-        return np.asarray(starts, dtype=np.int64)
-    return BlockCutter().add(sizes)
-
-
-class BlockCutter:
-    """:func:`block_starts` of a source without blocks of its own, from its sizes given
-    a window at a time (:meth:`add` returns the blocks starting in each)."""
-
-    def __init__(self):
-        self.samples = 0
-        self.offset = 0
-        self.block = -1
-
-    def add(self, sizes: np.ndarray) -> np.ndarray:
-        sizes = np.asarray(sizes, dtype=np.int64)
-        if not len(sizes):
-            return np.zeros(0, np.int64)
-        blocks = (self.offset + np.cumsum(sizes) - sizes) // BLOCK_BYTES
-        starts = np.flatnonzero(np.diff(blocks, prepend=self.block)) + self.samples
-        self.samples += len(sizes)
-        self.offset += int(sizes.sum())
-        self.block = int(blocks[-1])
-        return starts.astype(np.int64)
 
 
 class ReaderCache:
