@@ -76,6 +76,32 @@ def test_a_garbled_npy_header_is_a_decode_error(tmp_path):
         hpcio.open(path, format="webdataset")[0]
 
 
+def test_a_negative_npy_dimension_is_a_decode_error():
+    from hpcio.formats import _values
+
+    value = np.lib.format._wrap_header(f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({-(2**70)}, 3), }}",
+                                       (1, 0)) + b"\0" * 12
+    with pytest.raises(DecodeError) as exc:
+        _values.decode_value("ndarray", value, field="arr", sample=3, path="x.npy")
+    assert str(exc.value) == (f"field 'arr' is not a valid .npy array: .npy header declares shape "
+                              f"({-(2**70)}, 3), with a negative dimension (x.npy, sample 3)")
+
+
+@pytest.mark.parametrize(("key", "value"), [("size", 1e400), ("source_mtime_ns", 17.0), ("size", True),
+                                            ("path", 7)])
+def test_a_manifest_field_of_the_wrong_json_type_is_a_corrupt_shard(tmp_path, key, value):
+    from hpcio.staging import MANIFEST_NAME, read_manifest
+
+    record = {"algo": "xxh3_64", "digest": "c91ac5dbf83c05be", "path": "a", "size": 3, "source_mtime_ns": 17}
+    record[key] = value
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"version": 1, "source": "/src", "files": [record]}))
+    kind = "a string" if key == "path" else "an integer"
+    with pytest.raises(CorruptShardError) as exc:
+        read_manifest(tmp_path)
+    assert str(exc.value) == (f"not a valid staging manifest: TypeError('{key} is "
+                              f"{json.loads(json.dumps(value))!r}, not {kind}') ({tmp_path / MANIFEST_NAME})")
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
 def test_a_damaged_zarr_array_description_is_a_corrupt_shard(tmp_path, damage):
     pytest.importorskip("zarr")

@@ -60,6 +60,22 @@ WHOLE_FILE_ALGOS = ("xxh64", "xxh3_64")
 TREE_ALGO = "xxh3_64-tree"
 
 
+def _json_str(record: dict, key: str) -> str:
+    value = record[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is {value!r}, not a string")
+    return value
+
+
+def _json_int(record: dict, key: str) -> int:
+    """``record[key]``, which must be a JSON integer: a float such as 1e400 (infinity
+    to Python) or a boolean is refused rather than converted."""
+    value = record[key]
+    if type(value) is not int:
+        raise TypeError(f"{key} is {value!r}, not an integer")
+    return value
+
+
 def new_hasher(algo: str):
     """A streaming xxHash object for a whole-file algorithm name."""
     if algo == "xxh64":
@@ -96,7 +112,10 @@ class Digest:
 
     @classmethod
     def from_json(cls, data: dict) -> "Digest":
-        return cls(data["algo"], data["digest"], data.get("chunk_bytes"))
+        chunk_bytes = data.get("chunk_bytes")
+        if chunk_bytes is not None:
+            chunk_bytes = _json_int(data, "chunk_bytes")
+        return cls(_json_str(data, "algo"), _json_str(data, "digest"), chunk_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +137,8 @@ class FileRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
-        return cls(data["path"], int(data["size"]), Digest.from_json(data), int(data["source_mtime_ns"]))
+        return cls(_json_str(data, "path"), _json_int(data, "size"), Digest.from_json(data),
+                   _json_int(data, "source_mtime_ns"))
 
 
 @dataclasses.dataclass(frozen=True)
