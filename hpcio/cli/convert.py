@@ -103,10 +103,11 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
                      help="leave out samples that fail and list them in DST.bad-samples.jsonl")
     run.add_argument("--resume", action="store_true", help="finish an interrupted run of the same command")
     run.add_argument("--round-size", dest="round_bytes", type=byte_size, metavar="BYTES",
-                     help="stored bytes of samples each rank reads, exchanges and holds at a time "
-                          "(default 512MiB, or $HPCIO_CONVERT_ROUND_BYTES); held as Python objects they "
-                          "take more (JSON lines of 70 bytes: about 4x); in a seeded conversion of several "
-                          "rounds the sources are read once, ahead of the rounds, into a file per round")
+                     help="memory each rank holds samples in at a time (default 512MiB, or "
+                          "$HPCIO_CONVERT_ROUND_BYTES), estimated as their stored bytes plus about 220 "
+                          "bytes a sample and 72 a field for the Python objects; a round holds at least "
+                          "one shard per rank; in a seeded conversion of several rounds the sources are "
+                          "read once, ahead of the rounds, into a file per round")
     run.add_argument("--no-progress", action="store_true", help="no progress display")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
 

@@ -34,6 +34,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -45,7 +46,7 @@ from ..registry import get_format
 from ..sources.inputs import check_reader_options
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.inputs import size_windows
-from ..units import ByteSizeError, parse_bytes
+from ..units import ByteSizeError, format_bytes, parse_bytes
 from . import jobstate
 from . import plan as planning
 from ._comm import Comm, get_comm
@@ -552,7 +553,13 @@ class _Job:
     def write(self, writer: ShardWriter, bar: Progress, plan, todo: list[int], decodes_parquet: bool) -> None:
         """Write the shards ``todo`` in rounds; a failure on any rank ends every rank."""
         comm = self.comm
-        rounds = planning.write_rounds(todo, plan.shard_bytes, comm.size, self.round_bytes)
+        held = planning.held_bytes(plan, writer.fields_per_sample())
+        rounds = planning.write_rounds(todo, held, comm.size, self.round_bytes)
+        if comm.rank == 0 and todo and max(held[todo]) > self.round_bytes:
+            warnings.warn(f"a shard holds about {format_bytes(int(max(held[todo])))} in memory while it is "
+                          f"written, more than --round-size ({format_bytes(self.round_bytes)}): a round "
+                          f"holds at least one shard per rank; a smaller --shard-size holds less",
+                          stacklevel=2)
         restore_cpus = share_node_cpus(comm, decodes_parquet=decodes_parquet)
         writer.clock.lap("plan")
         written = 0

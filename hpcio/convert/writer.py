@@ -93,6 +93,18 @@ class ShardWriter:
             raise BadSampleError(rec) from exc
         return gid, rec
 
+    def fields_per_sample(self) -> int:
+        """The fields of the sources' first sample as the rounds will read it (the same
+        on every rank), for :func:`.plan.held_bytes`; 1 when it cannot be read.  Its
+        pages stay mapped: the first run the rounds read holds it."""
+        if self.fields is not None or not len(self.sizes):
+            return len(self.fields or ()) or 1
+        reader = self.readers.get(int(np.searchsorted(self.first_id, 0, side="right")) - 1)
+        try:
+            return len(reader.read(0))
+        except Exception:  # noqa: BLE001 -- the rounds read it again and report it
+            return 1
+
     def _read(self, reader, base: int, gids: np.ndarray, shards: np.ndarray, bad: list):
         """(position in ``gids``, sample) pairs; failures become bad samples."""
         try:

@@ -9,7 +9,9 @@ from hpcio.convert import plan as planning
 from hpcio.convert.order import SeededOrder
 from hpcio.convert.plan import (
     BALANCE_TOLERANCE,
+    ShardPlan,
     assign_shards,
+    held_bytes,
     read_shares,
     recommend,
     shard_count,
@@ -159,6 +161,13 @@ def test_recommend_respects_multiple_size_range_and_quota():
     assert any("too small for 32 shards of 100 MB" in r for r in small.reasons)
     with pytest.raises(PlanError, match="inode quota of 10 cannot hold 32 shards"):
         recommend(10**9, 10**5, ngpus=4, nworkers=8, inode_quota=10)
+
+
+def test_a_shard_is_weighed_by_its_bytes_and_its_samples_objects():
+    plan = ShardPlan(num_samples=10, bounds=np.array([0, 4, 10]), shard_bytes=np.array([400, 50]), seed=0,
+                     order="source")
+    assert held_bytes(plan, 3).tolist() == [400 + 4 * (220 + 3 * 72), 50 + 6 * (220 + 3 * 72)]
+    assert held_bytes(plan, 0).tolist() == held_bytes(plan, 1).tolist()
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
