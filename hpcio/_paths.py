@@ -17,15 +17,24 @@ __all__ = ["check_relative_name", "resolve_inside", "is_inside"]
 
 
 def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
-    """``name`` if it is a non-empty relative path without ``..`` components or NUL;
-    else PathEscapeError naming ``what`` and where it was read (file ``source``, byte
+    """``name`` if it is a non-empty relative path without ``..`` components or NUL
+    that the file system can encode (JSON can hold a lone surrogate); else
+    PathEscapeError naming ``what`` and where it was read (file ``source``, byte
     ``offset``, ``sample``)."""
-    if not isinstance(name, str) or not name or "\0" in name:
+    if not isinstance(name, str) or not name or "\0" in name or not _encodable(name):
         raise PathEscapeError(f"{what} {name!r} is not a file name", path=source, offset=offset, sample=sample)
     parts = name.replace("\\", "/").split("/")
     if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
         raise PathEscapeError(f"{what} {name!r} leaves its directory", path=source, offset=offset, sample=sample)
     return name
+
+
+def _encodable(name: str) -> bool:
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_inside(path: str, root: str) -> bool:

@@ -76,15 +76,17 @@ def test_a_garbled_npy_header_is_a_decode_error(tmp_path):
         hpcio.open(path, format="webdataset")[0]
 
 
-def test_a_negative_npy_dimension_is_a_decode_error():
+@pytest.mark.parametrize(("shape", "wrong"), [(f"({-(2**70)}, 3)", "a negative dimension"),
+                                              ("(0, True, 3)", "a dimension that is not an integer")])
+def test_an_npy_dimension_that_is_not_a_size_is_a_decode_error(shape, wrong):
     from hpcio.formats import _values
 
-    value = np.lib.format._wrap_header(f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({-(2**70)}, 3), }}",
+    value = np.lib.format._wrap_header(f"{{'descr': '<f4', 'fortran_order': True, 'shape': {shape}, }}",
                                        (1, 0)) + b"\0" * 12
     with pytest.raises(DecodeError) as exc:
         _values.decode_value("ndarray", value, field="arr", sample=3, path="x.npy")
     assert str(exc.value) == (f"field 'arr' is not a valid .npy array: .npy header declares shape "
-                              f"({-(2**70)}, 3), with a negative dimension (x.npy, sample 3)")
+                              f"{shape}, with {wrong} (x.npy, sample 3)")
 
 
 @pytest.mark.parametrize(("key", "value"), [("size", 1e400), ("source_mtime_ns", 17.0), ("size", True),

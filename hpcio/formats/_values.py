@@ -265,6 +265,8 @@ def _parse_npy_header(header: bytes) -> tuple:
         raise ValueError(f"garbled .npy header {text!r}") from None
     if dtype.hasobject:
         raise ValueError(".npy value holds Python objects (pickles are refused)")
+    if not all(type(dim) is int for dim in shape):  # numpy's parser lets True through
+        raise ValueError(f".npy header declares shape {shape}, with a dimension that is not an integer")
     if any(dim < 0 for dim in shape):
         raise ValueError(f".npy header declares shape {shape}, with a negative dimension")
     count = math.prod(shape)  # Python ints: a huge shape cannot wrap

@@ -52,6 +52,14 @@ def test_zarr_part_names_cannot_leave_the_store(zarr_stores, kind):
         hpcio.open(public)
 
 
+def test_a_zarr_part_name_the_file_system_cannot_encode_is_refused(zarr_stores):
+    public, _private = zarr_stores
+    set_root_parts(public, ["part-\ud800"])
+    with pytest.raises(PathEscapeError) as exc:
+        hpcio.open(public)
+    assert str(exc.value) == f"Zarr part name 'part-\\ud800' is not a file name ({public}/zarr.json)"
+
+
 def test_zarr_part_through_a_link_cannot_leave_the_store(zarr_stores):
     public, private = zarr_stores
     os.symlink(private / "part-00000", public / "part-00001")
