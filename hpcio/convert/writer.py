@@ -96,7 +96,7 @@ class ShardWriter:
     def fields_per_sample(self) -> int:
         """The fields of the sources' first sample as the rounds will read it (the same
         on every rank), for :func:`.plan.held_bytes`; 1 when it cannot be read.  Its
-        pages stay mapped: the first run the rounds read holds it."""
+        pages are left to the rounds, which read the sources from it on and let them go."""
         if self.fields is not None or not len(self.sizes):
             return len(self.fields or ()) or 1
         reader = self.readers.get(int(np.searchsorted(self.first_id, 0, side="right")) - 1)
