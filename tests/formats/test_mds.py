@@ -580,6 +580,15 @@ def test_basename_outside_directory(small, name):
         hpcio.open(small)
 
 
+@pytest.mark.parametrize("hashes", [7, ["xxh64"], {"xxh64": 7}])
+def test_hashes_that_are_not_digests_by_algorithm(small, hashes):
+    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(hashes=hashes))
+    with pytest.raises(CorruptShardError) as exc:
+        hpcio.open(small)
+    assert str(exc.value) == (f"shard entry 0 of index.json: 'raw_data' hashes is {hashes!r}, expected an object "
+                              f"of hex digests by algorithm ({small}/index.json)")
+
+
 def test_basename_in_a_subdirectory(small):
     """streaming's merge_index names shards ``0/shard.00000.mds``: read through them."""
     expected = [dict(hpcio.open(small)[i]) for i in range(len(hpcio.open(small)))]

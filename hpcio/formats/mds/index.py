@@ -175,6 +175,10 @@ def _check_files(raw, zip_, bad) -> None:
             raise bad(f"'{key}' basename {name!r} leaves the dataset directory")
         if not isinstance(info.get("bytes"), int) or info["bytes"] < 0:
             raise bad(f"'{key}' bytes is {info.get('bytes')!r}")
+        hashes = info.get("hashes")
+        if hashes and not (isinstance(hashes, dict)
+                           and all(isinstance(a, str) and isinstance(d, str) for a, d in hashes.items())):
+            raise bad(f"'{key}' hashes is {hashes!r}, expected an object of hex digests by algorithm")
 
 
 def _entry_compression(entry: dict, zip_, bad) -> Compression | None:
