@@ -580,6 +580,15 @@ def test_basename_outside_directory(small, name):
         hpcio.open(small)
 
 
+@pytest.mark.parametrize("hashes", [7, [{"x": 1}], [3]])
+def test_an_entrys_hashes_that_are_not_algorithm_names(small, hashes):
+    edit_index(small, lambda o: o["shards"][0].update(hashes=hashes))
+    with pytest.raises(CorruptShardError) as exc:
+        hpcio.get_format("mds").inspect(small)
+    assert str(exc.value) == (f"shard entry 0 of index.json: 'hashes' is {hashes!r}, expected a list of "
+                              f"algorithm names ({small}/index.json)")
+
+
 @pytest.mark.parametrize("hashes", [7, ["xxh64"], {"xxh64": 7}])
 def test_hashes_that_are_not_digests_by_algorithm(small, hashes):
     edit_index(small, lambda o: o["shards"][0]["raw_data"].update(hashes=hashes))

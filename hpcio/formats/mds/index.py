@@ -124,6 +124,9 @@ def _check_entry(k: int, entry, index_path: str) -> _ShardInfo:
     samples = entry.get("samples")
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
         raise bad(f"'samples' is {samples!r}, expected a non-negative integer")
+    algos = entry.get("hashes")
+    if algos and not (isinstance(algos, list) and all(isinstance(a, str) for a in algos)):
+        raise bad(f"'hashes' is {algos!r}, expected a list of algorithm names")
     raw, zip_ = entry.get("raw_data"), entry.get("zip_data")
     _check_files(raw, zip_, bad)
     # A shard holds its count and n + 1 u32 offsets, the last of which is its size: a
