@@ -278,6 +278,13 @@ hpcio_status hpcio_zstd_decode_known(const uint8_t *src, uint64_t src_len,
 hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
                                       uint8_t **out, uint64_t *out_len, hpcio_error *err);
 
+/* Decode the zstd frames read from in_fd (from its position to its end) into out_fd
+ * through buffers of a few MiB, whatever the size; *out_len counts the bytes written.
+ * More than limit output bytes is HPCIO_E_LIMIT; input ending inside a frame
+ * HPCIO_E_TRUNCATED (err->offset: the input's size); read or write failures HPCIO_E_IO. */
+hpcio_status hpcio_zstd_decode_fd(int in_fd, int out_fd, uint64_t limit, uint64_t *out_len,
+                                  hpcio_error *err);
+
 /* hpcio_zstd_decode_stream for frames src[starts[j]:ends[j]] (j < m) on up to nthreads
  * threads: outs[j] (malloc'd, free with hpcio_free) holds out_lens[j] bytes.  Each
  * frame's output is bounded by limit.  On failure every outs[j] is freed and NULL. */

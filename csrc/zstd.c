@@ -1,6 +1,10 @@
 /* zstd frames: content size, batch decode (known sizes, several threads), streaming
- * decode of frames without a declared size under a size limit, and compression. */
+ * decode of frames without a declared size under a size limit, file-to-file decode, and
+ * compression. */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <zstd.h>
 
@@ -180,6 +184,103 @@ hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t
     if (dctx == NULL)
         return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate a zstd context");
     st = decode_stream_ctx(dctx, src, len, limit, out, out_len, err);
+    ZSTD_freeDCtx(dctx);
+    return st;
+}
+
+/* Buffers of the file-to-file decode: a few MiB, so each read(2) and write(2) is large
+ * and the memory the decode holds does not depend on the file. */
+#define FD_IN_BYTES ((size_t)4 << 20)
+#define FD_OUT_BYTES ((size_t)4 << 20)
+
+static hpcio_status write_all(int fd, const uint8_t *buf, size_t len, uint64_t at,
+                              hpcio_error *err)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        ssize_t put = write(fd, buf + done, len - done);
+
+        if (put < 0) {
+            if (errno == EINTR)
+                continue;
+            err->sys_errno = errno;
+            return hpcio_fail(err, HPCIO_E_IO, -1, -1,
+                              "cannot write the decoded bytes at byte %llu of the output: %s",
+                              (unsigned long long)(at + done), strerror(errno));
+        }
+        done += (size_t)put;
+    }
+    return HPCIO_OK;
+}
+
+static hpcio_status decode_fd_ctx(ZSTD_DCtx *dctx, int in_fd, int out_fd, uint64_t limit,
+                                  uint8_t *inb, uint8_t *outb, uint64_t *out_len,
+                                  hpcio_error *err)
+{
+    uint64_t consumed = 0; /* input bytes before the current buffer */
+    size_t ret = 0;
+
+    for (;;) {
+        ssize_t got = read(in_fd, inb, FD_IN_BYTES);
+        ZSTD_inBuffer in = {inb, 0, 0};
+
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            err->sys_errno = errno;
+            return hpcio_fail(err, HPCIO_E_IO, -1, (int64_t)consumed,
+                              "read of the compressed input failed: %s", strerror(errno));
+        }
+        if (got == 0)
+            break;
+        in.size = (size_t)got;
+        /* Until the buffer is consumed and the decoder has nothing more to flush (a
+         * full output buffer may leave some). */
+        for (;;) {
+            ZSTD_outBuffer o = {outb, FD_OUT_BYTES, 0};
+            hpcio_status st;
+
+            ret = ZSTD_decompressStream(dctx, &o, &in);
+            if (ZSTD_isError(ret))
+                return hpcio_fail(err, HPCIO_E_CODEC, -1, (int64_t)(consumed + in.pos),
+                                  "zstd frame does not decode: %s", ZSTD_getErrorName(ret));
+            if (o.pos > limit - *out_len)
+                return hpcio_fail(err, HPCIO_E_LIMIT, -1, -1,
+                                  "zstd input decodes to more than the limit of %llu bytes",
+                                  (unsigned long long)limit);
+            st = write_all(out_fd, outb, o.pos, *out_len, err);
+            if (st != HPCIO_OK)
+                return st;
+            *out_len += o.pos;
+            if (in.pos == in.size && o.pos < o.size)
+                break;
+        }
+        consumed += (uint64_t)got;
+    }
+    if (consumed == 0)
+        return hpcio_fail(err, HPCIO_E_CODEC, -1, -1, "empty input is not a zstd frame");
+    if (ret != 0)
+        return hpcio_fail(err, HPCIO_E_TRUNCATED, -1, (int64_t)consumed,
+                          "zstd frame truncated: input ends after %llu bytes",
+                          (unsigned long long)consumed);
+    return HPCIO_OK;
+}
+
+hpcio_status hpcio_zstd_decode_fd(int in_fd, int out_fd, uint64_t limit, uint64_t *out_len,
+                                  hpcio_error *err)
+{
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    uint8_t *inb = malloc(FD_IN_BYTES), *outb = malloc(FD_OUT_BYTES);
+    hpcio_status st;
+
+    *out_len = 0;
+    if (dctx == NULL || inb == NULL || outb == NULL)
+        st = hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate a zstd context and buffers");
+    else
+        st = decode_fd_ctx(dctx, in_fd, out_fd, limit, inb, outb, out_len, err);
+    free(inb);
+    free(outb);
     ZSTD_freeDCtx(dctx);
     return st;
 }

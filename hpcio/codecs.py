@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import DecodeError, DecompressionLimitError, InvalidArgumentError, MissingDependencyError, OutOfMemoryError
+from .errors import (DecodeError, DecompressionLimitError, HpcioError, InvalidArgumentError, MissingDependencyError,
+                     OutOfMemoryError)
 from .units import parse_bytes
 
 __all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT", "MAX_DECODED_ENV",
@@ -39,12 +40,14 @@ def max_decoded_bytes(value=None) -> int:
 
 @dataclass(frozen=True)
 class Codec:
-    """A named codec: ``compress(data, level)`` and ``decompress(data, limit, **where)``."""
+    """A named codec: ``compress(data, level)`` and ``decompress(data, limit, **where)``;
+    the codecs whole files are compressed with (zstd, gzip) also ``decompress_file``."""
 
     name: str
     default_level: int | None
     _compress: Callable
     _decompress: Callable
+    _decompress_file: Callable | None = None
 
     def compress(self, data, level: int | None = None, **options) -> bytes:
         """``options`` are codec-specific: zstd takes ``content_size=False`` to leave the
@@ -69,6 +72,25 @@ class Codec:
                 f"{self.name} decompression failed: {exc}", path=path, offset=offset, sample=sample
             ) from exc
         return out
+
+    def decompress_file(self, src, dst, limit: int = DEFAULT_LIMIT, *, path=None) -> int:
+        """Decompress the rest of the file ``src`` into the file ``dst`` (both opened in
+        binary mode, ``dst`` with nothing buffered), a few MiB at a time, so a file
+        larger than memory decompresses; returns the bytes written.  Errors are those of
+        :meth:`decompress`, located at ``path``."""
+        if self._decompress_file is None:
+            raise InvalidArgumentError(f"{self.name} files cannot be decompressed a part at a time; "
+                                       "zstd and gzip can")
+        try:
+            return self._decompress_file(src, dst, limit, path)
+        except HpcioError as exc:
+            if exc.path is None and path is not None:
+                raise type(exc)(str(exc), path=path) from exc
+            raise
+        except OSError:
+            raise
+        except Exception as exc:  # zlib.error and the like
+            raise DecodeError(f"{self.name} decompression failed: {exc}", path=path) from exc
 
 
 def _over(name: str, limit: int) -> DecompressionLimitError:
@@ -98,6 +120,12 @@ def _zstd_decompress(data, limit):
     from ._core import _codecs
 
     return _codecs.zstd_decompress(data, limit)
+
+
+def _zstd_decompress_file(src, dst, limit, path):
+    from ._core import _codecs
+
+    return _codecs.zstd_decompress_file(src.fileno(), dst.fileno(), limit, path=path)
 
 
 def _blosc2_compress(data, level):
@@ -131,10 +159,54 @@ def _gzip_compress(data, level):
 
 # zlib, bz2 and lzma are imported where used: most datasets need none of them, and
 # opening one should not pay for loading them.
-def _gzip_decompress(data, limit):
+# Output of one step of a decompression a part at a time.
+_PIECE_BYTES = 4 << 20
+
+
+def _gzip_pieces(read, limit):
+    """The decompressed bytes of the gzip members that ``read(n)`` returns (``b""`` at the
+    end), in pieces of at most 4 MiB; members written one after the other (``cat a.gz
+    b.gz``, bgzip) decompress one after the other, as gzip(1) does."""
     import zlib
 
-    return _bounded(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), data, limit, "gzip")
+    member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    total, data, started = 0, b"", False
+    while True:
+        if not data:
+            data = read(_PIECE_BYTES)
+            if not data:
+                break
+        started = True
+        out = member.decompress(data, _PIECE_BYTES)
+        data = member.unconsumed_tail
+        total += len(out)
+        if total > limit:
+            raise _over("gzip", limit)
+        if out:
+            yield out
+        if member.eof:
+            data = member.unused_data  # with max_length, unconsumed_tail repeats it
+            if not data:
+                data = read(_PIECE_BYTES)
+                if not data:
+                    return
+            member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if not started or not member.eof:
+        raise DecodeError("gzip stream is truncated")
+
+
+def _gzip_decompress(data, limit):
+    import io
+
+    return b"".join(_gzip_pieces(io.BytesIO(bytes(data)).read, limit))
+
+
+def _gzip_decompress_file(src, dst, limit, path):
+    written = 0
+    for piece in _gzip_pieces(src.read, limit):
+        dst.write(piece)
+        written += len(piece)
+    return written
 
 
 def _bz2_compress(data, level):
@@ -240,9 +312,9 @@ def _lz4_decompress(data, limit):
 _CODECS = {
     c.name: c
     for c in (
-        Codec("zstd", 3, _zstd_compress, _zstd_decompress),
+        Codec("zstd", 3, _zstd_compress, _zstd_decompress, _zstd_decompress_file),
         Codec("blosc2", 5, _blosc2_compress, _blosc2_decompress),
-        Codec("gzip", 9, _gzip_compress, _gzip_decompress),
+        Codec("gzip", 9, _gzip_compress, _gzip_decompress, _gzip_decompress_file),
         Codec("bz2", 9, _bz2_compress, _bz2_decompress),
         Codec("xz", None, _xz_compress, _xz_decompress),
         Codec("brotli", 11, _brotli_compress, _brotli_decompress),

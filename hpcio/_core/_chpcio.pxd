@@ -123,6 +123,8 @@ cdef extern from "hpcio.h" nogil:
     hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t limit,
                                           uint8_t **out, uint64_t *out_len,
                                           hpcio_error *err)
+    hpcio_status hpcio_zstd_decode_fd(int in_fd, int out_fd, uint64_t limit, uint64_t *out_len,
+                                      hpcio_error *err)
     hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
                                                const uint64_t *starts, const uint64_t *ends,
                                                size_t m, uint64_t limit, uint8_t **outs,

@@ -9,6 +9,7 @@ def zstd_compress(data, level: int = 3, content_size: bool = True, checksum: boo
 def zstd_decompress(data, limit: int | None = ..., *, path: str | None = None, offset: int = -1,
                     sample: int = -1) -> bytes:
     """One frame, with or without the content size in its header (JINX frames lack it)."""
+def zstd_decompress_file(in_fd: int, out_fd: int, limit: int | None = ..., *, path: str | None = None) -> int: ...
 def zstd_decode_many(src, starts: NDArray[np.uint64], ends: NDArray[np.uint64], limit: int | None = ...,
                      nthreads: int = 1, *, path: str | None = None, sample_base: int = 0,
                      batch_limit: int | None = None) -> tuple[bytearray, NDArray[np.uint64]]:

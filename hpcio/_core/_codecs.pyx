@@ -16,7 +16,8 @@ from ._chpcio cimport (
     hpcio_blosc2_version, hpcio_build_debug, hpcio_build_flags, hpcio_build_sanitize,
     hpcio_compiler, hpcio_error, hpcio_error_clear, hpcio_kernels, hpcio_simd,
     hpcio_status, hpcio_zstd_bound, hpcio_zstd_compress, hpcio_zstd_content_size,
-    hpcio_zstd_decode_known, hpcio_zstd_decode_stream, hpcio_zstd_decode_stream_many,
+    hpcio_zstd_decode_fd, hpcio_zstd_decode_known, hpcio_zstd_decode_stream,
+    hpcio_zstd_decode_stream_many,
     hpcio_zstd_version_string,
 )
 from ._utils cimport byte_view, check, data_ptr, u64_ptr
@@ -290,6 +291,20 @@ def zstd_decompress(data, limit=DEFAULT_LIMIT, *, path=None, offset=-1, sample=-
     """
     return _decode_one(hpcio_zstd_content_size, hpcio_zstd_decode_known, b"zstd frame",
                        data, limit, path, offset, sample)
+
+
+def zstd_decompress_file(int in_fd, int out_fd, limit=DEFAULT_LIMIT, *, path=None):
+    """Decode the zstd frames read from ``in_fd`` (to its end) into ``out_fd``, a few MiB
+    at a time, so a file larger than memory decompresses; returns the bytes written.
+    More than ``limit`` of them raises DecompressionLimitError; errors name ``path``."""
+    cdef uint64_t lim = _limit(limit), written = 0
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_zstd_decode_fd(in_fd, out_fd, lim, &written, &err)
+    check(st, &err, path, -1, -1)
+    return written
 
 
 def zstd_decode_many(src, starts, ends, limit=DEFAULT_LIMIT, int nthreads=1, *, path=None,

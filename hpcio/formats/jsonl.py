@@ -2,8 +2,9 @@
 
 The reader maps the file (or its decompressed bytes) and builds a newline index in C
 (``_index.scan_lines``), so ``ds[i]`` is one ``orjson.loads`` of one line.  Whole-file
-compressed inputs are decompressed into memory, or into ``cache_dir`` when given; the
-index is then written beside them in the cache and mapped, so a second open (by any
+compressed inputs are decompressed into memory, or into ``cache_dir`` when given (a few
+MiB at a time, so a file larger than memory opens); the index is then written beside
+them in the cache and mapped, so a second open (by any
 process) is instant and the index takes no anonymous memory.  Blank lines are skipped.
 Nothing is written anywhere else (no temporary files).
 
@@ -154,7 +155,8 @@ class Reader(base.Reader):
     cache_dir
         Where to keep the decompressed bytes and the line index between opens; both are
         mapped from there, and every process given the same ``cache_dir`` reuses what
-        the first one wrote.  ``None`` keeps both in memory only.
+        the first one wrote; a compressed file is decompressed into it a few MiB at a
+        time.  ``None`` keeps both in memory only.
     validate_hashes
         True: check the file (as stored, compressed or not) against the xxh3_64 its
         ``<file>.hashes.json`` records before reading, raising
@@ -182,8 +184,9 @@ class Reader(base.Reader):
                 os.makedirs(cache_dir, exist_ok=True)
                 data_path = os.path.join(cache_dir, key + ".jsonl")
                 if not os.path.exists(data_path):
-                    with open(self.path, "rb") as f:
-                        _atomic_write(data_path, self._decompress(codec, f.read()))
+                    # A part at a time: the file may be larger than memory.
+                    with open(self.path, "rb") as f, _AtomicFile(data_path) as out:
+                        _codecs_table.get_codec(codec).decompress_file(f, out, DECOMPRESS_LIMIT, path=self.path)
         if data_path is not None:
             with open(data_path, "rb") as f:  # the map holds its own descriptor
                 if os.fstat(f.fileno()).st_size:
@@ -301,11 +304,6 @@ class _AtomicFile:
             except OSError:
                 pass
         base.remove_files([self.tmp])
-
-
-def _atomic_write(path: str, data) -> None:
-    with _AtomicFile(path) as f:
-        f.write(data)
 
 
 def _unwritable(sample: Mapping, exc: TypeError) -> str:

@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 import hpcio
-from hpcio.errors import CorruptShardError, UnsupportedValueError
+from hpcio.errors import CorruptShardError, DecodeError, TruncatedShardError, UnsupportedValueError
 from hpcio.formats import jsonl
 from hpcio.testing import FormatTests
 
@@ -100,6 +100,61 @@ def test_cache_dir_keeps_decompressed_bytes_and_index(tmp_path):
     assert (cache / data).read_bytes() == LINES
     again = hpcio.open(path, cache_dir=cache)
     assert again[2]["t"] == "c" and sorted(os.listdir(cache)) == names
+
+
+def _many_lines(count: int) -> bytes:
+    return b"".join(b'{"id": %d, "t": "line %d of a file compressed in several parts"}\n' % (i, i)
+                    for i in range(count))
+
+
+# Several zstd frames (one without its size, as streaming compressors write them) and
+# several gzip members (cat a.gz b.gz, bgzip): each decompresses after the one before.
+IN_PARTS = {
+    ".jsonl.zst": lambda b: (zstandard.ZstdCompressor(write_content_size=False).compress(b[: len(b) // 3])
+                             + zstandard.ZstdCompressor().compress(b[len(b) // 3 :])),
+    ".jsonl.gz": lambda b: gzip.compress(b[: len(b) // 3], mtime=0) + gzip.compress(b[len(b) // 3 :], mtime=0),
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(IN_PARTS))
+@pytest.mark.parametrize("cached", [False, True], ids=["memory", "cache-dir"])
+def test_a_file_compressed_in_parts_reads_whole(tmp_path, suffix, cached):
+    lines = _many_lines(200_000)  # 14 MB: several pieces of the cached decompression
+    path = tmp_path / f"x{suffix}"
+    path.write_bytes(IN_PARTS[suffix](lines))
+    ds = hpcio.open(path, cache_dir=tmp_path / "cache" if cached else None)
+    assert len(ds) == 200_000 and ds[0]["id"] == 0 and ds[199_999]["id"] == 199_999
+    if cached:
+        [data] = [n for n in os.listdir(tmp_path / "cache") if n.endswith(".jsonl")]
+        assert (tmp_path / "cache" / data).read_bytes() == lines
+
+
+@pytest.mark.parametrize("suffix", sorted(IN_PARTS))
+def test_a_cached_decompression_holds_a_few_mib_not_the_file(tmp_path, suffix):
+    path = tmp_path / f"x{suffix}"
+    path.write_bytes(IN_PARTS[suffix](_many_lines(600_000)))  # 44 MB decompressed
+    tracemalloc.start()
+    try:
+        with jsonl.Reader(path, cache_dir=tmp_path / "cache") as reader:
+            assert len(reader) == 600_000
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Decompressed whole in memory, the file's bytes alone were 44 MB.
+    assert peak < 24e6, peak
+
+
+@pytest.mark.parametrize(("suffix", "error", "message"), [
+    (".jsonl.zst", TruncatedShardError, "zstd frame truncated: input ends after {size} bytes ({path}, byte offset {size})"),
+    (".jsonl.gz", DecodeError, "gzip stream is truncated ({path})"),
+])
+def test_a_truncated_compressed_file_leaves_nothing_in_the_cache(tmp_path, suffix, error, message):
+    path = tmp_path / f"x{suffix}"
+    path.write_bytes(IN_PARTS[suffix](_many_lines(1_000))[:-20])
+    with pytest.raises(error) as exc:
+        jsonl.Reader(path, cache_dir=tmp_path / "cache")
+    assert str(exc.value) == message.format(size=os.path.getsize(path), path=path)
+    assert os.listdir(tmp_path / "cache") == []
 
 
 def offsets(reader):
