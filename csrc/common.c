@@ -121,6 +121,6 @@ const char *hpcio_kernels(void)
            "mds_column_offsets mds_column_lengths mds_column_copy mds_prefetch_values utf8_lengths "
            "json_scan json_fill json_wide_int scan_lines tar_parse_header tar_scan jinx_footer "
            "a85_encode a85_decode a85_decoded_size "
-           "zstd_content_size zstd_decode_known zstd_decode_stream zstd_decode_stream_many "
+           "zstd_content_size zstd_decode_fd zstd_decode_known zstd_decode_stream zstd_decode_stream_many "
            "zstd_compress blosc2_content_size blosc2_decode_known blosc2_compress";
 }
