@@ -580,6 +580,16 @@ def test_basename_outside_directory(small, name):
         hpcio.open(small)
 
 
+@pytest.mark.parametrize(("name", "encoding"), [("a", 7), (7, "int")])
+def test_column_names_and_encodings_that_are_not_strings(small, name, encoding):
+    edit_index(small, lambda o: o["shards"][0].update(column_names=[name], column_encodings=[encoding],
+                                                        column_sizes=[None]))
+    with pytest.raises(CorruptShardError) as exc:
+        hpcio.open(small)
+    assert str(exc.value) == (f"shard entry 0 of index.json: column {name!r} has encoding {encoding!r}: names "
+                              f"and encodings are strings ({small}/index.json)")
+
+
 @pytest.mark.parametrize("hashes", [7, [{"x": 1}], [3]])
 def test_an_entrys_hashes_that_are_not_algorithm_names(small, hashes):
     edit_index(small, lambda o: o["shards"][0].update(hashes=hashes))

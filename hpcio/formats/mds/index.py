@@ -209,6 +209,8 @@ def _entry_columns(entry: dict, index_path: str, bad) -> tuple:
             f"{len(names)} column names, {len(encodings)} encodings and {len(sizes)} sizes"
         )
     for name, encoding, size in zip(names, encodings, sizes):
+        if not isinstance(name, str) or not isinstance(encoding, str):
+            raise bad(f"column {name!r} has encoding {encoding!r}: names and encodings are strings")
         codec = column_codec(encoding, path=index_path, column=name)
         if size != codec.size:
             raise bad(f"column {name!r} ({encoding}) has size {size!r}; the encoding's size is {codec.size!r}")
