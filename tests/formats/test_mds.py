@@ -580,6 +580,15 @@ def test_basename_outside_directory(small, name):
         hpcio.open(small)
 
 
+@pytest.mark.parametrize("compression", [True, 0, ["zstd"]])
+def test_a_compression_that_is_not_a_string(small, compression):
+    edit_index(small, lambda o: o["shards"][0].update(compression=compression))
+    with pytest.raises(CorruptShardError) as exc:
+        hpcio.open(small)
+    assert str(exc.value) == (f"shard entry 0 of index.json: MDS compression {compression!r} is not a string "
+                              f"({small}/index.json)")
+
+
 @pytest.mark.parametrize(("name", "encoding"), [("a", 7), (7, "int")])
 def test_column_names_and_encodings_that_are_not_strings(small, name, encoding):
     edit_index(small, lambda o: o["shards"][0].update(column_names=[name], column_encodings=[encoding],

@@ -63,8 +63,10 @@ def parse_compression(spec: str | None) -> Compression | None:
     >>> parse_compression("gzip").spec
     'gz'
     """
-    if not spec:
+    if spec is None or spec == "":
         return None
+    if not isinstance(spec, str):
+        raise InvalidArgumentError(f"MDS compression {spec!r} is not a string")
     per_sample = spec.startswith("sample::")
     body = spec[len("sample::") :] if per_sample else spec
     name, sep, level_text = body.partition(":")
