@@ -119,6 +119,24 @@ def test_a_damaged_zarr_array_description_is_a_corrupt_shard(tmp_path, damage):
     assert exc.value.path == str(meta)
 
 
+def test_a_zarr_inner_chunk_of_zero_is_a_corrupt_shard(tmp_path):
+    pytest.importorskip("zarr")
+    path = tmp_path / "store"
+    with hpcio.open_writer(path, format="zarr") as w:
+        for i in range(4):
+            w.write({"id": i, "text": f"t{i}"})
+    meta = path / "part-00000" / "text" / "offsets" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["codecs"] = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [0], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(CorruptShardError) as exc:
+        hpcio.open(path)[0]
+    assert str(exc.value) == (f"array 'text/offsets' cannot be opened: ZeroDivisionError: integer modulo by zero "
+                              f"({meta})")
+
+
 def test_a_damaged_hdf5_layout_attribute_is_a_corrupt_shard(tmp_path):
     h5py = pytest.importorskip("h5py")
     path = tmp_path / "h5"

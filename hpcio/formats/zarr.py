@@ -52,7 +52,7 @@ PART_PATTERN = "part-%05d"
 # What zarr raises on a damaged store (its own errors, json's, its codecs'); MemoryError
 # is left out: running out of memory is not corruption.
 _ZARR_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, OSError,
-                NotImplementedError, OverflowError)
+                NotImplementedError, OverflowError, ZeroDivisionError)
 
 
 def _zarr():
