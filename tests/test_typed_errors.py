@@ -104,14 +104,19 @@ def test_a_manifest_field_of_the_wrong_json_type_is_a_corrupt_shard(tmp_path, ke
                               f"{json.loads(json.dumps(value))!r}, not {kind}') ({tmp_path / MANIFEST_NAME})")
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garble"])
-def test_a_damaged_zarr_array_description_is_a_corrupt_shard(tmp_path, damage):
+def _zarr_offsets_array(tmp_path):
+    """A Zarr store of four samples, and the zarr.json of its first part's text offsets."""
     pytest.importorskip("zarr")
     path = tmp_path / "store"
     with hpcio.open_writer(path, format="zarr") as w:
         for i in range(4):
             w.write({"id": i, "text": f"t{i}"})
-    meta = path / "part-00000" / "text" / "offsets" / "zarr.json"
+    return path, path / "part-00000" / "text" / "offsets" / "zarr.json"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble"])
+def test_a_damaged_zarr_array_description_is_a_corrupt_shard(tmp_path, damage):
+    path, meta = _zarr_offsets_array(tmp_path)
     data = meta.read_bytes()
     meta.write_bytes(data[: len(data) // 2] if damage == "truncate" else data.replace(b'"', b"'", 3))
     with pytest.raises(CorruptShardError, match=r"array 'text/offsets' cannot be opened: ") as exc:
@@ -120,12 +125,7 @@ def test_a_damaged_zarr_array_description_is_a_corrupt_shard(tmp_path, damage):
 
 
 def test_a_zarr_inner_chunk_of_zero_is_a_corrupt_shard(tmp_path):
-    pytest.importorskip("zarr")
-    path = tmp_path / "store"
-    with hpcio.open_writer(path, format="zarr") as w:
-        for i in range(4):
-            w.write({"id": i, "text": f"t{i}"})
-    meta = path / "part-00000" / "text" / "offsets" / "zarr.json"
+    path, meta = _zarr_offsets_array(tmp_path)
     doc = json.loads(meta.read_text())
     doc["codecs"] = [{"name": "sharding_indexed", "configuration": {
         "chunk_shape": [0], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
