@@ -157,12 +157,12 @@ def _gzip_compress(data, level):
     return gzip.compress(bytes(data), compresslevel=level, mtime=0)
 
 
-# zlib, bz2 and lzma are imported where used: most datasets need none of them, and
-# opening one should not pay for loading them.
 # Output of one step of a decompression a part at a time.
 _PIECE_BYTES = 4 << 20
 
 
+# zlib, bz2 and lzma are imported where used: most datasets need none of them, and
+# opening one should not pay for loading them.
 def _gzip_pieces(read, limit):
     """The decompressed bytes of the gzip members that ``read(n)`` returns (``b""`` at the
     end), in pieces of at most 4 MiB; members written one after the other (``cat a.gz

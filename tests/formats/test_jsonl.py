@@ -145,7 +145,8 @@ def test_a_cached_decompression_holds_a_few_mib_not_the_file(tmp_path, suffix):
 
 
 @pytest.mark.parametrize(("suffix", "error", "message"), [
-    (".jsonl.zst", TruncatedShardError, "zstd frame truncated: input ends after {size} bytes ({path}, byte offset {size})"),
+    (".jsonl.zst", TruncatedShardError,
+     "zstd frame truncated: input ends after {size} bytes ({path}, byte offset {size})"),
     (".jsonl.gz", DecodeError, "gzip stream is truncated ({path})"),
 ])
 def test_a_truncated_compressed_file_leaves_nothing_in_the_cache(tmp_path, suffix, error, message):
