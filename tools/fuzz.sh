@@ -132,13 +132,18 @@ replay() {
 }
 
 run_one() {
-    local t=$1 seconds=$2 dict=()
+    local t=$1 seconds=$2 dict=() scratch rc=0
     fuzzer "$t"
     mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
     [ -f "$DICT" ] && dict=(-dict="$DICT")
-    nice -n "$FUZZ_NICE" "${FUZZER[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -max_len="$MAX_LEN" -print_final_stats=1 "${dict[@]}" -artifact_prefix="$OUT/crashes/$t/" \
-        "$OUT/corpus/$t" "$SEEDS" >"$OUT/$t.log" 2>&1
+    # The Python targets write each input's files under HPCIO_FUZZ_SCRATCH: libFuzzer
+    # ends the process without running Python's exit handlers, so it is removed here.
+    scratch=$(mktemp -d /dev/shm/hpcio-fuzz-XXXXXX 2>/dev/null || mktemp -d)
+    HPCIO_FUZZ_SCRATCH=$scratch nice -n "$FUZZ_NICE" "${FUZZER[@]}" -max_total_time="$seconds" -timeout=10 \
+        -rss_limit_mb=2048 -max_len="$MAX_LEN" -print_final_stats=1 "${dict[@]}" \
+        -artifact_prefix="$OUT/crashes/$t/" "$OUT/corpus/$t" "$SEEDS" >"$OUT/$t.log" 2>&1 || rc=$?
+    rm -rf "$scratch"
+    return $rc
 }
 
 run() {

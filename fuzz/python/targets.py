@@ -56,11 +56,12 @@ def join_files(contents) -> bytes:
 
 
 class Scratch:
-    """A fresh directory per input (in /dev/shm when there is one), the previous one
-    removed: readers that remember a file by path, size and time see a new path."""
+    """A fresh directory per input (under ``$HPCIO_FUZZ_SCRATCH``, else in /dev/shm when
+    there is one), the previous one removed: readers that remember a file by path, size
+    and time see a new path."""
 
     def __init__(self):
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        base = os.environ.get("HPCIO_FUZZ_SCRATCH") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
         self.root = tempfile.mkdtemp(prefix="hpcio-fuzz-", dir=base)
         self.count = 0
 
@@ -83,8 +84,9 @@ _scratch = None
 
 
 def scratch() -> Scratch:
-    """The process's scratch directory, removed when the process exits (the fuzzer, the
-    replay and the regression tests all end that way)."""
+    """The process's scratch directory, removed when Python exits (the replay and the
+    regression tests end that way; a libFuzzer run does not, and tools/fuzz.sh removes
+    the ``$HPCIO_FUZZ_SCRATCH`` it gave it)."""
     global _scratch
     if _scratch is None:
         _scratch = Scratch()
