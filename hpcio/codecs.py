@@ -170,28 +170,22 @@ def _gzip_pieces(read, limit):
     import zlib
 
     member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    total, data, started = 0, b"", False
-    while True:
-        if not data:
-            data = read(_PIECE_BYTES)
-            if not data:
-                break
-        started = True
+    total, data = 0, read(_PIECE_BYTES)
+    while data:
         out = member.decompress(data, _PIECE_BYTES)
-        data = member.unconsumed_tail
         total += len(out)
         if total > limit:
             raise _over("gzip", limit)
         if out:
             yield out
         if member.eof:
-            data = member.unused_data  # with max_length, unconsumed_tail repeats it
-            if not data:
-                data = read(_PIECE_BYTES)
-                if not data:
-                    return
-            member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    if not started or not member.eof:
+            # The next member, if any (with max_length, unconsumed_tail repeats unused_data).
+            data = member.unused_data or read(_PIECE_BYTES)
+            if data:
+                member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        else:
+            data = member.unconsumed_tail or read(_PIECE_BYTES)
+    if not member.eof:
         raise DecodeError("gzip stream is truncated")
 
 

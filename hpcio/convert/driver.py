@@ -555,11 +555,11 @@ class _Job:
         comm = self.comm
         held = planning.held_bytes(plan, writer.fields_per_sample())
         rounds = planning.write_rounds(todo, held, comm.size, self.round_bytes)
-        if comm.rank == 0 and todo and max(held[todo]) > self.round_bytes:
-            warnings.warn(f"a shard holds about {format_bytes(int(max(held[todo])))} in memory while it is "
-                          f"written, more than --round-size ({format_bytes(self.round_bytes)}): a round "
-                          f"holds at least one shard per rank; a smaller --shard-size holds less",
-                          stacklevel=2)
+        biggest = int(held[todo].max()) if todo else 0
+        if comm.rank == 0 and biggest > self.round_bytes:
+            warnings.warn(f"a shard holds about {format_bytes(biggest)} in memory while it is written, more "
+                          f"than --round-size ({format_bytes(self.round_bytes)}): a round holds at least one "
+                          f"shard per rank; a smaller --shard-size holds less", stacklevel=2)
         restore_cpus = share_node_cpus(comm, decodes_parquet=decodes_parquet)
         writer.clock.lap("plan")
         written = 0

@@ -16,9 +16,8 @@ the sources' order).  The plan holds a few numbers per shard, never one per samp
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -215,7 +214,6 @@ def weigh(sizes, seed: int = 0, *, selection: np.ndarray | None = None, first: i
         # Weigh each sample at least one byte so empty samples still spread evenly.
         weights += np.bincount(visits // bucket, np.maximum(nbytes, 1), len(weights)).astype(np.int64)
         total += int(nbytes.sum())
-    plan.shard_bytes[0] = total
     return Weighing(plan, bucket, np.cumsum(weights), total)
 
 
@@ -239,7 +237,7 @@ def cut(weighing: Weighing, sizes, num_shards: int) -> ShardPlan:
     for visits, nbytes in _windows(plan, sizes):
         owner = np.searchsorted(bounds, visits, side="right") - 1
         shard_bytes += np.bincount(owner, nbytes, num_shards).astype(np.int64)
-    return dataclasses.replace(plan, bounds=bounds, shard_bytes=shard_bytes)
+    return replace(plan, bounds=bounds, shard_bytes=shard_bytes)
 
 
 def assign_shards(
