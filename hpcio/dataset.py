@@ -1,7 +1,10 @@
 """Dataset views: ``open``, iteration, ``shuffle``, ``sort``, ``select``, ``split``.
 
-A :class:`Dataset` is a reader plus an optional index array and field projection.
+A :class:`Dataset` is a reader plus an optional index map and field projection.
 Every view method returns a new Dataset sharing the reader; no sample data is copied.
+Shuffled, sliced and split views are computed maps (:mod:`hpcio.distributed.order`),
+so a view of 10^10 samples costs what the positions read cost; sorted and selected
+views hold an index array.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from .errors import DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgume
 from .formats.base import DEFAULT_BATCH, Reader
 from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
+from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, take
+
+# A computed pass of at most this many samples is announced whole to the reader
+# (``will_read``), materialised for that once; beyond it, only its batches are.
+ANNOUNCE_MAX = 1 << 24
 
 __all__ = ["Dataset", "open", "open_writer"]
 
@@ -26,8 +34,8 @@ def batches_read_ahead(indices, size: int, source) -> Iterator:
     the whole pass (``will_read``), then given each next slice to ``prefetch`` before the
     current one is handed out, so storage reads a batch while the one before it is
     consumed."""
-    if len(indices):
-        source.will_read(indices)
+    if len(indices) and (not isinstance(indices, IndexMap) or len(indices) <= ANNOUNCE_MAX):
+        source.will_read(indices[:])
     for lo in range(0, len(indices), size):
         if lo + size < len(indices):
             source.prefetch(indices[lo + size : lo + 2 * size])
@@ -45,8 +53,8 @@ class Dataset(Sequence):
     >>> ds = hpcio.open(d)
     >>> len(ds), ds[-1]["text"]
     (5, 'sample 4')
-    >>> [s["id"] for s in ds.shuffle(seed=42)]
-    [4, 2, 3, 1, 0]
+    >>> [s["id"] for s in ds.shuffle(seed=3)]
+    [1, 3, 4, 2, 0]
     >>> [s["id"] for s in ds.sort("text", reverse=True).select(["id"])]
     [4, 3, 2, 1, 0]
     """
@@ -54,7 +62,7 @@ class Dataset(Sequence):
     def __init__(
         self,
         reader: Reader,
-        indices: np.ndarray | None = None,
+        indices: np.ndarray | IndexMap | None = None,
         fields: Sequence[str] | None = None,
     ):
         self.reader = reader
@@ -88,7 +96,7 @@ class Dataset(Sequence):
                     path=self.reader.path,
                 )
             key = np.where(key < 0, key + n, key)
-        return key if self.indices is None else self.indices[key]
+        return key if self.indices is None else take(self.indices, key)
 
     def _not_positions(self, key: np.ndarray) -> WrongTypeError:
         what = repr(key.item()) if key.ndim == 0 else f"an array of {key.dtype}"
@@ -98,8 +106,8 @@ class Dataset(Sequence):
     def __getitem__(self, key):
         """``ds[i]`` a sample; ``ds[a:b]`` a view; ``ds[array]`` a list of samples."""
         if isinstance(key, slice):
-            pos = np.arange(len(self), dtype=np.int64)[key]
-            return self._view(pos)
+            start, stop, step = key.indices(len(self))
+            return self._view(Arange(start, step, len(range(start, stop, step))))
         if isinstance(key, (int, np.integer)):
             n = len(self)
             i = int(key)
@@ -178,22 +186,32 @@ class Dataset(Sequence):
             yield from self.reader.iter_many(batch, self.fields)
 
     # --- views -----------------------------------------------------------------------
-    def _view(self, positions: np.ndarray) -> "Dataset":
-        idx = positions if self.indices is None else self.indices[positions]
-        return Dataset(self.reader, np.ascontiguousarray(idx, dtype=np.int64), self.fields)
+    def _view(self, positions: np.ndarray | IndexMap) -> "Dataset":
+        """The view reading this one's ``positions``: arrays compose into an array, a
+        computed map stays computed."""
+        if self.indices is None:
+            idx = positions
+        elif isinstance(positions, IndexMap):
+            idx = Composed(positions, self.indices)
+        else:
+            idx = take(self.indices, np.asarray(positions, dtype=np.int64))
+        if not isinstance(idx, IndexMap):
+            idx = np.ascontiguousarray(idx, dtype=np.int64)
+        return Dataset(self.reader, idx, self.fields)
 
     def shuffle(self, seed: int, *, mode: str = "global", window: int = 1) -> "Dataset":
         """A shuffled view.
 
-        ``mode="global"``: ``numpy.random.default_rng(seed).permutation(n)``, any sample
-        after any other.  ``mode="block"``: shards in a random order, samples shuffled
+        ``mode="global"``: a keyed bijection of ``[0, n)``, any sample after any other,
+        computed for the positions read (:class:`hpcio.distributed.GlobalOrder` of
+        ``(n, seed, epoch=0)``: the order an adapter reads in epoch 0).  ``mode="block"``: shards in a random order, samples shuffled
         within each ``window`` consecutive shards, so a reader has about ``window`` shards
         open and reads each to its end (see :func:`hpcio.distributed.block_order`; for
         high-latency storage).  :mod:`hpcio.bench.shuffle_quality` measures how well
         each mixes.
         """
         if mode == "global":
-            return self._view(np.random.default_rng(seed).permutation(len(self)))
+            return self._view(GlobalOrder(len(self), seed, 0))
         if mode != "block":
             raise InvalidArgumentError(f"shuffle mode must be 'global' or 'block', got {mode!r}")
         from .distributed.split import block_order, dataset_shard_sizes
@@ -220,7 +238,7 @@ class Dataset(Sequence):
         """
         if isinstance(key, str):
             key, field = None, key
-        idx = np.arange(len(self), dtype=np.int64) if self.indices is None else self.indices
+        idx = np.arange(len(self), dtype=np.int64) if self.indices is None else np.asarray(self.indices)
         if key is len and field is not None:
             # lengths counted in place by formats that can (MDS str/bytes columns)
             lengths = self.reader.field_lengths(idx, field)
@@ -257,9 +275,11 @@ class Dataset(Sequence):
         :func:`hpcio.distributed.split.contiguous_part`; the per-epoch, per-worker
         split used by the PyTorch adapters is :func:`hpcio.distributed.split_indices`.
         """
-        from .distributed.split import contiguous_part
+        from .distributed.split import _check_consumer
 
-        return self._view(contiguous_part(len(self), rank, world_size))
+        _check_consumer(rank, world_size, 0, 1)
+        per = len(self) // world_size
+        return self._view(Arange(rank * per, 1, per))
 
     def close(self) -> None:
         self.reader.close()

@@ -31,12 +31,14 @@ from .decoding import sample_decoder
 from .distributed.context import RuntimeContext, infer_context
 from .distributed.split import (
     REMAINDERS,
+    ConsumerOrder,
     consumed_position,
+    consumer_order,
     dataset_shard_sizes,
     per_consumer,
     shuffle_mode,
-    split_indices,
 )
+from .distributed.order import ORDER_ALGORITHM
 from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 try:
@@ -49,7 +51,9 @@ from .collate import ragged_collate  # noqa: E402  (needs torch, checked above)
 
 __all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "ragged_collate"]
 
-_STATE_VERSION = 1
+# Version 2: epoch orders are keyed bijections (ORDER_ALGORITHM), where version 1's were
+# numpy permutations: the same position names another sample, so a v1 state is refused.
+_STATE_VERSION = 2
 
 
 class _EpochCursor:
@@ -120,9 +124,10 @@ class _EpochCursor:
             return self._rank_context.replace(worker_id=info.id, num_workers=info.num_workers)
         return infer_context(**self._explicit)
 
-    def _indices(self, ctx: RuntimeContext, worker: int, num_workers: int) -> np.ndarray:
+    def _indices(self, ctx: RuntimeContext, worker: int, num_workers: int) -> ConsumerOrder:
+        """This consumer's part of the epoch, computed a batch at a time."""
         epoch, start = (int(v) for v in self._shared.tolist())
-        return split_indices(
+        return consumer_order(
             len(self.dataset),
             ctx.dp_rank,
             ctx.dp_size,
@@ -198,14 +203,22 @@ class _EpochCursor:
             "n": len(self.dataset),
             "seed": self.seed,
             "shuffle": self.mode,
+            "order": ORDER_ALGORITHM,
             "remainder": self.remainder,
         }
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continue from ``state``: the next iteration reads the samples of that epoch
         that no rank consumed yet, split over the current world and workers."""
+        if state.get("version") == 1:
+            raise InvalidArgumentError(
+                "state was saved by an hpcio whose epoch orders were numpy permutations; this "
+                f"one computes them ({ORDER_ALGORITHM}), so the saved position names other "
+                "samples: restart the epoch (set_epoch) instead of resuming it"
+            )
         expected = {
             "version": _STATE_VERSION,
+            "order": ORDER_ALGORITHM,
             "n": len(self.dataset),
             "seed": self.seed,
             "shuffle": self.mode,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from ..distributed.order import GlobalOrder
 
 from ..errors import CapabilityError
 from .jsonl import write_jsonl
@@ -165,13 +166,13 @@ def _tour_format(name: str, samples: list, out: str, source: str | None, log) ->
             result.iterate_rate = n / (time.perf_counter() - t0)
             _check_by_id(stored, by_id, "iteration")
 
-            perm = np.random.default_rng(42).permutation(n)
+            perm = GlobalOrder(n, seed=42).tolist()
             shuffled = ds.shuffle(seed=42)
             t0 = time.perf_counter()
             got = list(shuffled)
             result.shuffle_rate = n / (time.perf_counter() - t0)
             if [s["id"] for s in got] != [stored[int(i)]["id"] for i in perm]:
-                raise AssertionError("shuffle(seed=42) is not default_rng(42).permutation(n)")
+                raise AssertionError("shuffle(seed=42) is not GlobalOrder(n, seed=42)")
             _check_by_id(got, by_id, "shuffle(seed=42)")
 
             t0 = time.perf_counter()

@@ -1,13 +1,17 @@
 """Distributed reading: who reads what, in which order, on every rank and worker.
 
 :mod:`~hpcio.distributed.context` finds the rank, world size and worker of the calling
-process; :mod:`~hpcio.distributed.split` holds the pure splitting functions;
+process; :mod:`~hpcio.distributed.order` computes epoch orders position by position;
+:mod:`~hpcio.distributed.split` holds the pure splitting functions;
 :mod:`~hpcio.distributed.mpi` is the only module that uses mpi4py, imported lazily.
 """
 
 from .context import RuntimeContext, cpus_per_task, infer_context, recommended_num_workers
+from .order import ORDER_ALGORITHM, BlockOrder, GlobalOrder, IndexMap
 from .split import (
+    ConsumerOrder,
     circular_shift,
+    consumer_order,
     consumed_position,
     contiguous_part,
     epoch_order,
@@ -22,6 +26,12 @@ __all__ = [
     "recommended_num_workers",
     "epoch_order",
     "split_indices",
+    "consumer_order",
+    "ConsumerOrder",
+    "IndexMap",
+    "GlobalOrder",
+    "BlockOrder",
+    "ORDER_ALGORITHM",
     "per_consumer",
     "consumed_position",
     "contiguous_part",

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .order import Arange, BlockOrder, GlobalOrder, IndexMap, Rotated, as_index_map
 
 __all__ = [
     "SHUFFLE_MODES",
@@ -41,6 +42,8 @@ __all__ = [
     "block_order",
     "per_consumer",
     "split_indices",
+    "consumer_order",
+    "ConsumerOrder",
     "consumed_position",
     "contiguous_part",
     "circular_shift",
@@ -68,11 +71,6 @@ def shuffle_mode(shuffle) -> str:
     )
 
 
-def _rng(seed: int, epoch: int) -> np.random.Generator:
-    """The generator of one epoch: ``default_rng(SeedSequence([seed, epoch]))``."""
-    return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch)]))
-
-
 def _check_nonneg(**values: int) -> None:
     for name, v in values.items():
         if int(v) < 0:
@@ -81,7 +79,7 @@ def _check_nonneg(**values: int) -> None:
 
 def block_order(
     shard_sizes: Sequence[int] | np.ndarray, seed: int, epoch: int, window: int
-) -> np.ndarray:
+) -> BlockOrder:
     """Shard-aware shuffle: shuffle the shard order, then samples within ``window`` shards.
 
     Shards are taken in a random order; consecutive groups of ``window`` shards form a
@@ -89,34 +87,13 @@ def block_order(
     ``window`` shards, each of which is consumed completely before it leaves the window,
     so whole-shard fetches from cold storage are used once.  ``window=1`` is "shard
     shuffle + in-shard shuffle"; ``window >= len(shard_sizes)`` is a global shuffle.
-
-    Shard 1 (samples 3, 4) is read first here, then shard 0, each in shuffled order:
+    The order is computed (:class:`hpcio.distributed.order.BlockOrder`): it holds the
+    shard table, never an array of ``n``.
 
     >>> block_order([3, 2], seed=4, epoch=0, window=1).tolist()
     [3, 4, 2, 0, 1]
     """
-    sizes = np.asarray(shard_sizes, dtype=np.int64)
-    if sizes.ndim != 1 or (sizes < 0).any():
-        raise InvalidArgumentError("shard_sizes must be a 1-d sequence of non-negative counts")
-    if window < 1:
-        raise InvalidArgumentError(f"window must be >= 1 shard, got {window}")
-    rng = _rng(seed, epoch)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if sizes.size else sizes
-    perm = rng.permutation(sizes.size)
-    lengths = sizes[perm]
-    total = int(lengths.sum())
-    # Concatenate the ranges starts[perm[i]] .. +lengths[i] without a Python loop:
-    # each output slot is its shard's start plus its rank within the shard.
-    ends = np.cumsum(lengths)
-    shift = np.repeat(starts[perm] - (ends - lengths), lengths)
-    order = np.arange(total, dtype=np.int64) + shift
-    # One permutation per window keeps the work O(n); the loop runs once per window.
-    bounds = np.concatenate(([0], ends[window - 1 :: window]))
-    if bounds[-1] != total:
-        bounds = np.append(bounds, total)
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        order[lo:hi] = order[lo:hi][rng.permutation(hi - lo)]
-    return order
+    return BlockOrder(shard_sizes, seed, epoch, window)
 
 
 def epoch_order(
@@ -126,12 +103,14 @@ def epoch_order(
     mode: str = "global",
     shard_sizes: Sequence[int] | np.ndarray | None = None,
     window: int = 1,
-) -> np.ndarray:
+) -> IndexMap:
     """The order in which the whole job reads the ``n`` samples in ``epoch``.
 
-    ``mode="global"``: ``default_rng(SeedSequence([seed, epoch])).permutation(n)``, a
-    true global shuffle, different every epoch.  ``mode="block"``: :func:`block_order`
-    over ``shard_sizes`` (which must sum to ``n``).  ``mode="none"``: ``0..n-1``.
+    ``mode="global"``: :class:`~hpcio.distributed.order.GlobalOrder`, a keyed bijection
+    of ``[0, n)``: a true global shuffle, different every epoch.  ``mode="block"``:
+    :func:`block_order` over ``shard_sizes`` (which must sum to ``n``).  ``mode="none"``:
+    ``0..n-1``.  Each is computed for the positions asked (``order[a:b]``,
+    ``order.take(positions)``); ``np.asarray(order)`` materialises a small one.
 
     >>> epoch_order(5, mode="none").tolist()
     [0, 1, 2, 3, 4]
@@ -140,9 +119,9 @@ def epoch_order(
     """
     _check_nonneg(n=n, epoch=epoch)
     if mode == "global":
-        return _rng(seed, epoch).permutation(n).astype(np.int64, copy=False)
+        return GlobalOrder(n, seed, epoch)
     if mode == "none":
-        return np.arange(n, dtype=np.int64)
+        return Arange(0, 1, n)
     if mode == "block":
         if shard_sizes is None:
             raise InvalidArgumentError("shuffle mode 'block' needs shard_sizes (samples per shard)")
@@ -175,6 +154,92 @@ def _check_consumer(rank: int, world_size: int, worker: int, num_workers: int) -
         raise InvalidArgumentError(f"worker {worker} is not in [0, {num_workers})")
 
 
+class ConsumerOrder(IndexMap):
+    """One consumer's part of an epoch order, evaluated a batch at a time.
+
+    Position ``j`` of the part is epoch-order position
+    ``start + k*C*b + c*size_k + (j - k*b)`` for round ``k = j // b`` (``C`` consumers,
+    consumer ``c``, ``b = batch_size``, ``size_k`` the round's length), wrapped modulo the
+    remaining samples under ``remainder="pad"``.  Holds the epoch order, never its own
+    indices, so a consumer of 10^10 samples costs what its current batch costs.
+    """
+
+    def __init__(self, order, *, start: int, consumer: int, consumers: int, batch_size: int,
+                 count: int, remaining: int, pad: bool):
+        self.order, self.start = order, int(start)
+        self.consumer, self.consumers, self.batch_size = int(consumer), int(consumers), int(batch_size)
+        self.count, self.remaining, self.pad = int(count), int(remaining), bool(pad)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def positions(self, j: np.ndarray) -> np.ndarray:
+        """Epoch-order positions of this part's positions ``j``."""
+        b = self.batch_size
+        rnd = j // b
+        size = np.minimum(b, self.count - rnd * b)
+        pos = rnd * (self.consumers * b) + self.consumer * size + (j - rnd * b)
+        if self.pad:
+            pos %= self.remaining
+        return self.start + pos
+
+    def take(self, j):
+        j = np.asarray(j, dtype=np.int64)
+        if j.size == 0:
+            return np.empty(0, dtype=np.int64)
+        pos = self.positions(j)
+        if isinstance(self.order, IndexMap):
+            return self.order.take(pos)
+        return self.order[pos]
+
+    def spec(self) -> dict:
+        order = self.order.spec() if isinstance(self.order, IndexMap) else {"array": len(self.order)}
+        return {"order": "consumer", "of": order, "start": self.start, "consumer": self.consumer,
+                "consumers": self.consumers, "batch_size": self.batch_size, "count": self.count,
+                "pad": self.pad}
+
+
+def consumer_order(
+    n: int,
+    rank: int = 0,
+    world_size: int = 1,
+    worker: int = 0,
+    num_workers: int = 1,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    mode: str = "global",
+    remainder: str = "drop",
+    batch_size: int = 1,
+    start: int = 0,
+    shard_sizes: Sequence[int] | np.ndarray | None = None,
+    window: int = 1,
+    order: IndexMap | np.ndarray | None = None,
+) -> ConsumerOrder:
+    """The part :func:`split_indices` returns, as a :class:`ConsumerOrder` computed on
+    demand: ``part[a:b]`` is the next batch's indices.  Parameters as there.
+
+    >>> part = consumer_order(10**10, 32767, 32768, batch_size=32)
+    >>> len(part), len(part[:32])
+    (305175, 32)
+    """
+    _check_consumer(rank, world_size, worker, num_workers)
+    _check_nonneg(start=start)
+    if batch_size < 1:
+        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
+    if order is None:
+        order = epoch_order(n, seed, epoch, mode, shard_sizes, window)
+    elif len(order) != n:
+        raise InvalidArgumentError(f"order has {len(order)} entries, expected {n}")
+    else:
+        order = as_index_map(order)
+    remaining = max(0, n - start)
+    consumers = world_size * num_workers
+    m = per_consumer(remaining, consumers, remainder)
+    return ConsumerOrder(order, start=start, consumer=worker * world_size + rank, consumers=consumers,
+                         batch_size=batch_size, count=m, remaining=remaining, pad=remainder == "pad")
+
+
 def split_indices(
     n: int,
     rank: int = 0,
@@ -190,7 +255,7 @@ def split_indices(
     start: int = 0,
     shard_sizes: Sequence[int] | np.ndarray | None = None,
     window: int = 1,
-    order: np.ndarray | None = None,
+    order: IndexMap | np.ndarray | None = None,
 ) -> np.ndarray:
     """The sample indices consumer ``(rank, worker)`` reads, in reading order.
 
@@ -212,43 +277,26 @@ def split_indices(
         yields so the delivered batches form a prefix of the epoch order (exact resume).
     start : int
         Global consumed position to start from (0 at the start of an epoch).
-    order : numpy.ndarray, optional
-        A precomputed :func:`epoch_order` (saves recomputing it per consumer).
+    order : IndexMap or numpy.ndarray, optional
+        The epoch order, if already made (an :func:`epoch_order` or any index array).
 
     Returns
     -------
     numpy.ndarray
         int64 indices, ``per_consumer(n - start, world_size * num_workers, remainder)``
         of them, disjoint from every other consumer's (up to the repeats of ``pad``).
+        Only this consumer's positions of the epoch order are evaluated; for a part too
+        large to hold (one consumer of 10^10 samples) use :func:`consumer_order`.
 
     >>> [split_indices(10, r, 2, mode="none").tolist() for r in range(2)]
     [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
     >>> split_indices(10, 1, 2, mode="none", batch_size=2).tolist()
     [2, 3, 6, 7, 9]
     """
-    _check_consumer(rank, world_size, worker, num_workers)
-    _check_nonneg(start=start)
-    if batch_size < 1:
-        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
-    if order is None:
-        order = epoch_order(n, seed, epoch, mode, shard_sizes, window)
-    elif len(order) != n:
-        raise InvalidArgumentError(f"order has {len(order)} entries, expected {n}")
-    remaining = max(0, n - start)
-    consumers = world_size * num_workers
-    m = per_consumer(remaining, consumers, remainder)
-    if m == 0:
-        return np.empty(0, dtype=np.int64)
-    c = worker * world_size + rank
-    j = np.arange(m, dtype=np.int64)
-    rnd = j // batch_size
-    # Round k gives each consumer min(batch_size, m - k*batch_size) positions; only the
-    # last round can be short, so every earlier round spans consumers*batch_size.
-    size = np.minimum(batch_size, m - rnd * batch_size)
-    pos = rnd * (consumers * batch_size) + c * size + (j - rnd * batch_size)
-    if remainder == "pad":
-        pos %= remaining
-    return order[start + pos]
+    part = consumer_order(n, rank, world_size, worker, num_workers, seed=seed, epoch=epoch, mode=mode,
+                          remainder=remainder, batch_size=batch_size, start=start,
+                          shard_sizes=shard_sizes, window=window, order=order)
+    return part[:]
 
 
 def consumed_position(
@@ -296,20 +344,23 @@ def contiguous_part(n: int, rank: int, world_size: int) -> np.ndarray:
     return split_indices(n, rank, world_size, mode="none", batch_size=per)
 
 
-def circular_shift(indices: np.ndarray, consumer: int, consumers: int) -> np.ndarray:
+def circular_shift(indices, consumer: int, consumers: int):
     """``indices`` rotated so consumer ``c`` of ``C`` starts ``c/C`` of the way through.
 
     With an unshuffled or block order every consumer would otherwise start in the same
     shard; rotating spreads the first reads over the dataset.  The set of indices is
     unchanged, so disjointness and coverage hold; the prefix property used for exact
-    resume does not.
+    resume does not.  A computed part stays computed (:class:`~.order.Rotated`).
 
     >>> circular_shift(np.arange(6), 1, 2).tolist()
     [3, 4, 5, 0, 1, 2]
     """
     if len(indices) == 0:
         return indices
-    return np.roll(indices, -((consumer * len(indices)) // consumers))
+    shift = (consumer * len(indices)) // consumers
+    if isinstance(indices, IndexMap):
+        return Rotated(indices, shift)
+    return np.roll(indices, -shift)
 
 
 def dataset_shard_sizes(dataset) -> np.ndarray | None:

@@ -32,7 +32,7 @@ from ..distributed.split import (
     circular_shift as rotate,
     dataset_shard_sizes,
     shuffle_mode,
-    split_indices,
+    consumer_order,
 )
 from ..errors import CacheTimeoutError, UnstableIdentityError, WrongTypeError
 from .cache import CacheBoundary, materialise
@@ -220,7 +220,7 @@ class Pipeline:
 
     def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext) -> Iterator:
         o = self.options
-        indices = split_indices(
+        indices = consumer_order(
             len(source), ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
             seed=o["seed"], epoch=ctx.epoch, mode=o["mode"], remainder=o["remainder"],
             shard_sizes=shard_sizes, window=o["window"],

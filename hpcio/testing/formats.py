@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
+from ..distributed.order import GlobalOrder
 import pytest
 
 import hpcio
@@ -308,7 +309,7 @@ class FormatTests:
     def test_shuffle_order(self, written, samples):
         self.require("random_access")
         ds = self.open(written)
-        perm = np.random.default_rng(42).permutation(len(samples))
+        perm = GlobalOrder(len(samples), seed=42).tolist()
         got = [s["id"] for s in ds.shuffle(seed=42)]
         assert got == [samples[i]["id"] for i in perm]
 

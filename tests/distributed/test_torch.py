@@ -167,6 +167,21 @@ def test_state_from_another_dataset_is_rejected(make_dataset):
         it.load_state_dict(state)
 
 
+def test_state_names_the_order_and_refuses_another(make_dataset):
+    it = ht.IterableDataset(make_dataset(10), seed=1)
+    state = it.state_dict()
+    assert state["order"] == "feistel6-splitmix64-v1" and state["version"] == 2
+    with pytest.raises(ValueError, match=r"^state was saved with order='numpy' but this dataset has "
+                       r"order='feistel6-splitmix64-v1'; resuming would read a different order$"):
+        it.load_state_dict({**state, "order": "numpy"})
+    with pytest.raises(ValueError, match=r"^state was saved by an hpcio whose epoch orders were numpy "
+                       r"permutations; this one computes them \(feistel6-splitmix64-v1\), so the saved "
+                       r"position names other samples: restart the epoch \(set_epoch\) instead of "
+                       r"resuming it$"):
+        it.load_state_dict({"version": 1, "epoch": 0, "position": 4, "n": 10, "seed": 1,
+                            "shuffle": "global", "remainder": "drop"})
+
+
 def test_dataloader_argument_errors(make_dataset):
     it = ht.IterableDataset(make_dataset(10), batch_size=2)
     with pytest.raises(ValueError, match="leave the DataLoader's batch_size unset"):

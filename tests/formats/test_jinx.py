@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from hpcio.distributed import GlobalOrder
 import orjson
 import pytest
 
@@ -802,7 +803,7 @@ def test_read_batches_count_the_sidecar(tmp_path):
     total = path.stat().st_size + sidecar.stat().st_size
     assert ds.reader.mean_sample_bytes() == total / 20
     assert ds.reader.batch_size == 20  # about 4 MiB of 200 KB samples, at least MIN_BATCH
-    assert [s["blob"] for s in ds.shuffle(seed=1)] == [blobs[i] for i in np.random.default_rng(1).permutation(20)]
+    assert [s["blob"] for s in ds.shuffle(seed=1)] == [blobs[i] for i in GlobalOrder(20, seed=1)]
 
 
 def test_sidecar_only_layout_round_trip(tmp_path):

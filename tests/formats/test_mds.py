@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import ClassVar
 
 import numpy as np
+from hpcio.distributed import GlobalOrder
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -435,7 +436,7 @@ def test_whole_shard_compressed_cache_dir(tmp_path):
     before = tree_bytes(path)
     cache = tmp_path / "cache"
     ds = hpcio.open(path, cache_dir=cache)
-    assert [s["id"] for s in ds.shuffle(seed=5)] == np.random.default_rng(5).permutation(300).tolist()
+    assert [s["id"] for s in ds.shuffle(seed=5)] == GlobalOrder(300, seed=5).tolist()
     assert tree_bytes(path) == before
     cached = os.listdir(cache)
     assert cached and all(name.endswith(".mds") for name in cached)
@@ -1304,7 +1305,7 @@ def test_read_batches_are_bounded_in_bytes(tmp_path):
     assert hpcio.open(tmp_path / "bigz", zero_copy=True).reader.batch_size < DEFAULT_BATCH
     # a shuffled view read in byte-bounded batches gives the samples of ds[i], in order
     view = ds.shuffle(seed=3)
-    order = np.random.default_rng(3).permutation(40)
+    order = GlobalOrder(40, seed=3).tolist()
     assert list(view) == [big[i] for i in order]
 
 

@@ -8,6 +8,7 @@ import os
 import tarfile
 
 import numpy as np
+from hpcio.distributed import GlobalOrder
 import pytest
 
 import hpcio
@@ -165,7 +166,7 @@ def test_sidecars_merge_by_key(tmp_path):
     ds = hpcio.open(tmp_path / "img", sidecars=[tmp_path / "cap"])
     assert ds[5] == {"jpg": JPEG, "caption": "c5"}
     assert [s["caption"] for s in ds.shuffle(seed=1)] == [
-        f"c{i}" for i in np.random.default_rng(1).permutation(7)]
+        f"c{i}" for i in GlobalOrder(7, seed=1)]
     write(tmp_path / "bad", [{"__key__": f"t{i:04d}", "caption": "x"} for i in range(7)], max_count=3)
     ds = hpcio.open(tmp_path / "img", sidecars=[tmp_path / "bad"])
     with pytest.raises(CorruptShardError, match=r"^sidecar key 't0000' does not match key 's0000' "
