@@ -14,10 +14,21 @@ def test_exact_permutation_scores_one_and_source_order_scores_zero():
     rng_order = np.random.default_rng(1).permutation(10_000)
     q = quality(rng_order, sizes)
     assert all(abs(q[k] - 1.0) < 0.05 for k in ("jump", "displacement", "same_shard")), q
+    assert all(abs(q[k]) < 0.05 for k in ("correlation", "lag1", "jump_ks")), q
     assert q["shards_per_1k"] == pytest.approx(20, abs=0.5)
     ordered = quality(np.arange(10_000), sizes)
     assert ordered["jump"] < 0.001 and ordered["displacement"] == 0.0
     assert ordered["same_shard"] > 15 and ordered["shards_per_1k"] <= 3.0  # 1024 samples span 3 shards
+    assert ordered["correlation"] == pytest.approx(1.0) and ordered["jump_ks"] > 0.9
+
+
+def test_the_computed_order_mixes_as_numpy_permutation_does():
+    rows = {r["shuffle"]: r for r in compare([2000] * 100, windows=(), buffers=())}
+    exact, numpy_row = rows["exact"], rows["numpy permutation"]
+    for key in ("jump", "displacement", "same_shard"):
+        assert abs(exact[key] - 1.0) < 0.05 and abs(numpy_row[key] - 1.0) < 0.05, (key, exact, numpy_row)
+    for key in ("correlation", "lag1", "jump_ks"):
+        assert abs(exact[key]) < 0.01 and abs(numpy_row[key]) < 0.01, (key, exact, numpy_row)
 
 
 def test_buffer_order_is_a_permutation_that_stays_near_the_stream():

@@ -17,8 +17,22 @@ shuffled order, sequentially, through a buffer.  For an order of sample ids,
     permutation (``sum(p_k**2)``, ``p_k`` a shard's share of the samples): 1.0 is random,
     larger means runs of one shard, which a training step sees as correlated samples;
 
+and three that are 0.0 for a true random permutation:
+
+``correlation``
+    Pearson's correlation of a sample's place in the source with its place in the epoch;
+``lag1``
+    the correlation of consecutive samples' places in the source (an order that drifts
+    through the source scores near 1);
+``jump_ks``
+    the Kolmogorov-Smirnov distance between the distribution of ``|order[i+1] -
+    order[i]| / n`` and that of a random permutation (density ``2(1 - x)``), so the
+    whole distribution of jumps is compared, not only its mean;
+
 and, for the storage, ``shards_per_1k``: distinct shards among each 1024 consecutive
-samples (how many files a reader has open at once).
+samples (how many files a reader has open at once).  :func:`compare` puts numpy's
+``permutation`` beside the computed global order, and :func:`order_cost` measures what an
+index of each costs.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ import numpy as np
 from ..distributed.split import block_order, epoch_order
 from ..errors import InvalidArgumentError
 
-__all__ = ["buffer_order", "quality", "compare"]
+__all__ = ["buffer_order", "quality", "compare", "order_cost"]
 
 _CHUNK = 1024
 
@@ -58,10 +72,18 @@ def quality(order: np.ndarray, shard_sizes: Sequence[int] | None = None) -> dict
     """The mixing figures of ``order`` (a permutation of ``0..n-1``), see the module."""
     order = np.asarray(order, dtype=np.int64)
     n = len(order)
-    if n < 2:
-        return {"jump": 1.0, "displacement": 1.0, "same_shard": 1.0, "shards_per_1k": 1.0}
-    out = {"jump": float(np.abs(np.diff(order)).mean() / ((n + 1) / 3)),
-           "displacement": float(np.abs(order - np.arange(n)).mean() / (n / 3))}
+    if n < 3:
+        return {"jump": 1.0, "displacement": 1.0, "correlation": 0.0, "lag1": 0.0, "jump_ks": 0.0,
+                "same_shard": 1.0, "shards_per_1k": 1.0}
+    jumps = np.abs(np.diff(order))
+    x = np.sort(jumps) / n
+    expected = 1.0 - (1.0 - x) ** 2  # the CDF of |U - V| for independent uniforms
+    steps = np.arange(1, len(x) + 1) / len(x)
+    out = {"jump": float(jumps.mean() / ((n + 1) / 3)),
+           "displacement": float(np.abs(order - np.arange(n)).mean() / (n / 3)),
+           "correlation": float(np.corrcoef(order, np.arange(n))[0, 1]),
+           "lag1": float(np.corrcoef(order[1:], order[:-1])[0, 1]),
+           "jump_ks": float(max(np.abs(steps - expected).max(), np.abs(steps - 1 / len(x) - expected).max()))}
     if shard_sizes is None:
         return out
     sizes = np.asarray(shard_sizes, dtype=np.int64)
@@ -79,7 +101,8 @@ def compare(shard_sizes: Sequence[int], seed: int = 0, windows=(1, 4, 16),
     window, and a buffer of each size over the shards read in a shuffled order."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     n = int(sizes.sum())
-    rows = [{"shuffle": "exact", **quality(epoch_order(n, seed, 0, "global"), sizes)}]
+    rows = [{"shuffle": "exact", **quality(epoch_order(n, seed, 0, "global"), sizes)},
+            {"shuffle": "numpy permutation", **quality(np.random.default_rng(seed).permutation(n), sizes)}]
     for w in windows:
         rows.append({"shuffle": f"block, window {w} shards", **quality(block_order(sizes, seed, 0, w), sizes)})
     # a buffer shuffle's stream: shards in a random order, each read from start to end
@@ -89,3 +112,25 @@ def compare(shard_sizes: Sequence[int], seed: int = 0, windows=(1, 4, 16),
     for b in buffers:
         rows.append({"shuffle": f"buffer of {b:,} samples", **quality(buffer_order(stream, b, seed), sizes)})
     return rows
+
+
+def order_cost(n: int, count: int = 1 << 20, seed: int = 0) -> dict:
+    """Nanoseconds per index: a batch of ``count`` consecutive positions of the computed
+    global order of ``n`` samples, the same number of scattered positions, and numpy's
+    ``permutation(n)`` (which must hold all ``n``: only asked where that fits)."""
+    import time
+
+    from ..distributed.order import GlobalOrder
+
+    order = GlobalOrder(n, seed, 0)
+    t0 = time.perf_counter()
+    order[n // 2 : n // 2 + count]
+    t1 = time.perf_counter()
+    order.take(np.random.default_rng(seed).integers(0, n, count))
+    t2 = time.perf_counter()
+    out = {"n": n, "consecutive_ns": (t1 - t0) / count * 1e9, "scattered_ns": (t2 - t1) / count * 1e9}
+    if n <= 10**8:
+        t3 = time.perf_counter()
+        np.random.default_rng(seed).permutation(n)
+        out["numpy_ns"] = (time.perf_counter() - t3) / n * 1e9
+    return out
