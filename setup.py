@@ -151,7 +151,7 @@ def make_extensions():
         )
 
     extensions = [
-        kernel_extension("_index", ["bisect.c", "offsets.c", "scan.c"]),
+        kernel_extension("_index", ["bisect.c", "offsets.c", "order.c", "scan.c"]),
         kernel_extension("_io", ["offsets.c", "fileio.c", "mapping.c", "readplan.c", "readahead.c"]),
         kernel_extension("_codecs", ["zstd.c", "blosc.c"], codecs=True),
         kernel_extension("_jinx", ["encodings.c", "json_text.c"]),

@@ -116,7 +116,8 @@ int hpcio_build_sanitize(void)
 
 const char *hpcio_kernels(void)
 {
-    return "bisect offset_ranges gather batch_extents batch_gather pread_full pread_records read_extents "
+    return "bisect bijection_forward bijection_inverse bijection_forward_range "
+           "offset_ranges gather batch_extents batch_gather pread_full pread_records read_extents "
            "readahead_start readahead_extents_start readahead_done readahead_finish start_writeback map_probe map_resident keep_freed_heap "
            "mds_column_offsets mds_column_lengths mds_column_copy mds_prefetch_values utf8_lengths "
            "json_scan json_fill json_wide_int scan_lines tar_parse_header tar_scan jinx_footer "

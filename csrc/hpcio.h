@@ -46,6 +46,27 @@ hpcio_status hpcio_bisect(const uint64_t *cum, size_t nshards, const uint64_t *i
                           size_t n, int64_t *shard_out, uint64_t *local_out,
                           hpcio_error *err);
 
+/* ---- keyed bijection (order.c) --------------------------------------------------------
+ * A permutation of [0, n) (0 <= n < 2**63) computed, not stored: a balanced Feistel
+ * network of HPCIO_BIJECTION_ROUNDS rounds over 2 * half bits (bits = max(2, bit length of
+ * n - 1), half = ceil(bits / 2)) whose round function is splitmix64's finaliser of
+ * right + keys[r], cut to half bits; an output >= n is passed through the network again
+ * (cycle walking) until it falls inside.  hpcio_bijection_forward writes out[j] = f(in[j])
+ * and hpcio_bijection_inverse out[j] = f^-1(in[j]) for j < count (in == out allowed);
+ * hpcio_bijection_forward_range out[j] = f(first + j).  A value outside [0, n) is
+ * HPCIO_E_RANGE with err->item = j (out is then partly written), n >= 2**63 HPCIO_E_ARG.
+ * Nothing is allocated. */
+#define HPCIO_BIJECTION_ROUNDS 6
+hpcio_status hpcio_bijection_forward(const uint64_t keys[HPCIO_BIJECTION_ROUNDS], uint64_t n,
+                                     const int64_t *in, int64_t *out, size_t count,
+                                     hpcio_error *err);
+hpcio_status hpcio_bijection_inverse(const uint64_t keys[HPCIO_BIJECTION_ROUNDS], uint64_t n,
+                                     const int64_t *in, int64_t *out, size_t count,
+                                     hpcio_error *err);
+hpcio_status hpcio_bijection_forward_range(const uint64_t keys[HPCIO_BIJECTION_ROUNDS],
+                                           uint64_t n, int64_t first, int64_t *out,
+                                           size_t count, hpcio_error *err);
+
 /* ---- offset tables (offsets.c) -------------------------------------------------------
  * table: nrec+1 little-endian unsigned integers of `width` bytes (4 or 8), unaligned OK.
  * Record i spans [off[i], off[i+1]).  Checks that the used entries are non-decreasing

@@ -29,6 +29,14 @@ cdef extern from "hpcio.h" nogil:
                               size_t n, int64_t *shard_out, uint64_t *local_out,
                               hpcio_error *err)
 
+    enum: HPCIO_BIJECTION_ROUNDS
+    hpcio_status hpcio_bijection_forward(const uint64_t *keys, uint64_t n, const int64_t *inp,
+                                         int64_t *out, size_t count, hpcio_error *err)
+    hpcio_status hpcio_bijection_inverse(const uint64_t *keys, uint64_t n, const int64_t *inp,
+                                         int64_t *out, size_t count, hpcio_error *err)
+    hpcio_status hpcio_bijection_forward_range(const uint64_t *keys, uint64_t n, int64_t first,
+                                               int64_t *out, size_t count, hpcio_error *err)
+
     hpcio_status hpcio_offset_ranges(const uint8_t *table, int width, size_t nrec,
                                      uint64_t limit, const uint64_t *indices, size_t m,
                                      uint64_t *starts, uint64_t *ends, hpcio_error *err)

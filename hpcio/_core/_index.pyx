@@ -1,13 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, cdivision=True, initializedcheck=False, nonecheck=False
 # distutils: language = c
-"""Index kernels: bisection, offset tables, newline scanning (compiled, private)."""
+"""Index kernels: bisection, offset tables, newline scanning, the keyed bijection of epoch
+orders (compiled, private)."""
+
+import operator
 
 import numpy as np
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 from ._chpcio cimport (
-    HPCIO_OK, hpcio_bisect, hpcio_error, hpcio_error_clear, hpcio_offset_ranges,
+    HPCIO_BIJECTION_ROUNDS, HPCIO_OK, hpcio_bijection_forward, hpcio_bijection_forward_range,
+    hpcio_bijection_inverse, hpcio_bisect, hpcio_error, hpcio_error_clear, hpcio_offset_ranges,
     hpcio_scan_lines, hpcio_status,
 )
 from ._utils cimport byte_view, check, data_ptr, raise_error, u64_ptr
@@ -143,4 +147,119 @@ def scan_lines(buf, base=0):
     with nogil:
         st = hpcio_scan_lines(data_ptr(b), b.shape[0], off, &ov[0], count + 1, &count, &err)
     check(st, &err, None, -1, -1)
+    return out
+
+
+# ---- keyed bijection ---------------------------------------------------------------------
+
+BIJECTION_ROUNDS = HPCIO_BIJECTION_ROUNDS
+
+_INT64_MAX = 2**63 - 1
+
+
+def _bijection_keys(keys):
+    """The round keys as a contiguous uint64 array of one word per round."""
+    arr = np.asarray(keys)
+    if arr.dtype != np.uint64:
+        raise WrongTypeError(f"bijection keys must be a uint64 array, got dtype {arr.dtype}")
+    if arr.shape != (HPCIO_BIJECTION_ROUNDS,):
+        raise InvalidArgumentError(
+            f"bijection keys must be {HPCIO_BIJECTION_ROUNDS} words (one per round), "
+            f"got shape {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+def _bijection_n(n):
+    n = operator.index(n)
+    if n < 0 or n > _INT64_MAX:
+        raise InvalidArgumentError(f"a bijection covers 0 <= n < 2**63 values, got n = {n}")
+    return n
+
+
+def _bijection_values(values, str what, str plural, n):
+    """Integer values as a contiguous int64 array; unsigned ones past int64 are out of range
+    (cast, they would be reported as negative numbers they are not)."""
+    from hpcio.errors import IndexOutOfRangeError
+
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.empty(arr.shape, dtype=np.int64)
+        raise WrongTypeError(f"{plural} must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        flat = arr.ravel()
+        bad = int(flat[np.argmax(flat > _INT64_MAX)])
+        raise IndexOutOfRangeError(f"{what} {bad} out of range [0, {n})")
+    # ascontiguousarray makes a 0-d array 1-d: its shape is put back.
+    return np.ascontiguousarray(arr, dtype=np.int64).reshape(arr.shape)
+
+
+def _bijection_apply(keys, n, values, bint inverse):
+    key_arr = _bijection_keys(keys)
+    n = _bijection_n(n)
+    arr = (_bijection_values(values, "index", "indices", n) if inverse
+           else _bijection_values(values, "position", "positions", n))
+    shape = arr.shape
+    out = np.empty(shape, dtype=np.int64)
+    cdef const uint64_t[::1] kv = key_arr
+    cdef const int64_t[::1] inv = arr.reshape(-1)
+    cdef int64_t[::1] ov = out.reshape(-1)
+    cdef size_t count = inv.shape[0]
+    cdef uint64_t cn = n
+    cdef hpcio_error err
+    cdef hpcio_status st = HPCIO_OK
+    hpcio_error_clear(&err)
+    if count:
+        with nogil:
+            if inverse:
+                st = hpcio_bijection_inverse(&kv[0], cn, &inv[0], &ov[0], count, &err)
+            else:
+                st = hpcio_bijection_forward(&kv[0], cn, &inv[0], &ov[0], count, &err)
+    if st != HPCIO_OK:
+        # The message names the value; its place in the array is no sample number.
+        raise_error(st, &err, None, -1, -1)
+    return out
+
+
+def bijection_forward(keys, n, positions):
+    """The keyed bijection of ``[0, n)`` at each of ``positions``: an int64 array shaped
+    like them.  ``keys``: a uint64 array of one word per round.  A position outside
+    ``[0, n)`` raises IndexOutOfRangeError naming it.  Releases the GIL."""
+    return _bijection_apply(keys, n, positions, False)
+
+
+def bijection_inverse(keys, n, indices):
+    """The position at which the bijection ``bijection_forward(keys, n, .)`` gives each of
+    ``indices``.  Releases the GIL."""
+    return _bijection_apply(keys, n, indices, True)
+
+
+def bijection_forward_range(keys, n, start, count):
+    """``bijection_forward(keys, n, arange(start, start + count))`` without the positions
+    array: every position must lie in ``[0, n)`` (none is read when ``count`` is 0).
+    Releases the GIL."""
+    from hpcio.errors import IndexOutOfRangeError
+
+    key_arr = _bijection_keys(keys)
+    n = _bijection_n(n)
+    start, count = operator.index(start), operator.index(count)
+    if count < 0:
+        raise InvalidArgumentError(f"count must be >= 0, got {count}")
+    out = np.empty(count, dtype=np.int64)
+    if count == 0:
+        return out
+    if start < 0 or start >= n:
+        raise IndexOutOfRangeError(f"position {start} out of range [0, {n})")
+    cdef const uint64_t[::1] kv = key_arr
+    cdef int64_t[::1] ov = out
+    cdef int64_t first = start
+    cdef size_t cc = count
+    cdef uint64_t cn = n
+    cdef hpcio_error err
+    cdef hpcio_status st
+    hpcio_error_clear(&err)
+    with nogil:
+        st = hpcio_bijection_forward_range(&kv[0], cn, first, &ov[0], cc, &err)
+    if st != HPCIO_OK:
+        raise_error(st, &err, None, -1, -1)
     return out
