@@ -316,7 +316,9 @@ class MixtureReader(Reader):
         return self.schedule.epoch_size
 
     def read(self, i, fields=None):
-        return self.read_many(np.array([self.check_index(i)], dtype=np.int64), fields)[0]
+        # any stream position: an epoch view's positions lie beyond the first epoch
+        i = self.check_index(i) if i < 0 else int(i)
+        return self.read_many(np.array([i], dtype=np.int64), fields)[0]
 
     def locate(self, positions) -> tuple[list[str], np.ndarray]:
         """``(source names, indices in those sources)`` of stream ``positions``."""

@@ -112,6 +112,7 @@ def test_epochs_are_consecutive_stretches_of_one_stream(three):
     stream = m.reader.read_many(np.arange(192))
     assert [s["text"] for s in first] == [s["text"] for s in stream[:96]]
     assert [s["text"] for s in second] == [s["text"] for s in stream[96:]]
+    assert second[0]["text"] == stream[96]["text"] and second[-1]["text"] == stream[-1]["text"]
     assert [s["text"] for s in m] == [s["text"] for s in first]
     assert m.select(["id"])[0] == {"id": stream[0]["id"]}
 
