@@ -11,6 +11,11 @@ or directly over the dataset.  ``state_dict()`` then holds the epoch and the glo
 consumed position, valid on every rank, and ``load_state_dict()`` continues with the
 remaining samples of that epoch at any world size and worker count.
 
+A :func:`hpcio.mix` mixture is read in its own order, epoch by epoch, and its schedule
+is part of the state; ``skip=`` leaves ranges of positions out (removed before the
+split, so counts stay equal) and ``provenance=True`` adds each sample's ``__source__``,
+``__index__`` and ``__position__`` (see docs/mixtures.md).
+
 ``decode=`` decodes images in the workers (``"torchrgb8"``, ``"pil"``, a callable, ...:
 see :mod:`hpcio.decoding`), and batches are collated by :func:`ragged_collate`, which
 keeps ragged fields (chat messages, lists of images of different sizes) as lists::

@@ -248,9 +248,9 @@ def run(parts, workers, batches=None):
     return out
 
 
-def mixture_parts(mixture, world, cls=ht.IterableDataset, **kw):
-    return [cls(mixture, batch_size=16, provenance=True, context={"rank": r, "world_size": world}, **kw)
-            for r in range(world)]
+def mixture_parts(mixture, world, cls=ht.IterableDataset, batch_size=16, **kw):
+    return [cls(mixture, batch_size=batch_size, provenance=True, context={"rank": r, "world_size": world},
+                **kw) for r in range(world)]
 
 
 def check_served(mixture, records, sources, size):
@@ -304,7 +304,7 @@ def test_mixture_reweighted_mid_epoch_serves_each_position_once(mixture_sources)
     first = [r for rank in run(before, workers=2, batches=3) for r in served(rank)]
     state = before[0].state_dict()
     reweighted = m.with_weights({"web": 0.25, "code": 0.25, "math": 0.5}, at=128)
-    after = mixture_parts(reweighted, 3)
+    after = mixture_parts(reweighted, 3, batch_size=10)  # another batch size too
     for p in after:
         p.load_state_dict(state)
     rest = [r for rank in run(after, workers=2) for r in served(rank)]
