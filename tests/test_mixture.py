@@ -202,3 +202,36 @@ def test_default_block_and_sequence_weights(three):
 def test_errors_say_what_is_wrong(three, call, error, message):
     with pytest.raises(error, match="^" + re.escape(message) + "$"):
         call(three)
+
+
+class Synthetic(Reader):
+    """``n`` samples that exist only when read: ``{"id": i}``."""
+
+    def __init__(self, n: int, tag: str):
+        super().__init__(f"memory://{tag}")
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def read(self, i, fields=None):
+        return {"id": self.check_index(i)}
+
+
+def test_a_stream_of_ten_to_the_ten_is_evaluated_where_it_is_read():
+    big = {"web": Dataset(Synthetic(5 * 10**9, "web")), "code": Dataset(Synthetic(5 * 10**9, "code")),
+           "math": Dataset(Synthetic(25 * 10**7, "math"))}
+    m = hpcio.mix(big, WEIGHTS, block=1024, seed=3)
+    assert len(m) == 10_250_000_000
+    at = 10**12 + 7 * 1024  # in epoch 97: web is in pass 100, math in pass 121
+    assert at // len(m) == 97 and m.served(at)["web"] // (5 * 10**9) == 100
+    names, index = m.locate(np.arange(at, at + 1024))
+    assert Counter(names) == {"web": 512, "code": 481, "math": 31}
+    assert m.served(at) == {"web": 512 * at // 1024, "code": 481 * at // 1024, "math": 31 * at // 1024}
+    samples = m.reader.read_many(np.arange(at, at + 4))
+    assert [s["id"] for s in samples] == index[:4].tolist()
+    # the draw of math there is pass k // len, position k % len of its pass order
+    first = names.index("math")
+    pass_, within = divmod(m.served(at)["math"], 25 * 10**7)
+    assert pass_ == 121
+    assert int(index[first]) == GlobalOrder(25 * 10**7, source_seed(3, "math"), pass_)[within]
