@@ -348,6 +348,15 @@ class MixtureReader(Reader):
                 out[k] = sample
         return out
 
+    def mean_sample_bytes(self) -> float | None:
+        """The sources' averages weighted by the last segment's shares (it sizes read
+        batches), when every source drawn from knows its own."""
+        seg = self.schedule.segments[-1]
+        hints = [self.sources[self.schedule.names[s]].reader.mean_sample_bytes() for s in seg.gids.tolist()]
+        if any(h is None for h in hints):
+            return None
+        return float(np.dot(hints, seg.counts)) / seg.block
+
     def prefetch(self, indices) -> None:
         gid, draw = self.schedule.locate(indices)
         index = self.schedule.source_indices(gid, draw)
