@@ -172,6 +172,10 @@ class _EpochCursor:
         self.mode = check_mixture_shuffle(shuffle) if self.mixture else shuffle_mode(shuffle)
         # a mixture's order is keyed by its own seed
         self.seed = dataset.reader.schedule.seed if self.mixture else int(seed)
+        if self.mixture and int(seed) not in (0, self.seed):
+            raise InvalidArgumentError(
+                f"a mixture's order is keyed by its own seed ({self.seed}, given to hpcio.mix); "
+                f"leave the adapter's seed unset, got seed={seed}")
         self.remainder = remainder
         self.window = int(window)
         self.skip = _skip_ranges(skip)

@@ -159,6 +159,9 @@ def test_from_schedule_rebuilds_the_same_positions(three):
     assert np.array_equal(again.locate(p)[1], m.locate(p)[1])
     with pytest.raises(InvalidArgumentError, match=r"^source 'math' has 31 samples; the schedule was made with 32$"):
         from_schedule({**three, "math": Dataset(TaggedReader(31, "math"))}, m.schedule())
+    with pytest.raises(InvalidArgumentError, match=r"^the schedule was made by mixture algorithm 'mix-v0', "
+                       r"this hpcio has 'mix-lr-v1\+feistel6-splitmix64-v1'$"):
+        from_schedule(three, {**m.schedule(), "algorithm": "mix-v0"})
     with pytest.raises(InvalidArgumentError, match=r"^the schedule names source\(s\) 'math' that are not given$"):
         from_schedule({"web": three["web"], "code": three["code"]}, m.schedule())
 

@@ -372,6 +372,9 @@ def test_mixture_refuses_other_shuffle_modes(mixture_sources):
                 "mixture[:]")):
             ht.IterableDataset(m, shuffle=shuffle)
     ht.IterableDataset(m[:], shuffle="global")  # a view is an ordinary dataset
+    with pytest.raises(ValueError, match=r"^a mixture's order is keyed by its own seed \(0, given to "
+                       r"hpcio\.mix\); leave the adapter's seed unset, got seed=3$"):
+        ht.MapDataset(m, seed=3)
 
 
 @pytest.mark.parametrize("cls", [ht.IterableDataset, ht.MapDataset])
