@@ -12,6 +12,7 @@ split across ranks and dataloader workers.
 from ._version import __version__
 from .columns import ListColumn, VarColumn, ViewColumn
 from .dataset import Dataset, open, open_writer
+from .mixture import Mixture, mix
 from .errors import (
     CapabilityError,
     ChecksumMismatchError,
@@ -39,6 +40,8 @@ from .tuning import tune
 __all__ = [
     "__version__",
     "Dataset",
+    "Mixture",
+    "mix",
     "ListColumn",
     "VarColumn",
     "ViewColumn",

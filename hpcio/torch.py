@@ -11,6 +11,11 @@ or directly over the dataset.  ``state_dict()`` then holds the epoch and the glo
 consumed position, valid on every rank, and ``load_state_dict()`` continues with the
 remaining samples of that epoch at any world size and worker count.
 
+A :func:`hpcio.mix` mixture is read in its own order, epoch by epoch, and its schedule
+is part of the state; ``skip=`` leaves ranges of positions out (removed before the
+split, so counts stay equal) and ``provenance=True`` adds each sample's ``__source__``,
+``__index__`` and ``__position__`` (see docs/mixtures.md).
+
 ``decode=`` decodes images in the workers (``"torchrgb8"``, ``"pil"``, a callable, ...:
 see :mod:`hpcio.decoding`), and batches are collated by :func:`ragged_collate`, which
 keeps ragged fields (chat messages, lists of images of different sizes) as lists::
@@ -38,7 +43,8 @@ from .distributed.split import (
     per_consumer,
     shuffle_mode,
 )
-from .distributed.order import ORDER_ALGORITHM
+from .distributed.order import ORDER_ALGORITHM, Arange, Composed, IndexMap
+from .mixture import EpochPlan, check_mixture_shuffle, check_schedule, epoch_plan, is_mixture, with_provenance
 from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 try:
@@ -56,12 +62,85 @@ __all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "Pipel
 _STATE_VERSION = 2
 
 
+# --- skip ranges -------------------------------------------------------------------------
+def _skip_ranges(skip) -> list[tuple[int, int]]:
+    """``skip`` as sorted, merged, non-empty ``(start, end)`` stream-position ranges."""
+    if skip is None:
+        return []
+    ranges = []
+    for r in skip:
+        try:
+            start, end = (int(v) for v in r)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"skip takes (start, end) pairs of positions, got {r!r}") from None
+        if isinstance(r, (str, bytes)) or not 0 <= start <= end:
+            raise InvalidArgumentError(f"a skip range is (start, end) with 0 <= start <= end, got {tuple(r)!r}")
+        if start < end:
+            ranges.append((start, end))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The positions of ranges ``a`` not in ranges ``b`` (both merged), as ranges."""
+    out = []
+    for start, end in a:
+        for lo, hi in b:
+            if hi <= start or lo >= end:
+                continue
+            if lo > start:
+                out.append((start, lo))
+            start = max(start, hi)
+            if start >= end:
+                break
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+class _Kept(IndexMap):
+    """The epoch positions ``[0, n)`` left after removing ``ranges`` (merged, within
+    ``[0, n)``): position ``q`` of the remaining ones is epoch position
+    ``q + (lengths of the ranges starting at or before it, in remaining coordinates)``."""
+
+    def __init__(self, n: int, ranges: list[tuple[int, int]]):
+        self.n, self.ranges = int(n), list(ranges)
+        lengths = np.array([e - s for s, e in ranges], dtype=np.int64)
+        self._before = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        self._kept_starts = np.array([s for s, _ in ranges], dtype=np.int64) - self._before[:-1]
+        self.length = self.n - int(self._before[-1])
+
+    def __len__(self) -> int:
+        return self.length
+
+    def take(self, positions):
+        q = np.asarray(positions, dtype=np.int64)
+        return q + self._before[np.searchsorted(self._kept_starts, q, side="right")]
+
+    def spec(self) -> dict:
+        return {"order": "kept", "n": self.n, "skip": [list(r) for r in self.ranges]}
+
+
+def _epoch_skip(ranges: list[tuple[int, int]], epoch: int, n: int) -> list[tuple[int, int]]:
+    """The skip ranges (stream positions) that fall in ``epoch``, as epoch positions."""
+    lo, hi = epoch * n, (epoch + 1) * n
+    return [(max(s, lo) - lo, min(e, hi) - lo) for s, e in ranges if s < hi and e > lo]
+
+
+# --- the cursor ----------------------------------------------------------------------------
 class _EpochCursor:
     """Epoch, resume position and split parameters shared by both adapters.
 
     The epoch and the start position live in a shared-memory tensor so that
     ``set_epoch`` and ``load_state_dict`` reach DataLoader workers, persistent ones
-    included (each worker holds its own copy of the dataset object).
+    included (each worker holds its own copy of the dataset object).  The position
+    counts the epoch order's positions left after the skip ranges: the skipped ones are
+    removed before splitting, so every consumer still gets the same count.
     """
 
     def __init__(
@@ -77,6 +156,8 @@ class _EpochCursor:
         window: int = 1,
         decode=None,
         context: RuntimeContext | Mapping | None = None,
+        skip: Sequence[tuple[int, int]] | None = None,
+        provenance: bool = False,
     ):
         if not isinstance(dataset, Dataset):
             raise WrongTypeError(f"expected an hpcio.Dataset, got {type(dataset).__name__}")
@@ -87,10 +168,18 @@ class _EpochCursor:
         self.dataset = dataset
         self.decoder = sample_decoder(decode)
         self.batch_size = int(batch_size)
-        self.mode = shuffle_mode(shuffle)
-        self.seed = int(seed)
+        self.mixture = is_mixture(dataset)
+        self.mode = check_mixture_shuffle(shuffle) if self.mixture else shuffle_mode(shuffle)
+        # a mixture's order is keyed by its own seed
+        self.seed = dataset.reader.schedule.seed if self.mixture else int(seed)
+        if self.mixture and int(seed) not in (0, self.seed):
+            raise InvalidArgumentError(
+                f"a mixture's order is keyed by its own seed ({self.seed}, given to hpcio.mix); "
+                f"leave the adapter's seed unset, got seed={seed}")
         self.remainder = remainder
         self.window = int(window)
+        self.skip = _skip_ranges(skip)
+        self.provenance = bool(provenance)
         self.shard_sizes = None if shard_sizes is None else np.asarray(shard_sizes, np.int64)
         if self.mode == "block" and self.shard_sizes is None:
             self.shard_sizes = dataset_shard_sizes(dataset)
@@ -111,6 +200,7 @@ class _EpochCursor:
         self._delivered = 0  # batches received by the main process since _begin
         self._rank_context: RuntimeContext | None = None
         self._count_workers = 1  # round-robin width of that delivery
+        self._plans: dict[int, tuple] = {}
 
     # --- context and indices ---------------------------------------------------------
     def context(self) -> RuntimeContext:
@@ -124,34 +214,61 @@ class _EpochCursor:
             return self._rank_context.replace(worker_id=info.id, num_workers=info.num_workers)
         return infer_context(**self._explicit)
 
-    def _indices(self, ctx: RuntimeContext, worker: int, num_workers: int) -> ConsumerOrder:
-        """This consumer's part of the epoch, computed a batch at a time."""
+    def _plan(self, epoch: int) -> tuple[EpochPlan, IndexMap]:
+        """Epoch ``epoch``'s plan and the epoch positions left after the skip ranges."""
+        found = self._plans.get(epoch)
+        if found is None:
+            plan = epoch_plan(self.dataset, epoch, self.mode, self.seed, self.shard_sizes, self.window)
+            n = len(self.dataset)
+            ranges = _epoch_skip(self.skip, epoch, n)
+            kept = _Kept(n, ranges) if ranges else Arange(0, 1, n)
+            found = (plan, kept)
+            self._plans = {epoch: found}  # one epoch at a time
+        return found
+
+    def _remaining(self, epoch: int) -> int:
+        """Positions of ``epoch`` left after the skip ranges."""
+        return len(self._plan(epoch)[1])
+
+    def _part(self, ctx: RuntimeContext, worker: int, num_workers: int) -> tuple[EpochPlan, ConsumerOrder]:
+        """The plan and this consumer's part of the epoch (as epoch positions), computed a
+        batch at a time."""
         epoch, start = (int(v) for v in self._shared.tolist())
-        return consumer_order(
-            len(self.dataset),
+        plan, kept = self._plan(epoch)
+        part = consumer_order(
+            len(kept),
             ctx.dp_rank,
             ctx.dp_size,
             worker,
             num_workers,
-            seed=self.seed,
-            epoch=epoch,
-            mode=self.mode,
             remainder=self.remainder,
             batch_size=self.batch_size,
             start=start,
-            shard_sizes=self.shard_sizes,
-            window=self.window,
+            order=kept,
         )
+        return plan, part
 
-    def _read(self, indices) -> list:
-        """The samples at ``indices``, read with one ``get_batch`` and decoded."""
-        samples = self.dataset.get_batch(indices)
-        if self.decoder is None:
-            return samples
-        return [self.decoder(s, int(i)) for s, i in zip(samples, np.asarray(indices).tolist())]
+    def _indices(self, ctx: RuntimeContext, worker: int, num_workers: int) -> IndexMap:
+        """This consumer's part of the epoch as indices of the dataset it reads."""
+        plan, part = self._part(ctx, worker, num_workers)
+        return Composed(part, plan.order)
+
+    def _read(self, plan: EpochPlan, indices, positions=None) -> list:
+        """The samples at ``indices`` of ``plan.dataset``, read with one ``get_batch``,
+        decoded, and with their provenance when asked (``positions`` their epoch
+        positions)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        samples = plan.dataset.get_batch(indices)
+        if self.decoder is not None:
+            samples = [self.decoder(s, int(i)) for s, i in zip(samples, indices.tolist())]
+        if self.provenance:
+            sources, within = plan.provenance(indices)
+            samples = with_provenance(samples, sources, within, positions)
+        return samples
 
     def _batches_per_rank(self, start: int, dp_size: int, num_workers: int) -> int:
-        m = per_consumer(max(0, len(self.dataset) - start), dp_size * num_workers, self.remainder)
+        epoch = int(self._shared[0])
+        m = per_consumer(max(0, self._remaining(epoch) - start), dp_size * num_workers, self.remainder)
         return num_workers * -(-m // self.batch_size)
 
     # --- state -----------------------------------------------------------------------
@@ -162,7 +279,7 @@ class _EpochCursor:
         if self._delivered >= self._batches_per_rank(start, dp_size, self._count_workers):
             return epoch + 1, 0
         position = consumed_position(
-            len(self.dataset),
+            self._remaining(epoch),
             start,
             dp_size,
             self._count_workers,
@@ -192,9 +309,19 @@ class _EpochCursor:
         self._shared[1] = 0
         self._delivered = 0
 
+    def stream_position(self, epoch: int, position: int, skip=None) -> int:
+        """The stream position (``epoch * len(dataset) + epoch position``) that a state's
+        ``position`` (counted without the ``skip`` ranges, default this adapter's) stands for."""
+        n = len(self.dataset)
+        ranges = _epoch_skip(self.skip if skip is None else _skip_ranges(skip), epoch, n)
+        kept = _Kept(n, ranges)
+        at = n if position >= len(kept) else int(kept.take(np.array([position]))[0])
+        return epoch * n + at
+
     def state_dict(self) -> dict:
         """Epoch and global consumed position (the same on every rank), plus the split
-        parameters that ``load_state_dict`` checks."""
+        parameters that ``load_state_dict`` checks: the skip ranges and, for a mixture,
+        its whole schedule."""
         epoch, position = self._state()
         return {
             "version": _STATE_VERSION,
@@ -205,11 +332,17 @@ class _EpochCursor:
             "shuffle": self.mode,
             "order": ORDER_ALGORITHM,
             "remainder": self.remainder,
+            "skip": [list(r) for r in self.skip],
+            "mixture": self.dataset.reader.schedule.spec() if self.mixture else None,
         }
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continue from ``state``: the next iteration reads the samples of that epoch
-        that no rank consumed yet, split over the current world and workers."""
+        that no rank consumed yet, split over the current world and workers.
+
+        Skip ranges and a mixture's schedule may differ from the saved ones only after
+        the saved position: ranges can be added that start at or after it, and a mixture
+        re-weighted at or after it (:meth:`hpcio.Mixture.with_weights`)."""
         if state.get("version") == 1:
             raise InvalidArgumentError(
                 "state was saved by an hpcio whose epoch orders were numpy permutations; this "
@@ -229,10 +362,28 @@ class _EpochCursor:
                     f"state was saved with {key}={state.get(key)!r} but this dataset has "
                     f"{key}={value!r}; resuming would read a different order"
                 )
-        position = int(state["position"])
-        if not 0 <= position <= len(self.dataset):
-            raise InvalidArgumentError(f"position {position} is not in [0, {len(self.dataset)}]")
-        self._shared[0] = int(state["epoch"])
+        epoch, position = int(state["epoch"]), int(state["position"])
+        saved_skip = _skip_ranges(state.get("skip") or [])
+        n = len(self.dataset)
+        remaining = n - sum(e - s for s, e in _epoch_skip(saved_skip, epoch, n))
+        if not 0 <= position <= remaining:
+            raise InvalidArgumentError(f"position {position} is not in [0, {remaining}]")
+        at = self.stream_position(epoch, position, saved_skip)
+        dropped = _subtract(saved_skip, self.skip)
+        if dropped:
+            raise InvalidArgumentError(
+                f"state was saved with skip={[list(r) for r in saved_skip]} but this dataset has "
+                f"skip={[list(r) for r in self.skip]}: a skipped range cannot be read again")
+        early = [r for r in _subtract(self.skip, saved_skip) if r[0] < at]
+        if early:
+            raise InvalidArgumentError(
+                f"skip range {list(early[0])} starts before stream position {at}, where the saved "
+                "state stopped: a range must start at or after it")
+        if self.mixture:
+            check_schedule(state.get("mixture"), self.dataset.reader.schedule.spec(), at)
+        elif state.get("mixture") is not None:
+            raise InvalidArgumentError("state was saved reading a mixture; this dataset is not one")
+        self._shared[0] = epoch
         self._shared[1] = position
         self._delivered = 0
 
@@ -264,6 +415,19 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         ``list`` to get the samples themselves.
     context : RuntimeContext or mapping, optional
         Explicit ``rank``, ``world_size``, ``tp_size``; anything else is inferred.
+    skip : sequence of (start, end), optional
+        Stream positions never served (``epoch * len(dataset) + epoch position``, so in
+        epoch 0 the epoch positions).  They are removed from the epoch order before it
+        is split, so every consumer still reads the same count; the resume position
+        counts the positions left.
+    provenance : bool
+        Add ``__source__`` (the mixture source's name, or the dataset's path),
+        ``__index__`` (index in that dataset) and ``__position__`` (position in the
+        epoch order) to every sample, before collation.
+
+    A :func:`hpcio.mix` mixture is read in its own order (``shuffle=True``, other modes
+    are refused), epoch ``e`` being its stream positions ``[e * E, (e + 1) * E)``; its
+    seed is the mixture's, and ``state_dict`` records its schedule.
     """
 
     def __init__(self, dataset: Dataset, *, collate_fn: Callable | None = None, **cursor_options):
@@ -282,10 +446,12 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         in_main = torch_data.get_worker_info() is None
         if in_main and not self._by_loader:
             self._begin(1)
-        indices = self._indices(ctx, ctx.worker_id, ctx.num_workers)
+        plan, part = self._part(ctx, ctx.worker_id, ctx.num_workers)
+        b = self.batch_size
         # storage reads the next batch while this one is decoded and the model computes
-        for batch_indices in batches_read_ahead(indices, self.batch_size, self.dataset):
-            batch = self.collate_fn(self._read(batch_indices))
+        for k, batch_indices in enumerate(batches_read_ahead(Composed(part, plan.order), b, plan.dataset)):
+            positions = part[k * b : (k + 1) * b] if self.provenance else None
+            batch = self.collate_fn(self._read(plan, batch_indices, positions))
             if in_main and not self._by_loader:
                 self._delivered += 1
             yield batch
@@ -310,8 +476,17 @@ class MapDataset(_EpochCursor, torch_data.Dataset):
         sample = self.dataset[int(i)]
         return sample if self.decoder is None else self.decoder(sample, int(i))
 
-    def __getitems__(self, indices) -> list:
-        return self._read(np.asarray(indices, dtype=np.int64))
+    def __getitems__(self, keys) -> list:
+        """The samples of one batch: dataset indices, or the ``(epoch, position)`` pairs
+        :meth:`batch_sampler` yields for a mixture or with provenance."""
+        if len(keys) and isinstance(keys[0], tuple):
+            epoch = int(keys[0][0])
+            positions = np.array([p for _, p in keys], dtype=np.int64)
+            plan = self._plan(epoch)[0]
+            return self._read(plan, plan.order.take(positions), positions)
+        indices = np.asarray(keys, dtype=np.int64)
+        plan = EpochPlan(self.dataset, None, 0, False)
+        return self._read(plan, indices, indices)
 
     def batch_sampler(self) -> "BatchSampler":
         """A sampler of this rank's index batches for the current epoch and position."""
@@ -331,11 +506,19 @@ class BatchSampler(torch_data.Sampler):
     def __iter__(self):
         # Workers fetch batches in the order this sampler yields them, so delivery
         # has width 1 whatever the worker count.
-        indices = self.source._indices(self.source.context(), 0, 1)
+        source = self.source
+        plan, part = source._part(source.context(), 0, 1)
+        b = source.batch_size
+        # A mixture's epoch, or provenance, needs the epoch positions: the batch is then
+        # (epoch, position) pairs, resolved by MapDataset.__getitems__ in the worker.
+        tagged = source.mixture or source.provenance
         # The epoch is announced and each next batch prefetched here, into the page cache
         # the workers read from: larger than memory, no batch waits for all its records.
-        for batch in batches_read_ahead(indices, self.source.batch_size, self.source.dataset):
-            yield batch.tolist()
+        for k, batch in enumerate(batches_read_ahead(Composed(part, plan.order), b, plan.dataset)):
+            if tagged:
+                yield [(plan.epoch, p) for p in part[k * b : (k + 1) * b].tolist()]
+            else:
+                yield batch.tolist()
 
 
 def _as_collated(batch):

@@ -22,6 +22,7 @@ epoch, over a fresh split of the cached samples.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 
@@ -34,7 +35,9 @@ from ..distributed.split import (
     shuffle_mode,
     consumer_order,
 )
+from ..distributed.order import Arange, take
 from ..errors import CacheTimeoutError, UnstableIdentityError, WrongTypeError
+from ..mixture import MixtureReader, check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
 from .cache import CacheBoundary, materialise
 from .stages import (
     AssembleStage,
@@ -77,6 +80,10 @@ def _source_fingerprint(ds: Dataset) -> str:
     elif os.path.exists(path):
         st = os.stat(path)
         h.update(f"|{st.st_size}:{st.st_mtime_ns}".encode())
+    if isinstance(ds.reader, MixtureReader):  # its schedule and every source it reads
+        h.update(json.dumps(ds.reader.schedule.spec(), sort_keys=True).encode())
+        for name, part in ds.reader.sources.items():
+            h.update(f"|{name}:{_source_fingerprint(part)}".encode())
     if ds.indices is not None:
         h.update(ds.indices.tobytes())
     h.update(repr(ds.fields).encode())
@@ -99,17 +106,28 @@ class Pipeline:
         shards) of the dataset, as fairseq2's ``files_circular_shift``.
     context : RuntimeContext or mapping, optional
         Explicit context fields; the rest is inferred when iterating.
+    provenance : bool
+        Add ``__source__`` (mixture source name, or the dataset's path), ``__index__``
+        (index in that dataset) and ``__position__`` (position in the epoch order) to
+        every sample read.  Stages keep them as long as they keep the sample's fields;
+        ``batch`` keeps them per sample, :class:`SequencePacker` gives each row the lists
+        of its documents'.  After a ``cache`` boundary they name the cached samples.
+
+    A :func:`hpcio.mix` mixture is read in its own order (``shuffle=True``), epoch ``e``
+    being its stream positions ``[e * E, (e + 1) * E)``; a cache boundary over it keeps
+    epoch 0's positions, read in a global shuffle afterwards.
     """
 
     def __init__(self, source: Dataset, *, shuffle=True, seed: int = 0, epoch: int = 0,
                  remainder: str = "drop", shard_sizes=None, window: int = 1,
-                 circular_shift: bool = False, context=None):
+                 circular_shift: bool = False, context=None, provenance: bool = False):
         if not isinstance(source, Dataset):
             raise WrongTypeError(f"expected an hpcio.Dataset, got {type(source).__name__}")
         self.source = source
+        mode = check_mixture_shuffle(shuffle) if is_mixture(source) else shuffle_mode(shuffle)
         self.options = {
-            "mode": shuffle_mode(shuffle), "seed": int(seed), "remainder": remainder,
-            "shard_sizes": shard_sizes, "window": int(window),
+            "mode": mode, "seed": int(seed), "remainder": remainder,
+            "shard_sizes": shard_sizes, "window": int(window), "provenance": bool(provenance),
         }
         self.circular_shift = circular_shift
         self.epoch = int(epoch)
@@ -220,13 +238,22 @@ class Pipeline:
 
     def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext) -> Iterator:
         o = self.options
-        indices = consumer_order(
-            len(source), ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
-            seed=o["seed"], epoch=ctx.epoch, mode=o["mode"], remainder=o["remainder"],
-            shard_sizes=shard_sizes, window=o["window"],
+        mode = o["mode"]
+        if mode == "mixture" and not is_mixture(source):  # the cache of a mixture's epoch 0
+            mode = "global"
+        plan = epoch_plan(source, ctx.epoch, mode, o["seed"], shard_sizes, o["window"])
+        n = len(plan.order)
+        part = consumer_order(
+            n, ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
+            remainder=o["remainder"], order=Arange(0, 1, n),
         )
         if self.circular_shift:
-            indices = rotate(indices, ctx.consumer, ctx.consumers)
-        step = source.reader.batch_size
-        for lo in range(0, len(indices), step):
-            yield from source.get_batch(indices[lo : lo + step])
+            part = rotate(part, ctx.consumer, ctx.consumers)
+        step = plan.dataset.reader.batch_size
+        for lo in range(0, len(part), step):
+            positions = part[lo : lo + step]
+            indices = take(plan.order, positions)
+            samples = plan.dataset.get_batch(indices)
+            if o["provenance"]:
+                samples = with_provenance(samples, *plan.provenance(indices), positions)
+            yield from samples

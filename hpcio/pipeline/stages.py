@@ -12,6 +12,7 @@ import numpy as np
 
 from ..distributed.context import RuntimeContext
 from ..errors import InvalidArgumentError, UnstableIdentityError
+from ..mixture import PROVENANCE_FIELDS
 
 __all__ = ["Stage", "MapStage", "DecodeStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
            "SequencePacker", "fingerprint_callable", "sample_nbytes"]
@@ -244,7 +245,9 @@ class SequencePacker:
     Sequences from ``field`` are concatenated, each followed by ``eos`` when given, and
     cut into rows of ``length`` tokens: ``{"tokens": int array, "doc_ids": int array}``
     where ``doc_ids`` numbers the source sequences within the row, for attention masks.
-    The last partial row is dropped unless ``keep_remainder``.
+    The last partial row is dropped unless ``keep_remainder``.  Samples that carry
+    provenance (``Pipeline(provenance=True)``) give each row the lists ``__source__``,
+    ``__index__`` and ``__position__`` of the documents it holds, in ``doc_ids`` order.
 
     >>> p = SequencePacker(RuntimeContext(), length=4, eos=0)
     >>> rows = [r for s in ({"tokens": [5, 6]}, {"tokens": [7, 8, 9]}) for r in p.push(s)]
@@ -262,6 +265,8 @@ class SequencePacker:
         self._docs: list[np.ndarray] = []
         self._pending = 0
         self._doc = 0
+        self._origins: list[tuple] = []  # provenance of documents _first, _first + 1, ...
+        self._first = 0
 
     @classmethod
     def factory(cls, length: int, field: str = "tokens", eos: int | None = None,
@@ -276,6 +281,8 @@ class SequencePacker:
             tokens = np.append(tokens, self.eos)
         self._tokens.append(tokens)
         self._docs.append(np.full(len(tokens), self._doc, dtype=np.int64))
+        if PROVENANCE_FIELDS[1] in sample:
+            self._origins.append(tuple(sample[k] for k in PROVENANCE_FIELDS))
         self._doc += 1
         self._pending += len(tokens)
         return self._emit(final=False)
@@ -287,6 +294,7 @@ class SequencePacker:
         if self._pending < self.length and not (final and self.keep_remainder and self._pending):
             if final:
                 self._tokens, self._docs, self._pending = [], [], 0
+                self._origins, self._first = [], self._doc
             return []
         tokens, docs = np.concatenate(self._tokens), np.concatenate(self._docs)
         whole = len(tokens) // self.length * self.length
@@ -294,8 +302,17 @@ class SequencePacker:
         rows = []
         for lo in range(0, cut, self.length):
             d = docs[lo : lo + self.length]
-            rows.append({"tokens": tokens[lo : lo + self.length], "doc_ids": d - d[0]})
+            row = {"tokens": tokens[lo : lo + self.length], "doc_ids": d - d[0]}
+            if self._origins:
+                held = self._origins[int(d[0]) - self._first : int(d[-1]) - self._first + 1]
+                for k, name in enumerate(PROVENANCE_FIELDS):
+                    row[name] = [origin[k] for origin in held]
+            rows.append(row)
         rest = slice(cut, None)
         self._tokens, self._docs = [tokens[rest]], [docs[rest]]
         self._pending = len(tokens) - cut
+        if self._origins:  # keep the documents the next row starts with
+            first = int(docs[cut]) if cut < len(docs) else self._doc
+            del self._origins[: first - self._first]
+            self._first = first
         return rows

@@ -247,3 +247,52 @@ def test_cache_waits_for_missing_parts_then_times_out(make_dataset, tmp_path):
 def test_block_shuffle_uses_the_reader_shards(make_dataset):
     got = ids(Pipeline(make_dataset(12, shards=[3, 3, 3, 3]), shuffle="block").iterate(ctx(seed=4)))
     assert [len({i // 3 for i in got[k : k + 3]}) for k in range(0, 12, 3)] == [1, 1, 1, 1]
+
+
+# --- provenance and mixtures -----------------------------------------------------------------
+def tokens_kept(sample):
+    """tokens_of, keeping the provenance fields the packer reads."""
+    return {**tokens_of(sample), **{k: v for k, v in sample.items() if k.startswith("__")}}
+
+
+def test_provenance_is_kept_through_batching(make_dataset):
+    ds = make_dataset(30)
+    pipe = Pipeline(ds, seed=4, provenance=True).batch(4)
+    batches = list(pipe.iterate(ctx(1, 2)))
+    samples = [s for b in batches for s in b]
+    part = split_indices(30, 1, 2, seed=4)
+    assert [s["__index__"] for s in samples] == part.tolist() == [s["id"] for s in samples]
+    assert all(s["__source__"] == "memory://list" for s in samples)
+    order = epoch_order(30, 4, 0)
+    assert [s["__position__"] for s in samples] == [int(order.position_of([i])[0]) for i in part]
+
+
+def test_packed_rows_carry_their_documents_provenance(make_dataset):
+    ds = make_dataset(12)
+    pipe = Pipeline(ds, shuffle=False, provenance=True).map(tokens_kept)
+    rows = list(pipe.assemble(SequencePacker.factory(6, eos=-1)).iterate(ctx()))
+    # documents of 1..5 tokens + eos: 2, 3, 4, 5, 6, 2, 3, ... tokens
+    assert rows[0]["tokens"].tolist() == [0, -1, 0, 1, -1, 0]
+    assert rows[0]["__index__"] == [0, 1, 2] and rows[0]["__position__"] == [0, 1, 2]
+    assert rows[1]["tokens"].tolist() == [1, 2, -1, 0, 1, 2]
+    assert rows[1]["__index__"] == [2, 3] and rows[1]["doc_ids"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert rows[0]["__source__"] == ["memory://list"] * 3
+    for row in rows:
+        assert len(row["__index__"]) == int(row["doc_ids"][-1]) + 1
+
+
+def test_pipeline_reads_a_mixture_epoch_by_epoch(make_dataset):
+    import hpcio
+
+    m = hpcio.mix({"a": make_dataset(40), "b": make_dataset(4)}, {"a": 0.75, "b": 0.25}, block=8, seed=2)
+    assert len(m) == 44
+    pipe = Pipeline(m, provenance=True)
+    for epoch in (0, 1):
+        got = [s for r in range(2) for s in pipe.iterate(ctx(r, 2, epoch=epoch))]
+        assert sorted(s["__position__"] for s in got) == list(range(44))
+        by_position = sorted(got, key=lambda s: s["__position__"])
+        names, index = m.locate(np.arange(44 * epoch, 44 * (epoch + 1)))
+        assert [(s["__source__"], s["__index__"]) for s in by_position] == list(zip(names, index.tolist()))
+    with pytest.raises(ValueError, match=r"^a mixture is read in its own order, epoch by epoch: leave "
+                       r"shuffle=True \(the default\), got shuffle='block'"):
+        Pipeline(m, shuffle="block")

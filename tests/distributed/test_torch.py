@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,235 @@ def test_pipeline_dataset_splits_over_workers_and_epochs(make_dataset):
         got = sorted(int(s["id"]) for b in loader for s in b)
         expected = [split_indices(30, 1, 2, w, 2, seed=8, epoch=epoch) for w in range(2)]
         assert got == sorted(np.concatenate(expected).tolist())
+
+
+# --- mixtures, provenance and skip ranges ----------------------------------------------------
+import hpcio  # noqa: E402
+from conftest import ListReader  # noqa: E402
+from hpcio.dataset import Dataset  # noqa: E402
+
+MIX_WEIGHTS = {"web": 0.5, "code": 0.47, "math": 0.03}
+
+
+def tagged(name, n):
+    reader = ListReader(n, path=f"memory://{name}")
+    reader.samples = [{"id": i, "text": f"{name} {i}"} for i in range(n)]
+    return Dataset(reader)
+
+
+@pytest.fixture
+def mixture_sources():
+    """Two sources of 400 samples and one 20 times smaller."""
+    return {"web": tagged("web", 400), "code": tagged("code", 400), "math": tagged("math", 20)}
+
+
+def served(batches) -> list[tuple[str, int, int]]:
+    """(source, index, position) of every sample of ``batches`` (provenance on)."""
+    return [(s, int(i), int(p)) for b in batches
+            for s, i, p in zip(b["__source__"], b["__index__"], b["__position__"])]
+
+
+def run(parts, workers, batches=None):
+    """What each rank's DataLoader serves: its batches, ``batches`` of them when given."""
+    out = []
+    for p in parts:
+        loader = ht.DataLoader(p, num_workers=workers)
+        got = []
+        for k, batch in enumerate(loader):
+            got.append(batch)
+            if batches is not None and k + 1 == batches:
+                break
+        out.append(got)
+    return out
+
+
+def mixture_parts(mixture, world, cls=ht.IterableDataset, batch_size=16, **kw):
+    return [cls(mixture, batch_size=batch_size, provenance=True, context={"rank": r, "world_size": world},
+                **kw) for r in range(world)]
+
+
+def check_served(mixture, records, sources, size):
+    """``records`` are exactly the mixture's positions [0, size), each its located sample."""
+    assert sorted(p for _, _, p in records) == list(range(size))  # nothing lost, nothing twice
+    by_position = {p: (s, i) for s, i, p in records}
+    names, index = mixture.locate(np.arange(size))
+    assert [by_position[p] for p in range(size)] == list(zip(names, index.tolist()))
+
+
+@pytest.mark.parametrize("cls", [ht.IterableDataset, ht.MapDataset])
+def test_mixture_steps_are_exact_and_resume_on_three_ranks(mixture_sources, cls):
+    # 816 positions per epoch: 96 served on 2 ranks x 2 workers, then 720 = 6 x 120 on 3 x 2
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=7, epoch_size=816)
+    before = mixture_parts(m, 2, cls)
+    got = run(before, workers=2, batches=3)
+    # a step is one batch on every rank: 2 x 16 positions, one block of [16, 15, 1]
+    for step in range(3):
+        names = [s for rank in got for s in rank[step]["__source__"]]
+        assert [names.count(k) for k in ("web", "code", "math")] == [16, 15, 1]
+    first = [r for rank in got for r in served(rank)]
+    states = [p.state_dict() for p in before]
+    assert states[0] == states[1]
+    assert states[0]["position"] == 96 and states[0]["shuffle"] == "mixture"
+    assert states[0]["mixture"] == m.schedule()
+    after = mixture_parts(m, 3, cls)
+    for p in after:
+        p.load_state_dict(states[0])
+    rest = [r for rank in run(after, workers=2) for r in served(rank)]
+    check_served(m, first + rest, mixture_sources, 816)
+    for s, i, _ in first + rest:  # the sample is the source's sample at __index__
+        assert mixture_sources[s][i]["id"] == i
+    counts = {k: sum(1 for s, _, _ in first + rest if s == k) for k in MIX_WEIGHTS}
+    assert counts == m.served(816) == {"web": 409, "code": 381, "math": 26}  # math up-sampled
+    assert after[0].state_dict()["epoch"] == 1
+
+
+def test_mixture_epoch_two_reads_the_next_stretch_of_the_stream(mixture_sources):
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=7, epoch_size=64)
+    it = ht.IterableDataset(m, batch_size=16, provenance=True, epoch=2, collate_fn=list)
+    got = [s for b in it for s in b]
+    assert [s["__position__"] for s in got] == list(range(64))
+    names, index = m.locate(np.arange(128, 192))
+    assert [(s["__source__"], s["__index__"]) for s in got] == list(zip(names, index.tolist()))
+    assert [s["text"] for s in got] == [f"{k} {i}" for k, i in zip(names, index.tolist())]
+
+
+def test_mixture_reweighted_mid_epoch_serves_each_position_once(mixture_sources):
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=7, epoch_size=816)
+    before = mixture_parts(m, 2)
+    first = [r for rank in run(before, workers=2, batches=3) for r in served(rank)]
+    state = before[0].state_dict()
+    reweighted = m.with_weights({"web": 0.25, "code": 0.25, "math": 0.5}, at=128)
+    after = mixture_parts(reweighted, 3, batch_size=10)  # another batch size too
+    for p in after:
+        p.load_state_dict(state)
+    rest = [r for rank in run(after, workers=2) for r in served(rank)]
+    check_served(reweighted, first + rest, mixture_sources, 816)
+    counts = {k: sum(1 for s, _, _ in first + rest if s == k) for k in MIX_WEIGHTS}
+    assert counts == reweighted.served(816) == {"web": 237, "code": 232, "math": 347}
+    assert after[0].state_dict()["mixture"]["segments"][1] == {
+        "at": 128, "block": 32, "weights": {"web": 0.25, "code": 0.25, "math": 0.5}}
+    # math's passes of 20 never repeat a sample: the served math draws, in position order
+    math = [i for s, i, p in sorted(first + rest, key=lambda r: r[2]) if s == "math"]
+    for lo in range(0, len(math) - 20, 20):
+        assert sorted(math[lo : lo + 20]) == list(range(20))
+
+
+def test_mixture_source_added_mid_run(mixture_sources):
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=7, epoch_size=816)
+    before = mixture_parts(m, 2)
+    first = [r for rank in run(before, workers=0, batches=3) for r in served(rank)]
+    state = before[0].state_dict()
+    books = tagged("books", 50)
+    grown = m.with_weights({**MIX_WEIGHTS, "books": 0.25}, at=96, sources={"books": books})
+    assert grown.block_counts(96) == {"web": 13, "code": 12, "math": 1, "books": 6}
+    after = mixture_parts(grown, 3)
+    for p in after:
+        p.load_state_dict(state)
+    rest = [r for rank in run(after, workers=2) for r in served(rank)]
+    check_served(grown, first + rest, {**mixture_sources, "books": books}, 816)
+    assert sum(1 for s, _, _ in rest if s == "books") == grown.served(816)["books"] == 136
+
+
+def test_mixture_resume_refuses_a_schedule_changed_before_the_position(mixture_sources):
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=7, epoch_size=816)
+    before = mixture_parts(m, 2)
+    run(before, workers=0, batches=3)
+    state = before[0].state_dict()
+    early = m.with_weights({"web": 1}, at=64)
+    with pytest.raises(ValueError, match=r"^the mixture segment at 64 is in only one of the saved state and "
+                       r"this mixture, before stream position 96; rebuild the mixture with "
+                       r"hpcio\.mixture\.from_schedule\(sources, state\['mixture'\]\), then change "
+                       r"weights at 96 or later$"):
+        mixture_parts(early, 3)[0].load_state_dict(state)
+    reweighted = hpcio.mix(mixture_sources, {"web": 1, "code": 1, "math": 1}, block=32, seed=7, epoch_size=816)
+    with pytest.raises(ValueError, match=r"^state was saved with mixture segment 0 = \{'at': 0, 'block': 32, "
+                       r"'weights': \{'web': 0\.5, 'code': 0\.47, 'math': 0\.03\}\} but this one has \{'at': 0, "
+                       r"'block': 32, 'weights': \{'web': 1\.0, 'code': 1\.0, 'math': 1\.0\}\}, before stream "
+                       r"position 96; rebuild"):
+        mixture_parts(reweighted, 3)[0].load_state_dict(state)
+    other = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32, seed=8, epoch_size=816)
+    with pytest.raises(ValueError, match=r"^state was saved with seed=7 but this dataset has seed=8; "
+                       r"resuming would read a different order$"):
+        mixture_parts(other, 3)[0].load_state_dict(state)
+    with pytest.raises(ValueError, match=r"^state was saved with shuffle='mixture' but this dataset has "
+                       r"shuffle='global'; resuming would read a different order$"):
+        ht.IterableDataset(tagged("x", 816), seed=7).load_state_dict(state)
+    rebuilt = hpcio.mixture.from_schedule(mixture_sources, state["mixture"])
+    mixture_parts(rebuilt, 3)[0].load_state_dict(state)  # the same schedule: accepted
+
+
+def test_mixture_refuses_other_shuffle_modes(mixture_sources):
+    m = hpcio.mix(mixture_sources, MIX_WEIGHTS, block=32)
+    for shuffle in (False, "global", "block"):
+        with pytest.raises(ValueError, match=re.escape(
+                "a mixture is read in its own order, epoch by epoch: leave shuffle=True (the "
+                f"default), got shuffle={shuffle!r}; to reorder its positions, pass a view such as "
+                "mixture[:]")):
+            ht.IterableDataset(m, shuffle=shuffle)
+    ht.IterableDataset(m[:], shuffle="global")  # a view is an ordinary dataset
+    with pytest.raises(ValueError, match=r"^a mixture's order is keyed by its own seed \(0, given to "
+                       r"hpcio\.mix\); leave the adapter's seed unset, got seed=3$"):
+        ht.MapDataset(m, seed=3)
+
+
+@pytest.mark.parametrize("cls", [ht.IterableDataset, ht.MapDataset])
+def test_provenance_names_the_dataset_index_and_position(make_dataset, cls):
+    ds = make_dataset(23).shuffle(seed=9)  # a view: __index__ is the view's index
+    parts = [cls(ds, batch_size=4, seed=3, provenance=True, context={"rank": r, "world_size": 2})
+             for r in range(2)]
+    records = []
+    for p, batches in zip(parts, run(parts, workers=2)):
+        for b in batches:
+            assert b["__source__"] == ["memory://list"] * len(b["id"])
+            for sample_id, index in zip(b["id"].tolist(), b["__index__"].tolist()):
+                assert ds[index]["id"] == sample_id
+        records += served(batches)
+    order = epoch_order(23, 3, 0)
+    consumers = 4 if cls is ht.IterableDataset else 2  # a MapDataset's sampler splits by rank only
+    assert sorted(p for _, _, p in records) == list(range(23 // consumers * consumers))
+    assert all(order[p] == i for _, i, p in records)
+
+
+def test_skipped_range_is_never_served_and_counts_stay_equal(make_dataset):
+    n = 40
+    ds = make_dataset(n)
+    parts = [ht.IterableDataset(ds, batch_size=4, seed=3, provenance=True, skip=[(5, 12), (30, 31)],
+                                context={"rank": r, "world_size": 2}) for r in range(2)]
+    got = [served(b) for b in run(parts, workers=2)]
+    assert [len(g) for g in got] == [16, 16]  # 32 positions left, 8 per consumer
+    positions = sorted(p for g in got for _, _, p in g)
+    assert positions == [p for p in range(n) if not (5 <= p < 12 or p == 30)]
+    order = epoch_order(n, 3, 0)
+    assert all(order[p] == i for g in got for _, i, p in g)
+    assert parts[0].state_dict()["skip"] == [[5, 12], [30, 31]]
+
+
+def test_skip_ranges_in_later_epochs_are_stream_positions(make_dataset):
+    it = ht.IterableDataset(make_dataset(10), batch_size=2, shuffle=False, provenance=True,
+                            skip=[(8, 13)], collate_fn=list)
+    assert [s["__position__"] for b in it for s in b] == list(range(8))
+    assert [s["__position__"] for b in it for s in b] == list(range(3, 10))  # epoch 1: 10..12 skipped
+    assert it.state_dict()["epoch"] == 2
+
+
+def test_skip_is_checked_on_load_and_may_grow_after_the_position(make_dataset):
+    ds = make_dataset(40)
+    first = ht.IterableDataset(ds, batch_size=4, seed=3, skip=[(30, 32)])
+    loader = ht.DataLoader(first)
+    consume(loader, 3)
+    state = first.state_dict()
+    assert state["position"] == 12 and state["skip"] == [[30, 32]]
+    with pytest.raises(ValueError, match=r"^state was saved with skip=\[\[30, 32\]\] but this dataset has "
+                       r"skip=\[\]: a skipped range cannot be read again$"):
+        ht.IterableDataset(ds, batch_size=4, seed=3).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"^skip range \[10, 14\] starts before stream position 12, where "
+                       r"the saved state stopped: a range must start at or after it$"):
+        ht.IterableDataset(ds, batch_size=4, seed=3, skip=[(10, 14), (30, 32)]).load_state_dict(state)
+    grown = ht.IterableDataset(ds, batch_size=4, seed=3, provenance=True, skip=[(12, 20), (30, 32)],
+                               collate_fn=list)
+    grown.load_state_dict(state)  # the loss-spike case: skip what follows the checkpoint
+    assert [s["__position__"] for b in grown for s in b] == list(range(20, 30)) + list(range(32, 40))
+    with pytest.raises(ValueError, match=r"^a skip range is \(start, end\) with 0 <= start <= end, got \(5, 2\)$"):
+        ht.IterableDataset(ds, skip=[(5, 2)])
+    with pytest.raises(ValueError, match=r"^skip takes \(start, end\) pairs of positions, got 7$"):
+        ht.IterableDataset(ds, skip=[7])
