@@ -20,7 +20,7 @@ from .errors import DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgume
 from .formats.base import DEFAULT_BATCH, Reader
 from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
-from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, take
+from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, at, take
 
 # A computed pass of at most this many samples is announced whole to the reader
 # (``will_read``), materialised for that once; beyond it, only its batches are.
@@ -118,7 +118,7 @@ class Dataset(Sequence):
                 )
             if i < 0:
                 i += n
-            j = i if self.indices is None else int(self.indices[i])
+            j = i if self.indices is None else at(self.indices, i)
             return self.reader.read(j, self.fields)
         return self.reader.read_many(self._positions(key), self.fields)
 

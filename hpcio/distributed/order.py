@@ -79,6 +79,10 @@ class IndexMap(abc.ABC):
     def spec(self) -> dict:
         """What defines this map, as plain values (fingerprints and resume checks)."""
 
+    def at(self, position: int) -> int:
+        """The index at one ``position`` already in ``[0, len(self))`` (``ds[i]``'s path)."""
+        return int(self.take(np.array([position], dtype=np.int64))[0])
+
     def _checked(self, key) -> np.ndarray:
         n = len(self)
         key = np.asarray(key, dtype=np.int64)
@@ -98,7 +102,7 @@ class IndexMap(abc.ABC):
                 return self.take(np.arange(start, start + count, dtype=np.int64))
             return self.take(start + step * np.arange(count, dtype=np.int64))
         if isinstance(key, (int, np.integer)):
-            return int(self.take(self._checked([int(key)]))[0])
+            return self.at(int(self._checked([int(key)])[0]))
         return self.take(self._checked(key))
 
     def __iter__(self) -> Iterator[int]:
@@ -127,6 +131,13 @@ def as_index_map(indices) -> "IndexMap | np.ndarray":
     return np.ascontiguousarray(indices, dtype=np.int64)
 
 
+def at(indices, position: int) -> int:
+    """``indices[position]`` for an array or an :class:`IndexMap` (position in range)."""
+    if isinstance(indices, IndexMap):
+        return indices.at(position)
+    return int(indices[position])
+
+
 def take(indices, positions: np.ndarray) -> np.ndarray:
     """``indices[positions]`` for an array or an :class:`IndexMap` (positions in range)."""
     if isinstance(indices, IndexMap):
@@ -146,6 +157,9 @@ class Arange(IndexMap):
     def take(self, positions):
         return self.start + self.step * np.asarray(positions, dtype=np.int64)
 
+    def at(self, position: int) -> int:
+        return self.start + self.step * int(position)
+
     def spec(self) -> dict:
         return {"order": "range", "start": self.start, "step": self.step, "length": self.length}
 
@@ -161,6 +175,9 @@ class Composed(IndexMap):
 
     def take(self, positions):
         return take(self.inner, take(self.outer, positions))
+
+    def at(self, position: int) -> int:
+        return at(self.inner, at(self.outer, position))
 
     def spec(self) -> dict:
         def part(m):
@@ -221,6 +238,9 @@ class GlobalOrder(IndexMap):
             if step == 1:
                 return self._bijection.forward_range(start, max(0, stop - start))
         return super().__getitem__(key)
+
+    def at(self, position: int) -> int:
+        return int(self._bijection.forward_range(position, 1)[0])
 
     def position_of(self, indices) -> np.ndarray:
         """The position at which each of ``indices`` is read (the inverse order)."""
