@@ -71,7 +71,8 @@ def locate(path, index: int, *, format: str | None = None) -> Location:
         reader.close()
     i = int(index)
     if not -n <= i < n:
-        raise IndexOutOfRangeError(f"sample {i} is out of range: the dataset holds {n} samples", path=path)
+        raise IndexOutOfRangeError(f"sample {i} is out of range: the dataset holds {n} samples "
+                                  f"(indexes {-n} to {n - 1})", path=path)
     i %= n
     here = place(path, module.NAME, i)
     try:

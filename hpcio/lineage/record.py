@@ -49,7 +49,7 @@ LINEAGE_VERSION = 1
 # Sources larger than this in all (bytes) are recorded by size and mtime alone: hashing
 # them would read the whole input a second time.
 DIGEST_BYTES_ENV = "HPCIO_LINEAGE_DIGEST_BYTES"
-DEFAULT_DIGEST_BYTES = 16 * 2**30
+DEFAULT_DIGEST_BYTES = 4 * 2**30
 
 
 class LineageNotFoundError(HpcioError, FileNotFoundError):
@@ -78,7 +78,7 @@ def id_runs(ids: np.ndarray) -> np.ndarray:
 
 def digest_limit() -> int:
     """Bytes of sources the converter hashes for the record: ``$HPCIO_LINEAGE_DIGEST_BYTES``
-    (0: none), else 16 GiB."""
+    (0: none), else 4 GiB."""
     text = os.environ.get(DIGEST_BYTES_ENV)
     if not text:
         return DEFAULT_DIGEST_BYTES
@@ -90,19 +90,35 @@ def digest_limit() -> int:
         return parse_bytes(text, what=f"${DIGEST_BYTES_ENV}")
 
 
+# Bytes of a source hashed at a time: read into one buffer rather than mapped, so a
+# source larger than memory leaves no more than this resident in the converting process.
+_HASH_CHUNK = 8 << 20
+
+
+def _file_digest(path: str) -> str:
+    from .._hashing import new_hash
+
+    h = new_hash()
+    buf = bytearray(_HASH_CHUNK)
+    with open(path, "rb", buffering=0) as f, memoryview(buf) as view:
+        while n := f.readinto(view):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
 def source_digest(path: str) -> str:
     """xxh3-64 of a source: of the file, or, for a directory, of the lines
     ``<relative path>\\0<xxh3 of the file>\\n`` of its files in sorted order."""
-    from .._hashing import file_digest, new_hash
+    from .._hashing import new_hash
 
     if os.path.isfile(path):
-        return file_digest(path)
+        return _file_digest(path)
     h = new_hash()
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(root, name)
-            h.update(f"{os.path.relpath(full, path)}\0{file_digest(full)}\n".encode())
+            h.update(f"{os.path.relpath(full, path)}\0{_file_digest(full)}\n".encode())
     return h.hexdigest()
 
 
