@@ -40,7 +40,8 @@ def _files(path) -> list[str]:
     path = str(path)
     if os.path.isfile(path):
         return [path]
-    return [os.path.join(path, name) for name in sorted(os.listdir(path))]
+    # the files of the dataset, not the lineage directory beside them
+    return [os.path.join(path, name) for name in sorted(os.listdir(path)) if os.path.isfile(os.path.join(path, name))]
 
 
 @pytest.fixture
