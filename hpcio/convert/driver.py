@@ -614,17 +614,18 @@ class _Job:
         from ..lineage.record import DIGEST_BYTES_ENV, LINEAGE_VERSION, digest_limit
 
         given = [self.src] if isinstance(self.src, (str, os.PathLike)) else list(self.src)
-        hashed = all(i in digests for i in range(len(sources)))
+        hashed = all(digests.get(i) is not None for i in range(len(sources)))
         return {
             "lineage_version": LINEAGE_VERSION,
             "hpcio_version": __version__,
             "format": self.fmt.NAME,
-            "inputs": [os.fspath(p) for p in given],
+            "inputs": [os.fspath(p) if isinstance(p, (str, os.PathLike)) else repr(p) for p in given],
             "sources": [{**s.to_json(), "resolved": os.path.realpath(s.path),
                          "samples": int(first_id[i + 1] - first_id[i]), "first_id": int(first_id[i]),
                          "xxh3_64": digests.get(i)} for i, s in enumerate(sources)],
             "source_digests": "xxh3_64" if hashed else (
-                f"none: the sources exceed ${DIGEST_BYTES_ENV} ({digest_limit()} bytes)"),
+                f"none: the sources exceed ${DIGEST_BYTES_ENV} ({digest_limit()} bytes)" if not digests
+                else "xxh3_64 of the sources still readable at publishing; null for the others"),
             "options": {
                 "to": self.fmt.NAME, "from_format": self.from_format,
                 "writer_options": {k: _json_value(v) for k, v in sorted(self.writer_options.items())},
@@ -647,7 +648,15 @@ def _digest_share(sources: list[Source], rank: int, size: int) -> dict:
 
     if sum(s.nbytes for s in sources) > digest_limit():
         return {}
-    return {i: source_digest(sources[i].path) for i in range(rank, len(sources), size)}
+    digests = {}
+    for i in range(rank, len(sources), size):
+        try:
+            digests[i] = source_digest(sources[i].path)
+        except OSError:
+            # The shards are written: a source gone since it was read costs its digest,
+            # not the conversion.
+            digests[i] = None
+    return digests
 
 
 def _json_value(value):
