@@ -9,7 +9,6 @@ of one sample: the place says what is known instead.
 
 from __future__ import annotations
 
-import bisect
 import os
 from dataclasses import dataclass
 
@@ -60,7 +59,8 @@ def place(path: str, format: str, index: int, reader_options: dict | None = None
 
 
 def _mds(reader, i: int) -> Place:
-    k = bisect.bisect_right(reader._cum_list, i) - 1
+    starts = np.concatenate([[0], np.cumsum(reader.shard_sizes())])
+    k = int(np.searchsorted(starts, i, side="right")) - 1
     shard = reader._shard(k)
     _lidx, starts, ends = shard.extents([i - shard.base])
     start, stop = int(starts[0]), int(ends[0])

@@ -244,6 +244,19 @@ class Lineage:
                                     f"{int(self.shard_samples[k])}", path=lineage_path(self.dataset))
         return ids
 
+    def shard_runs(self, k: int) -> list[tuple[int, int, int]]:
+        """Where shard ``k``'s samples came from, in its sample order, as runs
+        ``(source, first sample, stop)`` of consecutive samples of one source."""
+        runs = []
+        for start, stop in id_runs(self.shard_ids(k)).tolist():
+            # a run of global ids may span the end of one source and the start of the next
+            while start < stop:
+                src = int(np.searchsorted(self.first_id, start, side="right")) - 1
+                end = min(stop, int(self.first_id[src + 1]))
+                runs.append((src, start - int(self.first_id[src]), end - int(self.first_id[src])))
+                start = end
+        return runs
+
     def source_of(self, index: int) -> SourceSample:
         """The source sample that dataset sample ``index`` (in ``[0, len)``) came from."""
         k = int(np.searchsorted(self.starts, index, side="right")) - 1

@@ -143,6 +143,21 @@ def test_locate_names_the_messagepack_object(tmp_path):
         assert hpcio.open(where.source_place.file)[where.source_place.row] == dict(ds[i])
 
 
+def test_shard_runs_name_every_sample_of_a_shard(tmp_path):
+    paths = []
+    for f in range(3):
+        path = tmp_path / f"part-{f}.jsonl"
+        path.write_text("".join(json.dumps({"id": f * 20 + i}) + "\n" for i in range(20)))
+        paths.append(str(path))
+    out = tmp_path / "out"
+    hpcio.convert(paths, out, to="mds", num_shards=2, order="source", filter=drop_sevens, progress=False)
+    lineage = load_lineage(out)
+    ds = hpcio.open(out)
+    ids = [f * 20 + s for k in range(2) for f, lo, hi in lineage.shard_runs(k) for s in range(lo, hi)]
+    assert ids == [s["id"] for s in ds]
+    assert lineage.shard_runs(0)[:2] == [(0, 0, 7), (0, 8, 17)]
+
+
 def test_a_selection_is_kept_beside_the_record(jsonl, tmp_path):
     selection = np.array([80, 3, 4, 5, 41, 12, 60, 61], np.int64)
     out = tmp_path / "out"
