@@ -606,7 +606,6 @@ class _Job:
             summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
 
-
     def lineage(self, sources: list[Source], first_id: np.ndarray, plan, digests: dict) -> dict:
         """The lineage record (:mod:`hpcio.lineage.record`) but for what the shards'
         parts add at publishing: inputs, options and plan, the same at any rank count."""
