@@ -34,6 +34,7 @@ from .errors import (
     UnknownFormatError,
     UnsupportedValueError,
 )
+from .lineage import Location, locate
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
 from .tuning import tune
 
@@ -49,6 +50,8 @@ __all__ = [
     "open_writer",
     "convert",
     "stage",
+    "locate",
+    "Location",
     "tune",
     "available_formats",
     "get_format",

@@ -206,6 +206,37 @@ def test_inspect_and_verify_missing_dataset(run_hpcio, tmp_path, command):
     assert one_line_error(proc, 1) == f"hpcio: error: no such file or directory ({tmp_path / 'missing'})"
 
 
+# --- locate ---------------------------------------------------------------------------------
+def test_locate(run_hpcio, jsonl, tmp_path):
+    import json
+
+    dst = str(tmp_path / "out")
+    assert run_hpcio("convert", jsonl, dst, "--to", "mds", "--num-shards", "2", "--no-progress").returncode == 0
+    proc = run_hpcio("locate", dst, "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    where = json.loads(proc.stdout)
+    line = open(jsonl).read().splitlines()[where["source_place"]["line"] - 1]
+    assert json.loads(line) == dict(hpcio.open(dst)[1])
+
+
+def test_locate_index_out_of_range(run_hpcio, jsonl, tmp_path):
+    dst = str(tmp_path / "out")
+    assert run_hpcio("convert", jsonl, dst, "--to", "mds", "--num-shards", "2", "--no-progress").returncode == 0
+    proc = run_hpcio("locate", dst, "4")
+    assert one_line_error(proc, USAGE_ERROR) == (
+        f"hpcio: error: sample 4 is out of range: the dataset holds 4 samples (indexes -4 to 3) ({dst})")
+
+
+def test_locate_needs_an_integer_index(run_hpcio, jsonl):
+    proc = run_hpcio("locate", jsonl, "first")
+    assert usage_error(proc) == "hpcio locate: error: argument index: invalid int value: 'first'"
+
+
+def test_locate_missing_dataset(run_hpcio, tmp_path):
+    proc = run_hpcio("locate", str(tmp_path / "missing"), "0")
+    assert one_line_error(proc, 1) == f"hpcio: error: no such file or directory ({tmp_path / 'missing'})"
+
+
 # --- the library's own surfaces -------------------------------------------------------------
 def test_unknown_keyword_options_are_typed(jsonl, tmp_path):
     with pytest.raises(hpcio.OptionError, match=r"^unknown jsonl reader option 'cache_dirr'; valid options: cache_dir, validate_hashes$"):

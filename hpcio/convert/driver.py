@@ -406,7 +406,7 @@ class _Job:
             self.write(writer, bar, plan, todo, decodes_parquet=any(s.format == "parquet" for s in sources))
         finally:
             restore_pool()
-        summary = self.publish(clock, plan)
+        summary = self.publish(clock, plan, sources, measured.first_id)
         if comm.rank == 0:
             summary.update(shards_written=len(todo), shards_kept=len(kept), ranks=comm.size,
                            seconds=round(time.monotonic() - started, 3), imbalance=round(plan.imbalance(), 5))
@@ -581,16 +581,20 @@ class _Job:
             restore_cpus()
         jobstate.raise_if_stopped(self.staging, written, len(todo))
 
-    def publish(self, clock: PhaseClock, plan) -> dict | None:
+    def publish(self, clock: PhaseClock, plan, sources: list[Source], first_id: np.ndarray) -> dict | None:
         """Merge and publish the dataset on rank 0; returns its summary there (None on
-        the other ranks) with every rank's phases and peak memory."""
+        the other ranks) with every rank's phases and peak memory.  The sources are
+        hashed for the lineage record first, each rank a share."""
         comm = self.comm
+        digests = _collective(comm, lambda: _digest_share(sources, comm.rank, comm.size), root_only=False)
         comm.barrier()
         clock.lap("wait")
         summary = None
         if comm.rank == 0:
             try:
-                summary = _publish(self.fmt, self.staging, self.dst, plan.num_shards, self.writer_options, plan)
+                lineage = self.lineage(sources, first_id, plan, {i: d for share in digests for i, d in share.items()})
+                summary = _publish(self.fmt, self.staging, self.dst, plan.num_shards, self.writer_options, plan,
+                                   lineage)
             except BaseException as exc:  # noqa: BLE001
                 _fail_rank(comm, exc)
             clock.lap("merge")
@@ -601,6 +605,66 @@ class _Job:
             summary["phases"] = {name: [round(p[name], 4) for p, _rss in ranks] for name in PhaseClock.PHASES}
             summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
+
+    def lineage(self, sources: list[Source], first_id: np.ndarray, plan, digests: dict) -> dict:
+        """The lineage record (:mod:`hpcio.lineage.record`) but for what the shards'
+        parts add at publishing: inputs, options and plan, the same at any rank count."""
+        from .._version import __version__
+        from ..lineage.record import DIGEST_BYTES_ENV, LINEAGE_VERSION, digest_limit
+
+        given = [self.src] if isinstance(self.src, (str, os.PathLike)) else list(self.src)
+        hashed = all(digests.get(i) is not None for i in range(len(sources)))
+        return {
+            "lineage_version": LINEAGE_VERSION,
+            "hpcio_version": __version__,
+            "format": self.fmt.NAME,
+            "inputs": [os.fspath(p) if isinstance(p, (str, os.PathLike)) else repr(p) for p in given],
+            "sources": [{**s.to_json(), "resolved": os.path.realpath(s.path),
+                         "samples": int(first_id[i + 1] - first_id[i]), "first_id": int(first_id[i]),
+                         "xxh3_64": digests.get(i)} for i, s in enumerate(sources)],
+            "source_digests": "xxh3_64" if hashed else (
+                f"none: the sources exceed ${DIGEST_BYTES_ENV} ({digest_limit()} bytes)" if not digests
+                else "xxh3_64 of the sources still readable at publishing; null for the others"),
+            "options": {
+                "to": self.fmt.NAME, "from_format": self.from_format,
+                "writer_options": {k: _json_value(v) for k, v in sorted(self.writer_options.items())},
+                "reader_options": {k: _json_value(v) for k, v in sorted((self.reader_options or {}).items())},
+                "shard_size": self.shard_size, "num_shards": self.num_shards, "shards_multiple_of": self.multiple,
+                "fields": self.fields, "map": _spec_name(self.map_spec), "filter": _spec_name(self.filter_spec),
+                "skip": self.skip, "take": self.take, "selection": self.selection is not None,
+                "order": self.order, "seed": self.seed, "skip_bad": self.skip_bad,
+            },
+            "plan": {"plan_version": PLAN_VERSION, "order": plan.order, "seed": plan.seed,
+                     "num_samples": plan.num_samples, "first": plan.first, "selection": None,
+                     "bounds": plan.bounds.tolist()},
+        }
+
+
+def _digest_share(sources: list[Source], rank: int, size: int) -> dict:
+    """xxh3-64 of this rank's share of the sources, for the lineage record; none when
+    the sources together exceed the digest limit (:func:`hpcio.lineage.record.digest_limit`)."""
+    from ..lineage.record import digest_limit, source_digest
+
+    if sum(s.nbytes for s in sources) > digest_limit():
+        return {}
+    digests = {}
+    for i in range(rank, len(sources), size):
+        try:
+            digests[i] = source_digest(sources[i].path)
+        except OSError:
+            # The shards are written: a source gone since it was read costs its digest,
+            # not the conversion.
+            digests[i] = None
+    return digests
+
+
+def _json_value(value):
+    """``value`` as the lineage record stores it: itself when JSON holds it, else its repr."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _plan_file(staging: str) -> str:
@@ -624,9 +688,12 @@ def _empty_except(directory: str, keep: str) -> None:
             os.remove(path)
 
 
-def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan) -> dict:
-    """Merge the shards' index parts, write the bad-sample report and rename the staging
-    directory to ``dst``; returns the summary of what was written."""
+def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan, lineage: dict) -> dict:
+    """Merge the shards' index parts, write the bad-sample report and the lineage record
+    (``lineage`` completed with each shard's sample count and the ids it left out), and
+    rename the staging directory to ``dst``; returns the summary of what was written."""
+    from ..lineage.record import write_lineage
+
     parts = []
     for k in range(shards):
         part = load_part(staging, k)
@@ -637,6 +704,11 @@ def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan) -> dict
     bad = [rec for p in parts for rec in p["bad"]]
     report = write_report(dst, bad)
     shutil.rmtree(state_dir(staging))
+    # Runs of consecutive ids per shard; a run may end where the next shard's begins.
+    dropped = np.array([run for p in parts for run in p.get("dropped", [])], np.int64).reshape(-1, 2)
+    dropped = dropped[np.argsort(dropped[:, 0], kind="stable")]
+    write_lineage(staging, {**lineage, "shards": {"samples": [p["samples"] for p in parts]}},
+                  dropped, plan.selection)
     fsync_dir(staging)
     if os.path.isdir(dst):
         os.rmdir(dst)  # an empty directory made by the user for the output

@@ -1,6 +1,6 @@
 """Parcels between ranks: the samples (or encoded records) each rank read for the others.
 
-A parcel is ``{shard: {"samples" | "records", "filtered", "bad"}}``, the part of one
+A parcel is ``{shard: {"samples" | "records", "filtered", "dropped", "bad"}}``, the part of one
 round that one rank read for the owner of those shards.
 """
 

@@ -167,7 +167,7 @@ class ShardWriter:
         """Collective: every rank calls it with the same round (``number`` counts the
         rounds from 0)."""
         share, owner = self.round_share(comm, round_shards, plan)
-        parcels = [{k: {"samples": [], "filtered": 0, "bad": []} for k in round_shards if owner[k] == r}
+        parcels = [{k: {"samples": [], "filtered": 0, "dropped": [], "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
         encoded = self.encodes and comm.size > 1
         run_bytes = sum(int(plan.shard_bytes[k]) for k in round_shards) / (comm.size * len(round_shards))
@@ -263,7 +263,7 @@ class ShardWriter:
                 os.makedirs(tmpdir)
         # After this every owner has made its shards' directories.
         shares = comm.allgather({k: (np.fromiter(map(len, part["records"]), np.int64, len(part["records"])),
-                                     part["filtered"], part["bad"]) for k, part in mine.items()})
+                                     part["filtered"], part["bad"], part["dropped"]) for k, part in mine.items()})
         self.clock.lap("exchange")
         placed = {}  # shard -> (file, head, index part, where this rank's records start)
         for k in round_shards:
@@ -295,7 +295,8 @@ class ShardWriter:
             start_writeback(path)
         return [(k, _shard_part(k, sum(len(share[k][0]) for share in shares), sum(share[k][1] for share in shares),
                                 [item for share in shares for item in share[k][2]],
-                                placed[k][2] if k in placed else None))
+                                placed[k][2] if k in placed else None,
+                                [gid for share in shares for gid in share[k][3]]))
                 for k in round_shards if owner[k] == comm.rank]
 
     def read_runs(self, gids, shard_of, blocks, portable: bool = False, run_bytes: int = 0) -> Iterator[Piece]:
@@ -335,6 +336,7 @@ class ShardWriter:
                     stage = "filter"
                     if sample is None or (self.filter_fn is not None and not self.filter_fn(sample)):
                         parcel["filtered"] += 1
+                        parcel["dropped"].append(gid)
                         continue
                 except Exception as exc:
                     parcel["bad"].append(self._bad(exc, gid, stage, shard))
@@ -354,6 +356,7 @@ class ShardWriter:
         os.makedirs(tmpdir)
         bad = [item for parcel in parcels for item in parcel["bad"]]
         filtered = sum(parcel["filtered"] for parcel in parcels)
+        dropped = [gid for parcel in parcels for gid in parcel["dropped"]]
         written = 0
         writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards,
                                  **self.writer_options, **fixed)
@@ -376,7 +379,7 @@ class ShardWriter:
                         continue
                     written += 1
         start_writeback_files(tmpdir)
-        return shard, _shard_part(shard, written, filtered, bad, writer.index_part())
+        return shard, _shard_part(shard, written, filtered, bad, writer.index_part(), dropped)
 
     def publish_shard(self, shard: int, part: dict) -> None:
         """Make the files :meth:`write_shard` left durable, move them into the staging
@@ -388,12 +391,19 @@ class ShardWriter:
         write_json_atomic(part_path(self.staging, shard), part)
 
 
-def _shard_part(shard: int, samples: int, filtered: int, bad: list, index: dict | None) -> dict:
+def _shard_part(shard: int, samples: int, filtered: int, bad: list, index: dict | None,
+                dropped: list[int]) -> dict:
     """The part of a written shard, still without its files: ``bad`` holds the ``(global
-    id, BadSample)`` of its failed samples, reported in the shard's sample order."""
+    id, BadSample)`` of its failed samples, reported in the shard's sample order;
+    ``dropped`` the global ids its filter or map left out.  The part keeps every id the
+    shard did not write, as runs (:func:`hpcio.lineage.record.id_runs`), so the lineage
+    record can tell which planned sample each written one is."""
+    from ..lineage.record import id_runs
+
     bad = sorted(bad, key=lambda item: item[0])
+    missing = np.asarray(sorted([*dropped, *(gid for gid, _rec in bad)]), dtype=np.int64)
     return {"shard": shard, "samples": samples, "filtered": filtered, "bad": [rec.to_json() for _gid, rec in bad],
-            "index": index}
+            "index": index, "dropped": id_runs(missing).tolist()}
 
 
 def _shard_tmpdir(staging: str, shard: int) -> str:

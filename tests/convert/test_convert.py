@@ -35,7 +35,7 @@ def test_round_trip_every_sample_once(sources, tmp_path):
     for i in (0, 77, 359):
         assert got[i] == _expected(i)
     assert not os.path.exists(staging_path(out))
-    assert sorted(os.listdir(out)) == ["index.json"] + [f"part-{k:05d}.lines" for k in range(summary["num_shards"])]
+    assert sorted(os.listdir(out)) == [".hpcio", "index.json"] + [f"part-{k:05d}.lines" for k in range(summary["num_shards"])]
 
 
 def test_same_seed_same_bytes_other_seed_other_layout(sources, tmp_path):

@@ -200,7 +200,7 @@ def test_webdataset_output_reads_in_webdataset(converted, tmp_path):
     assert sorted(r[:3] for r in rows) == _expected_rows()
     keys = [r[3] for r in rows]
     assert len(set(keys)) == N and keys[0] == "000000-000000000"
-    assert sorted(os.listdir(out)) == ["hashes.json"] + [f"shard-{k:06d}.tar" for k in range(summary["num_shards"])]
+    assert sorted(os.listdir(out)) == [".hpcio", "hashes.json"] + [f"shard-{k:06d}.tar" for k in range(summary["num_shards"])]
 
 
 def test_zarr_output_reads_in_zarr(converted, tmp_path):
@@ -239,7 +239,7 @@ def test_hdf5_output_reads_in_h5py(converted, tmp_path):
         "print(json.dumps(rows))\n"
     )
     assert sorted(_run_reader(code, out, tmp_path)) == _expected_rows()
-    assert sorted(os.listdir(out)) == [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
+    assert sorted(os.listdir(out)) == [".hpcio"] + [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
 
 
 @pytest.mark.parametrize(("to", "where"), [("zarr", "part-00001"), ("hdf5", "shard-000001.h5")])
