@@ -12,6 +12,7 @@ from hpcio import demo
 from hpcio.bench import pagecache
 from hpcio.bench.limits import dataset_files
 from hpcio.bench.tier import EmulatedTier
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import TierEmulatorError
 
 fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="this machine has no /dev/fuse")
@@ -489,7 +490,7 @@ def test_a_shuffled_pass_through_fuse_reads_batches_ahead_each_byte_once(tmp_pat
     once."""
     _batch_prefetches_only(monkeypatch)
     blobs = _written_blobs(tmp_path / "src" / "d", count=400)
-    order = np.random.default_rng(2).permutation(len(blobs))
+    order = GlobalOrder(len(blobs), seed=2).tolist()
     with EmulatedTier(tmp_path / "src", latency_us=100, bandwidth=0, threads=8) as tier:
         files = dataset_files(tier.path("d"))
         pagecache.evict(files)
