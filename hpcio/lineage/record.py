@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CorruptShardError, HpcioError
+from ..errors import CorruptShardError, LineageNotFoundError
 
 __all__ = [
     "LINEAGE_DIR",
@@ -42,7 +42,6 @@ __all__ = [
     "ZARR_META",
     "ZARR_ATTR",
     "DIGEST_BYTES_ENV",
-    "LineageNotFoundError",
     "Lineage",
     "id_runs",
     "load_lineage",
@@ -62,10 +61,6 @@ ZARR_ATTR = "hpcio"
 # them would read the whole input a second time.
 DIGEST_BYTES_ENV = "HPCIO_LINEAGE_DIGEST_BYTES"
 DEFAULT_DIGEST_BYTES = 4 * 2**30
-
-
-class LineageNotFoundError(HpcioError, FileNotFoundError):
-    """A dataset without a lineage record (not converted by hpcio, or before it kept one)."""
 
 
 def lineage_path(dataset: str) -> str:

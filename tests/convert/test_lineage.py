@@ -13,7 +13,7 @@ from convert_helpers import run_command, tree_bytes
 
 import hpcio
 from hpcio.convert.resume import staging_path
-from hpcio.lineage import LineageNotFoundError, load_lineage
+from hpcio.lineage import load_lineage
 
 N = 90
 
@@ -290,9 +290,11 @@ def test_a_dataset_without_lineage(tmp_path):
     with hpcio.open_writer(out, format="mds") as w:
         for i in range(5):
             w.write({"id": i})
-    with pytest.raises(LineageNotFoundError) as info:
+    with pytest.raises(hpcio.LineageNotFoundError) as info:
         load_lineage(out)
     assert str(info.value) == f"{NO_LINEAGE} ({out})"
+    assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, hpcio.HpcioError)
+    assert hpcio.lineage.LineageNotFoundError is hpcio.LineageNotFoundError
     where = hpcio.locate(out, 2)
     assert where.source is None and where.note == f"{NO_LINEAGE} ({out})"
     assert where.place.file.endswith(".mds") and where.place.start < where.place.stop
