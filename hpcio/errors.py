@@ -49,6 +49,7 @@ __all__ = [
     "OptionError",
     "ByteSizeError",
     "ConversionInterrupted",
+    "LineageNotFoundError",
     "InvalidArgumentError",
     "KeyNotFoundError",
     "WrongTypeError",
@@ -238,6 +239,11 @@ class BadSampleError(HpcioError, ValueError):
             f"bad sample, conversion stopped ({bad.describe()}); "
             "pass --skip-bad to leave such samples out and list them in a report"
         )
+
+
+class LineageNotFoundError(HpcioError, FileNotFoundError):
+    """A dataset without a lineage record (not converted by hpcio, or before it kept
+    one), or a record whose sidecar is missing."""
 
 
 # --- MPI ------------------------------------------------------------------------------

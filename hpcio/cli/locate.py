@@ -15,7 +15,8 @@ Formats that store samples in compressed chunks (Zarr, HDF5) or by column (Parqu
 what is known instead of a byte range.
 
 For a dataset `hpcio convert` wrote, also print the source the sample came from, read
-from the lineage record DATASET/.hpcio/lineage.json: the source file and the 1-based
+from the lineage record DATASET/.hpcio/lineage.json (in a Zarr store, the attributes
+of the group DATASET/.hpcio): the source file and the 1-based
 line (JSON Lines, counted as a text editor counts, blank lines included), the 0-based
 row (Parquet) or object (MessagePack) within the file, or the tar members.
 

@@ -6,8 +6,9 @@
 * :mod:`.location` — :func:`locate`, both put together (``hpcio locate``).
 """
 
+from ..errors import LineageNotFoundError
 from .location import Location, locate
 from .places import Place
-from .record import Lineage, LineageNotFoundError, load_lineage
+from .record import Lineage, load_lineage
 
 __all__ = ["Location", "Place", "locate", "Lineage", "LineageNotFoundError", "load_lineage"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import IndexOutOfRangeError
+from ..errors import IndexOutOfRangeError, LineageNotFoundError
 from .places import Place, place
-from .record import LineageNotFoundError, load_lineage
+from .record import load_lineage
 
 __all__ = ["Location", "locate"]
 

@@ -2,8 +2,15 @@
 
 ``hpcio convert`` writes, beside the dataset it publishes, ``.hpcio/lineage.json`` (and
 up to two binary sidecars in the same directory).  Peer readers look only at their own
-index (``index.json``, the tar or JINX files, the Zarr or HDF5 metadata), and a hidden
-directory is none of those; ``hpcio stage`` copies it with the rest.
+index (``index.json``, the tar or JINX files, the HDF5 metadata), and a hidden directory
+is none of those; ``hpcio stage`` copies it with the rest.
+
+zarr-python is the exception: listing a group's members opens every entry of its
+directory and warns about each one that is not a Zarr node.  In a Zarr store ``.hpcio``
+is therefore a Zarr group of its own: the record is its ``hpcio`` attribute
+(``{"lineage": record}``) and each sidecar an uncompressed int64 array of one chunk,
+whose chunk file holds exactly the bytes the sidecar file would.  The root's
+``zarr.json`` stays small, since every open of the store reads it.
 
 The record stores the plan's compact description rather than a position per sample: the
 sources in order with their sample counts, the selection (``first`` and ``num_samples``,
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CorruptShardError, HpcioError
+from ..errors import CorruptShardError, LineageNotFoundError
 
 __all__ = [
     "LINEAGE_DIR",
@@ -32,8 +39,9 @@ __all__ = [
     "DROPPED_NAME",
     "SELECTION_NAME",
     "LINEAGE_VERSION",
+    "ZARR_META",
+    "ZARR_ATTR",
     "DIGEST_BYTES_ENV",
-    "LineageNotFoundError",
     "Lineage",
     "id_runs",
     "load_lineage",
@@ -46,19 +54,21 @@ LINEAGE_NAME = "lineage.json"
 DROPPED_NAME = "lineage-dropped.i64"
 SELECTION_NAME = "lineage-selection.i64"
 LINEAGE_VERSION = 1
+# A Zarr store's lineage: the group ``.hpcio`` (``zarr.json``, attribute "hpcio").
+ZARR_META = "zarr.json"
+ZARR_ATTR = "hpcio"
 # Sources larger than this in all (bytes) are recorded by size and mtime alone: hashing
 # them would read the whole input a second time.
 DIGEST_BYTES_ENV = "HPCIO_LINEAGE_DIGEST_BYTES"
 DEFAULT_DIGEST_BYTES = 4 * 2**30
 
 
-class LineageNotFoundError(HpcioError, FileNotFoundError):
-    """A dataset without a lineage record (not converted by hpcio, or before it kept one)."""
-
-
 def lineage_path(dataset: str) -> str:
-    """Where the lineage record of the dataset at ``dataset`` lives."""
-    return os.path.join(os.fspath(dataset), LINEAGE_DIR, LINEAGE_NAME)
+    """Where the lineage record of the dataset at ``dataset`` lives: ``.hpcio/zarr.json``
+    in a Zarr store that has one, else ``.hpcio/lineage.json``."""
+    state = os.path.join(os.fspath(dataset), LINEAGE_DIR)
+    zarr_meta = os.path.join(state, ZARR_META)
+    return zarr_meta if os.path.isfile(zarr_meta) else os.path.join(state, LINEAGE_NAME)
 
 
 def id_runs(ids: np.ndarray) -> np.ndarray:
@@ -132,27 +142,58 @@ def _array_digest(data: np.ndarray) -> str:
 
 def write_lineage(directory: str, record: dict, dropped: np.ndarray, selection: np.ndarray | None) -> None:
     """Write the record and its sidecars into ``directory/.hpcio`` (a staging directory
-    about to be renamed into place, so no reader sees them half-written).
+    about to be renamed into place, so no reader sees them half-written); as a Zarr group
+    when ``directory`` is a Zarr store (its root holds ``zarr.json``).
 
     ``dropped`` holds the (start, stop) runs of the global ids the shards did not write;
     ``selection`` the selected ids, when the conversion was given a selection."""
     from ..convert.resume import write_json_atomic
 
     state = os.path.join(directory, LINEAGE_DIR)
-    os.makedirs(state, exist_ok=True)
+    group = _zarr_group(state) if os.path.isfile(os.path.join(directory, ZARR_META)) else None
+    if group is None:
+        os.makedirs(state, exist_ok=True)
+
+    def put(name: str, data: np.ndarray) -> str:
+        if group is None:
+            _write_array(os.path.join(state, name), data)
+            return name
+        return _write_zarr_array(group, name.removesuffix(".i64"), data)
+
     record = dict(record)
     dropped = np.ascontiguousarray(dropped, dtype="<i8").reshape(-1, 2)
-    record["dropped"] = {"file": DROPPED_NAME if len(dropped) else None, "runs": len(dropped),
+    record["dropped"] = {"file": put(DROPPED_NAME, dropped) if len(dropped) else None, "runs": len(dropped),
                          "samples": int((dropped[:, 1] - dropped[:, 0]).sum()),
                          "xxh3_64": _array_digest(dropped) if len(dropped) else None}
-    if len(dropped):
-        _write_array(os.path.join(state, DROPPED_NAME), dropped)
     if selection is not None:
         selection = np.ascontiguousarray(selection, dtype="<i8")
-        _write_array(os.path.join(state, SELECTION_NAME), selection)
-        record["plan"] = {**record["plan"], "selection": {"file": SELECTION_NAME, "count": len(selection),
+        record["plan"] = {**record["plan"], "selection": {"file": put(SELECTION_NAME, selection),
+                                                          "count": len(selection),
                                                           "xxh3_64": _array_digest(selection)}}
-    write_json_atomic(os.path.join(state, LINEAGE_NAME), record)
+    if group is None:
+        write_json_atomic(os.path.join(state, LINEAGE_NAME), record)
+    else:
+        group.attrs[ZARR_ATTR] = {"lineage": record}
+
+
+def _zarr_group(state: str):
+    from ..formats.zarr import _zarr
+
+    return _zarr().open_group(state, mode="w-")
+
+
+def _write_zarr_array(group, name: str, data: np.ndarray) -> str:
+    """Store ``data`` as the array ``name`` of ``group`` in a single uncompressed chunk;
+    returns the chunk file's path relative to the group, which holds the int64 values
+    exactly as :func:`_write_array` writes them."""
+    from zarr.codecs import BytesCodec
+
+    arr = group.create_array(name, shape=data.shape, dtype="int64", chunks=tuple(max(1, n) for n in data.shape),
+                             serializer=BytesCodec(endian="little"), compressors=None, filters=None,
+                             fill_value=0, config={"write_empty_chunks": True})
+    if data.size:
+        arr[...] = data
+    return f"{name}/{arr.metadata.encode_chunk_key((0,) * data.ndim)}"
 
 
 def _write_array(path: str, data: np.ndarray) -> None:
@@ -221,6 +262,8 @@ class Lineage:
         return self._dropped
 
     def _array(self, name: str, count: int) -> np.ndarray:
+        if not count:
+            return np.zeros(0, np.int64)
         path = os.path.join(self.state, name)
         try:
             size = os.path.getsize(path)
@@ -229,7 +272,7 @@ class Lineage:
         if size != 8 * count:
             raise CorruptShardError(f"the lineage sidecar holds {size} bytes, the record says {8 * count} "
                                     f"({count} int64)", path=path)
-        return np.memmap(path, dtype="<i8", mode="r") if count else np.zeros(0, np.int64)
+        return np.memmap(path, dtype="<i8", mode="r")
 
     def shard_ids(self, k: int) -> np.ndarray:
         """The global ids shard ``k`` holds, in its sample order (ascending)."""
@@ -280,5 +323,11 @@ def load_lineage(dataset) -> Lineage:
             path=dataset) from None
     except ValueError as exc:
         raise CorruptShardError(f"unreadable lineage record: {exc}", path=path) from None
+    if os.path.basename(path) == ZARR_META:
+        attrs = record.get("attributes") if isinstance(record, dict) else None
+        record = attrs.get(ZARR_ATTR) if isinstance(attrs, dict) else None
+        record = record.get("lineage") if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            raise CorruptShardError(f"the group {LINEAGE_DIR} has no {ZARR_ATTR}.lineage attribute",
+                                    path=path)
     return Lineage(dataset, record)
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from convert_helpers import run_command, tree_bytes
 
 import hpcio
 from hpcio.convert.resume import staging_path
-from hpcio.lineage import LineageNotFoundError, load_lineage
+from hpcio.lineage import load_lineage
 
 N = 90
 
@@ -239,6 +240,35 @@ def test_staging_carries_the_record(jsonl, tmp_path):
     assert hpcio.locate(tmp_path / "staged", 3).source_place == hpcio.locate(out, 3).source_place
 
 
+def test_a_zarr_store_lists_its_members_without_warnings(jsonl, tmp_path):
+    """zarr-python warns about every entry of a group's directory that is not a Zarr node:
+    in a Zarr store the record is the group ``.hpcio``, its sidecars arrays."""
+    zarr = pytest.importorskip("zarr")
+    out = tmp_path / "out"
+    selection = np.array([80, 3, 4, 5, 41, 12, 60, 61, 17, 27], np.int64)
+    hpcio.convert(jsonl, out, to="zarr", num_shards=3, filter=drop_sevens, selection=selection,
+                  progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        root = zarr.open_group(out, mode="r")
+        assert sorted(root.keys()) == [".hpcio", "part-00000", "part-00001", "part-00002"]
+        assert sorted(name for name, _ in root.members(max_depth=None) if name.startswith(".hpcio")) == [
+            ".hpcio", ".hpcio/lineage-dropped", ".hpcio/lineage-selection"]
+        assert [name for name, _ in root.arrays()] == []
+        lineage = root[".hpcio"]
+        assert lineage.attrs["hpcio"]["lineage"]["format"] == "zarr"
+        assert lineage["lineage-selection"][:].tolist() == selection.tolist()
+        assert lineage["lineage-dropped"][:].tolist() == [[17, 18], [27, 28]]
+    assert sorted(os.listdir(out / ".hpcio")) == ["lineage-dropped", "lineage-selection", "zarr.json"]
+    ds = _check_jsonl_lines(out, jsonl)
+    assert sorted(s["id"] for s in ds) == sorted(set(selection.tolist()) - {17, 27})
+    proc = run_command("verify", [out])
+    assert proc.returncode == 0, proc.stderr
+    hpcio.stage(str(out), str(tmp_path / "staged"))
+    assert tree_bytes(tmp_path / "staged" / ".hpcio") == tree_bytes(out / ".hpcio")
+    assert hpcio.locate(tmp_path / "staged", 3).source_place == hpcio.locate(out, 3).source_place
+
+
 def test_index_out_of_range(jsonl, tmp_path):
     out = tmp_path / "out"
     hpcio.convert(jsonl, out, to="mds", num_shards=2, progress=False)
@@ -260,9 +290,11 @@ def test_a_dataset_without_lineage(tmp_path):
     with hpcio.open_writer(out, format="mds") as w:
         for i in range(5):
             w.write({"id": i})
-    with pytest.raises(LineageNotFoundError) as info:
+    with pytest.raises(hpcio.LineageNotFoundError) as info:
         load_lineage(out)
     assert str(info.value) == f"{NO_LINEAGE} ({out})"
+    assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, hpcio.HpcioError)
+    assert hpcio.lineage.LineageNotFoundError is hpcio.LineageNotFoundError
     where = hpcio.locate(out, 2)
     assert where.source is None and where.note == f"{NO_LINEAGE} ({out})"
     assert where.place.file.endswith(".mds") and where.place.start < where.place.stop
