@@ -25,6 +25,7 @@ from ...units import parse_bytes
 from .. import base
 from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
 from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
+from .compact_index import COMPACT_NAME, _write as _write_compact
 from .index import INDEX_NAME, NAME
 from .layout import _FIXED_KINDS, _Layout
 
@@ -337,6 +338,8 @@ class Writer(base.Writer):
             with open(tmp, "w") as f:
                 json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
             os.replace(tmp, index)
+            self._written.append(os.path.join(self.path, COMPACT_NAME))
+            _write_compact(self.path, self._shards)
             self._closed = True
 
     def index_part(self) -> dict | None:
@@ -354,15 +357,18 @@ class Writer(base.Writer):
 
 def merge_index(directory, parts, **options) -> None:
     """Write ``index.json`` of ``directory`` from shard entries in shard order (the
-    sharded-writing hook of :mod:`hpcio.formats.base`), atomically; shards that received
+    sharded-writing hook of :mod:`hpcio.formats.base`), atomically, then its compact
+    form ``index.hpcio`` (:mod:`hpcio.formats.mds.compact_index`); shards that received
     no sample (None) are left out."""
     index = os.path.join(os.fspath(directory), INDEX_NAME)
     tmp = index + ".tmp"
+    entries = [p for p in parts if p is not None]
     with open(tmp, "w") as f:
-        json.dump({"version": 2, "shards": [p for p in parts if p is not None]}, f, sort_keys=True)
+        json.dump({"version": 2, "shards": entries}, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, index)
+    _write_compact(os.fspath(directory), entries, durable=True)
 
 
 def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,
