@@ -301,3 +301,14 @@ def test_building_it_checks_the_shard_files(small):
     with pytest.raises(TruncatedShardError, match=re.escape(f"({victim}, byte offset")):
         mds.write_compact_index(small)
     assert not (small / "index.hpcio").exists()
+
+
+def test_the_index_command(tmp_path):
+    from hpcio.cli import main as cli_main
+
+    copy = tmp_path / "ds"
+    shutil.copytree(os.path.join(FIXTURES, "streaming-none"), copy)
+    assert cli_main.main(["index", str(copy)]) == 0
+    with mds.Reader(copy) as reader:
+        assert reader.compact
+    assert cli_main.main(["index", str(tmp_path)]) == 1  # not a dataset: one line, status 1
