@@ -138,10 +138,12 @@ def _encode(entries: list, index_bytes: int, index_digest: int) -> bytes:
     return head[:_DIGEST_AT] + struct.pack("<Q", h.intdigest()) + body
 
 
-def _write(directory: str, entries: list, durable: bool = False) -> str:
-    """Write ``index.hpcio`` of ``directory`` from the shard ``entries`` its index.json
-    (already written) holds, atomically; returns its path."""
-    index_path = os.path.join(directory, INDEX_NAME)
+def _write(directory: str, entries: list, durable: bool = False, index_file: str | None = None) -> str:
+    """Write ``index.hpcio`` of ``directory`` from the shard ``entries`` that the
+    index.json in ``index_file`` (default: the dataset's own) holds, atomically; returns
+    its path.  Writers name the index.json they are about to publish, so that a dataset
+    becomes visible, with both files, when index.json is renamed into place."""
+    index_path = index_file or os.path.join(directory, INDEX_NAME)
     fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
@@ -245,14 +247,6 @@ class _CompactIndex(Sequence):
                       f"({int(self.raw_bytes[k])}, {int(self.file_bytes[k])})")
         return info
 
-    def close(self) -> None:
-        self._infos.clear()
-        self.cum = self.raw_bytes = self.file_bytes = self._entry_end = self._config_ids = self._u8 = None
-        try:
-            self._map.close()
-        except BufferError:  # a view handed out still holds it: it closes with that view
-            pass
-
 
 def _load_compact(directory: str) -> _CompactIndex | None:
     """The dataset's compact index, or None when it has none, or one made from another
@@ -300,11 +294,9 @@ def _load_compact(directory: str) -> _CompactIndex | None:
         mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
     finally:
         os.close(fd)
-    try:
-        sections, configs = _sections(path, mapped, k, c, e)
-    except BaseException:
-        mapped.close()
-        raise
+    # on a damaged file the mapping is left to the garbage collector: views of it may
+    # still be held by the error's traceback
+    sections, configs = _sections(path, mapped, k, c, e)
     return _CompactIndex(path, mapped, k, sections, configs)
 
 
@@ -328,15 +320,15 @@ def _sections(path: str, mapped: mmap.mmap, k: int, c: int, e: int) -> tuple[dic
     at = _HEADER.size
 
     def array(dtype: str, count: int):
+        """The next ``count`` values of type ``dtype`` and their offset."""
         nonlocal at
         view = np.frombuffer(mapped, dtype, count, at)
-        start = at
         at += view.nbytes
-        return view, start
+        return view, at - view.nbytes
 
     cum, cum_at = array("<u8", k + 1)
     raw_bytes, raw_at = array("<u8", k)
-    file_bytes, file_at = array("<u8", k)
+    file_bytes, _ = array("<u8", k)
     entry_end, end_at = array("<u8", k)
     config_ids, ids_at = array("<u4", k)
     at += _pad8(4 * k)
@@ -345,7 +337,7 @@ def _sections(path: str, mapped: mmap.mmap, k: int, c: int, e: int) -> tuple[dic
 
     def first_bad(mask, start: int, width: int, detail: str):
         j = int(np.argmax(mask))
-        raise CorruptShardError(f"{detail} (entry {j})", path=path, offset=start + width * j)
+        raise CorruptShardError(f"{detail} at element {j}", path=path, offset=start + width * j)
 
     if cum[0] != 0:
         raise CorruptShardError(f"the count table starts at {int(cum[0])}, not 0", path=path, offset=cum_at)
@@ -361,11 +353,12 @@ def _sections(path: str, mapped: mmap.mmap, k: int, c: int, e: int) -> tuple[dic
         short = 8 + 4 * counts.astype(np.uint64) > raw_bytes
         if short.any():
             first_bad(short, raw_at, 8, "a shard is too small for its sample count")
-        if (np.diff(entry_end.astype(np.int64), prepend=0) <= 0).any() or entry_end[-1] != e:
-            bad = np.diff(entry_end.astype(np.int64), prepend=0) <= 0
-            if not bad.any():
-                bad = np.arange(k) == k - 1
-            first_bad(bad, end_at, 8, f"the entry ends do not rise to the entries' {e} bytes")
+        rises = np.diff(entry_end.astype(np.int64), prepend=0) > 0
+        if not rises.all():
+            first_bad(~rises, end_at, 8, "the entry ends do not rise")
+        if entry_end[-1] != e:
+            raise CorruptShardError(f"the last entry ends at {int(entry_end[-1])}; the entries are {e} bytes",
+                                    path=path, offset=end_at + 8 * (k - 1))
     elif e:
         raise CorruptShardError(f"no shards but {e} bytes of entries", path=path, offset=48)
     try:
@@ -379,7 +372,6 @@ def _sections(path: str, mapped: mmap.mmap, k: int, c: int, e: int) -> tuple[dic
         first_bad(config_ids >= len(configs), ids_at, 4, f"a configuration number is not below {len(configs)}")
     for j, config in enumerate(configs):
         _check_config(j, config, path, configs_at)
-    del file_at
     return {"cum": cum, "raw_bytes": raw_bytes, "file_bytes": file_bytes, "entry_end": entry_end,
             "config_ids": config_ids, "entries_at": entries_at}, configs
 

@@ -337,9 +337,9 @@ class Writer(base.Writer):
             self._written.append(tmp)
             with open(tmp, "w") as f:
                 json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
-            os.replace(tmp, index)
             self._written.append(os.path.join(self.path, COMPACT_NAME))
-            _write_compact(self.path, self._shards)
+            _write_compact(self.path, self._shards, index_file=tmp)
+            os.replace(tmp, index)
             self._closed = True
 
     def index_part(self) -> dict | None:
@@ -357,9 +357,9 @@ class Writer(base.Writer):
 
 def merge_index(directory, parts, **options) -> None:
     """Write ``index.json`` of ``directory`` from shard entries in shard order (the
-    sharded-writing hook of :mod:`hpcio.formats.base`), atomically, then its compact
-    form ``index.hpcio`` (:mod:`hpcio.formats.mds.compact_index`); shards that received
-    no sample (None) are left out."""
+    sharded-writing hook of :mod:`hpcio.formats.base`), atomically, with its compact
+    form ``index.hpcio`` (:mod:`hpcio.formats.mds.compact_index`) written just before;
+    shards that received no sample (None) are left out."""
     index = os.path.join(os.fspath(directory), INDEX_NAME)
     tmp = index + ".tmp"
     entries = [p for p in parts if p is not None]
@@ -367,8 +367,8 @@ def merge_index(directory, parts, **options) -> None:
         json.dump({"version": 2, "shards": entries}, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
+    _write_compact(os.fspath(directory), entries, durable=True, index_file=tmp)
     os.replace(tmp, index)
-    _write_compact(os.fspath(directory), entries, durable=True)
 
 
 def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,

@@ -211,7 +211,7 @@ def test_a_flipped_byte_fails_the_digest(small):
 def test_a_decreasing_count_table(small):
     target, _ = damage(small, lambda d: struct.pack_into("<Q", d, 64 + 8 * 2, 1))
     with pytest.raises(CorruptShardError, match=re.escape(
-            f"the count table decreases (entry 2) ({target}, byte offset {64 + 16})")):
+            f"the count table decreases at element 2 ({target}, byte offset {64 + 16})")):
         mds.Reader(small)
 
 
@@ -246,7 +246,7 @@ def test_a_configuration_number_out_of_range(small):
     ids_at = 64 + 8 * (k + 1) + 24 * k
     target, _ = damage(small, lambda d: struct.pack_into("<I", d, ids_at + 4, 7))
     with pytest.raises(CorruptShardError, match=re.escape(
-            f"a configuration number is not below 1 (entry 1) ({target}, byte offset {ids_at + 4})")):
+            f"a configuration number is not below 1 at element 1 ({target}, byte offset {ids_at + 4})")):
         mds.Reader(small)
 
 
