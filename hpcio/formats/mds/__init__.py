@@ -6,7 +6,8 @@ bytes as streaming's ``MDSWriter`` for the same samples and options, plus mldata
 sample-level compression (``compression="sample::zstd"``) and hpcio's
 ``sample::blosc2``; the :class:`Reader` reads them by index, in batches and in bulk.
 
-The package follows the format's seams: ``index`` (``index.json``), ``compression``
+The package follows the format's seams: ``index`` (``index.json``), ``compact_index``
+(``index.hpcio``, its mappable form), ``compression``
 (compression names and hashes), ``encodings`` (column values <-> bytes), ``layout``
 (records <-> columns), ``shards`` (an open shard), ``reader`` and ``batches`` (reading),
 ``writer``, ``verify`` (inspect and verify) and ``streaming`` (the reader

@@ -117,6 +117,15 @@ class Reader(_BatchReads, base.Reader):
         A number from 0 to 64 applies everywhere.  :meth:`prefetch` keeps as many bytes
         in flight for a batch's records, one request per record or run of neighbours, up
         to 64 requests (0: ``POSIX_FADV_WILLNEED`` instead).
+
+    Attributes
+    ----------
+    compact
+        Whether the shards come from the compact index ``index.hpcio``
+        (:mod:`hpcio.formats.mds.compact_index`): then no shard is opened or stat'ed
+        until it is read, and each is checked against its entry when first opened.
+        Otherwise they come from ``index.json``, whose counts are checked against the
+        shard files (each shard before the one read, once).
     """
 
     def __init__(self, path, *, cache_dir=None, max_open: int = 1024, max_decompressed: int = 8,
