@@ -48,7 +48,9 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,6 +69,9 @@ _HEADER = struct.Struct("<8sIIQQQQQQ")
 _DIGEST_AT = 56
 _PER_SHARD = ("samples", "raw_data", "zip_data")
 _CHUNK = 1 << 20
+# Checked shard entries kept at once: a pass over every shard must not hold one Python
+# object per shard; an entry evicted is parsed again (microseconds) when next used.
+_KEPT_ENTRIES = 4096
 
 
 def _pad8(n: int) -> int:
@@ -204,7 +209,7 @@ class _CompactIndex(Sequence):
         self._entries_at = sections["entries_at"]
         self._u8 = u8
         self.configs = configs
-        self._infos: dict = {}
+        self._infos: OrderedDict = OrderedDict()  # the checked entries used last
 
     def __len__(self) -> int:
         return self._k
@@ -220,6 +225,10 @@ class _CompactIndex(Sequence):
         info = self._infos.get(k)
         if info is None:
             info = self._infos[k] = self._entry(k)
+            if len(self._infos) > _KEPT_ENTRIES:
+                self._infos.popitem(last=False)
+        else:
+            self._infos.move_to_end(k)
         return info
 
     def _entry(self, k: int):
@@ -260,7 +269,10 @@ def _load_compact(directory: str) -> _CompactIndex | None:
     except FileNotFoundError:
         return None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptShardError(f"{COMPACT_NAME} is not a regular file", path=path)
+        size = st.st_size
         head = os.pread(fd, _HEADER.size, 0)
         if len(head) < 16:
             raise TruncatedShardError(f"{COMPACT_NAME} is {size} bytes, too short for its header",

@@ -312,3 +312,23 @@ def test_the_index_command(tmp_path):
     with mds.Reader(copy) as reader:
         assert reader.compact
     assert cli_main.main(["index", str(tmp_path)]) == 1  # not a dataset: one line, status 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # sample::zstd's warning about stock streaming
+@pytest.mark.parametrize("compression", [None, "zstd", "sample::zstd"])
+def test_inspect_reports_the_same_from_either_index(tmp_path, compression):
+    path = write(tmp_path / "ds", compression=compression, hashes=["sha1", "xxh3_64"])
+    from_compact = mds.inspect(path)
+    os.remove(path / "index.hpcio")
+    assert from_compact == mds.inspect(path)
+
+
+def test_a_pass_over_every_shard_keeps_a_bounded_number_of_entries(small, monkeypatch):
+    from hpcio.formats.mds import compact_index
+
+    monkeypatch.setattr(compact_index, "_KEPT_ENTRIES", 2)
+    with mds.Reader(small, max_open=1) as reader:
+        assert len(reader.shards) > 3
+        assert list(reader.iter_range()) == expected()
+        assert [reader.read(i) for i in range(len(reader))] == expected()
+        assert len(reader.shards._infos) <= 2
