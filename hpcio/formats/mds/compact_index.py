@@ -123,7 +123,7 @@ def _encode(entries: list, index_bytes: int, index_digest: int) -> bytes:
             known[key] = len(configs)
             configs.append(config)
         config_ids[j] = known[key]
-        part = json.dumps({key: entry[key] for key in _PER_SHARD}, sort_keys=True,
+        part = json.dumps({name: entry[name] for name in _PER_SHARD}, sort_keys=True,
                           separators=(",", ":")).encode()
         parts.append(part)
         end += len(part)

@@ -1,8 +1,9 @@
 """``inspect`` and ``verify`` of an MDS dataset, in the report schema every format shares.
 
-``inspect`` reads only the index (the compact one when it matches ``index.json``); ``verify`` checks every recorded hash, the header
-and offset table of every shard, and decodes every record, reporting each bad sample on
-its own (see :mod:`hpcio.formats.reports`).
+``inspect`` reads only the index (the compact one when it matches ``index.json``);
+``verify`` checks every recorded hash, the header and offset table of every shard, and
+decodes every record, reporting each bad sample on its own (see
+:mod:`hpcio.formats.reports`).
 """
 
 from __future__ import annotations
