@@ -6,7 +6,8 @@ bytes as streaming's ``MDSWriter`` for the same samples and options, plus mldata
 sample-level compression (``compression="sample::zstd"``) and hpcio's
 ``sample::blosc2``; the :class:`Reader` reads them by index, in batches and in bulk.
 
-The package follows the format's seams: ``index`` (``index.json``), ``compression``
+The package follows the format's seams: ``index`` (``index.json``), ``compact_index``
+(``index.hpcio``, its mappable form), ``compression``
 (compression names and hashes), ``encodings`` (column values <-> bytes), ``layout``
 (records <-> columns), ``shards`` (an open shard), ``reader`` and ``batches`` (reading),
 ``writer``, ``verify`` (inspect and verify) and ``streaming`` (the reader
@@ -27,6 +28,7 @@ scalars as streaming does; image columns give their bytes unless ``decode_images
 from __future__ import annotations
 
 from ...registry import Capabilities
+from .compact_index import COMPACT_NAME, write_compact_index
 from .compression import Compression, parse_compression
 from .index import INDEX_NAME, NAME, sniff
 from .reader import Reader
@@ -47,6 +49,8 @@ __all__ = [
     "NAME",
     "CAPABILITIES",
     "INDEX_NAME",
+    "COMPACT_NAME",
+    "write_compact_index",
     "DEFAULT_SIZE_LIMIT",
     "sniff",
     "Reader",

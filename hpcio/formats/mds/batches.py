@@ -4,7 +4,7 @@ A batch of sample ids is grouped by shard (one offset lookup and one batch decom
 per shard touched), its records are sliced into columns or sample dicts in place, and
 the results are put back in the order asked for.  :class:`_BatchReads` is a part of
 :class:`~hpcio.formats.mds.reader.Reader`, which provides the shards (``_shard``,
-``shards``, ``_cum``, ``_total``), the layout and the read options.
+``shards``, ``_cum``, ``_total``, ``_any_whole``, ``_any_per_sample``), the layout and the read options.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ class _BatchReads:
 
         self._stop_pass_read()
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if not len(ids) or not self.shards or any(s.whole_shard for s in self.shards):
+        if not len(ids) or not self.shards or self._any_whole:
             return
         shard_of, local = _index.bisect_ids(self._cum, ids, path=self.path)
         touched = np.unique(shard_of)
@@ -441,13 +441,12 @@ class _BatchReads:
         if table is False:
             from ..._core import _io
 
-            per_sample = any(s.compression is not None and s.compression.per_sample for s in self.shards)
-            table = None if per_sample or not self.shards else _io.ShardTable(len(self.shards))
+            table = None if self._any_per_sample or not self.shards else _io.ShardTable(len(self.shards))
             self._table = table
             self._attached = np.zeros(len(self.shards), bool)
             self._read_by_value = np.zeros(len(self.shards), bool)
             self._uncached = np.zeros(len(self.shards), bool)
-            self._in_memory = self.cache_dir is None and any(s.whole_shard for s in self.shards)
+            self._in_memory = self.cache_dir is None and self._any_whole
         return table
 
     def _attach(self, k: int, sh: _OpenShard) -> None:

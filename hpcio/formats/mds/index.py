@@ -111,9 +111,11 @@ def _load_index(directory: str) -> list[_ShardInfo]:
     return [_check_entry(k, entry, index_path) for k, entry in enumerate(obj["shards"])]
 
 
-def _check_entry(k: int, entry, index_path: str) -> _ShardInfo:
+def _check_entry(k: int, entry, index_path: str, source: str = INDEX_NAME, offset: int | None = None) -> _ShardInfo:
+    """Shard entry ``k`` checked; errors name ``source`` (the index it came from) and
+    ``offset`` (where in that file the entry starts, when known)."""
     def bad(detail: str) -> CorruptShardError:
-        return CorruptShardError(f"shard entry {k} of index.json: {detail}", path=index_path)
+        return CorruptShardError(f"shard entry {k} of {source}: {detail}", path=index_path, offset=offset)
 
     if not isinstance(entry, dict):
         raise bad(f"expected an object, got {type(entry).__name__}")

@@ -26,10 +26,12 @@ from itertools import chain
 import numpy as np
 
 from ... import codecs as _codec_table
-from ...errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
+from ...errors import (CorruptShardError, InvalidArgumentError, ShardNotFoundError, TruncatedShardError,
+                       UnsupportedValueError)
 from .. import base
 from .batches import _MAX_DEPTH, READ_PATHS, _BatchReads, _Budget
-from .compression import _FAST_HASHES, _digest, _hash_functions
+from .compact_index import COMPACT_NAME, _load_compact
+from .compression import _FAST_HASHES, _digest, _hash_functions, parse_compression
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
 from .shards import _auto_read_ahead, _large_records, _check_count, _check_header, _OpenShard, _ReadAheads
@@ -52,6 +54,8 @@ _UNCHECKED_SAMPLES = 1 << 24
 # The most a whole-shard codec is taken to shrink a shard (zstd's run-length blocks: 4
 # bytes per 128 KiB).
 _MAX_RATIO = 1 << 15
+# The keys of a shard configuration that give its columns, in _Layout's order.
+_COLUMN_KEYS = ("column_names", "column_encodings", "column_sizes")
 
 
 class Reader(_BatchReads, base.Reader):
@@ -113,6 +117,15 @@ class Reader(_BatchReads, base.Reader):
         A number from 0 to 64 applies everywhere.  :meth:`prefetch` keeps as many bytes
         in flight for a batch's records, one request per record or run of neighbours, up
         to 64 requests (0: ``POSIX_FADV_WILLNEED`` instead).
+
+    Attributes
+    ----------
+    compact
+        Whether the shards come from the compact index ``index.hpcio``
+        (:mod:`hpcio.formats.mds.compact_index`): then no shard is opened or stat'ed
+        until it is read, and each is checked against its entry when first opened.
+        Otherwise they come from ``index.json``, whose counts are checked against the
+        shard files (each shard before the one read, once).
     """
 
     def __init__(self, path, *, cache_dir=None, max_open: int = 1024, max_decompressed: int = 8,
@@ -136,11 +149,28 @@ class Reader(_BatchReads, base.Reader):
                 f"validate_hashes={validate_hashes!r} is not a known hash (known: {', '.join(sorted(_hash_functions()))})"
             )
         self.validate_hashes = validate_hashes
-        self.shards = _load_index(self.directory)
-        _check_counts_fit_files(self.directory, self.shards)
-        counts = [s.samples for s in self.shards]
-        self._cum = np.zeros(len(counts) + 1, np.uint64)
-        np.cumsum(counts, out=self._cum[1:])
+        compact = _load_compact(self.directory)
+        # A compact index whose digests match vouches for every count: each shard is
+        # checked against its entry only when it is opened.  index.json alone is not
+        # protected, so its counts are checked against the files (see _check_counts_before).
+        self.compact = compact is not None
+        if compact is None:
+            self.shards = _load_index(self.directory)
+            _check_counts_fit_files(self.directory, self.shards)
+            counts = [s.samples for s in self.shards]
+            self._cum = np.zeros(len(counts) + 1, np.uint64)
+            np.cumsum(counts, out=self._cum[1:])
+            self._raw_bytes = np.array([s.raw_bytes for s in self.shards], np.int64)
+            codecs = [s.compression for s in self.shards]
+            self._counted = 0  # shards before this one have had their counts checked
+        else:
+            self.shards = compact
+            self._cum = np.array(compact.cum, np.uint64)
+            self._raw_bytes = np.array(compact.raw_bytes, np.int64)
+            codecs = [parse_compression(c.get("compression")) for c in compact.configs]
+            self._counted = len(compact)
+        self._any_whole = any(c is not None and not c.per_sample for c in codecs)
+        self._any_per_sample = any(c is not None and c.per_sample for c in codecs)
         self._cum_list = self._cum.tolist()
         self._total = int(self._cum[-1])
         self._layout = self._common_layout()
@@ -165,11 +195,12 @@ class Reader(_BatchReads, base.Reader):
         self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
         self._prefetches: deque = deque()  # Reader.prefetch's read-aheads, oldest first
         self._pass_read = None  # the read-ahead of the pass announced by will_read
-        self._counted = 0  # shards before this one have had their counts checked
 
     def _common_layout(self) -> _Layout | None:
         if not self.shards:
             return None
+        if self.compact:
+            return self._compact_layout()
         first = self.shards[0].columns
         for s in self.shards[1:]:
             if s.columns != first:
@@ -180,21 +211,33 @@ class Reader(_BatchReads, base.Reader):
                 )
         return _Layout(*first, path=os.path.join(self.directory, INDEX_NAME))
 
+    def _compact_layout(self) -> _Layout:
+        """The columns every configuration of the compact index names alike."""
+        configs = self.shards.configs
+        first = tuple(tuple(configs[0][key]) for key in _COLUMN_KEYS)
+        for j, config in enumerate(configs[1:], 1):
+            columns = tuple(tuple(config[key]) for key in _COLUMN_KEYS)
+            if columns != first:
+                raise CorruptShardError(
+                    f"configuration {j} of {COMPACT_NAME} has columns {list(columns[0])} ({list(columns[1])}); "
+                    f"configuration 0 has {list(first[0])} ({list(first[1])})", path=self.shards.path,
+                )
+        return _Layout(*first, path=self.shards.path)
+
     def shard_sizes(self) -> list[int]:
-        return [s.samples for s in self.shards]
+        return np.diff(self._cum).tolist()
 
     def __len__(self) -> int:
         return self._total
 
     def mean_sample_bytes(self) -> float | None:
-        return sum(s.raw_bytes for s in self.shards) / self._total if self._total else None
+        return int(self._raw_bytes.sum()) / self._total if self._total else None
 
     @functools.cached_property
     def _views_only(self) -> bool:
         """Zero-copy reads whose large values view the mapped or in-memory shard: a batch
         allocates no memory for them, so its size need not be bounded in bytes."""
-        return self.zero_copy and not any(s.compression is not None and s.compression.per_sample
-                                          for s in self.shards)
+        return self.zero_copy and not self._any_per_sample
 
     @functools.cached_property
     def batch_size(self) -> int:
@@ -294,6 +337,11 @@ class Reader(_BatchReads, base.Reader):
     def _decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
         with open(path, "rb") as f:
             data = f.read()
+        if self.compact and len(data) != info.zip_bytes:
+            # unprotected indexes had the size checked with the counts (_check_counts_before)
+            cls = TruncatedShardError if len(data) < info.zip_bytes else CorruptShardError
+            raise cls(f"shard is {len(data)} bytes, {COMPACT_NAME} says {info.zip_bytes}", path=path,
+                      offset=min(len(data), info.zip_bytes))
         if self.validate_hashes:
             self._check_hash(info, path, data)
         raw = info.compression.decompress(data, min(self.limit, info.raw_bytes), path=path, offset=0)

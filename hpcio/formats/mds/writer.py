@@ -25,6 +25,7 @@ from ...units import parse_bytes
 from .. import base
 from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
 from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
+from .compact_index import COMPACT_NAME, _write as _write_compact
 from .index import INDEX_NAME, NAME
 from .layout import _FIXED_KINDS, _Layout
 
@@ -336,6 +337,8 @@ class Writer(base.Writer):
             self._written.append(tmp)
             with open(tmp, "w") as f:
                 json.dump({"version": 2, "shards": self._shards}, f, sort_keys=True)
+            self._written.append(os.path.join(self.path, COMPACT_NAME))
+            _write_compact(self.path, self._shards, index_file=tmp)
             os.replace(tmp, index)
             self._closed = True
 
@@ -354,14 +357,17 @@ class Writer(base.Writer):
 
 def merge_index(directory, parts, **options) -> None:
     """Write ``index.json`` of ``directory`` from shard entries in shard order (the
-    sharded-writing hook of :mod:`hpcio.formats.base`), atomically; shards that received
-    no sample (None) are left out."""
+    sharded-writing hook of :mod:`hpcio.formats.base`), atomically, with its compact
+    form ``index.hpcio`` (:mod:`hpcio.formats.mds.compact_index`) written just before;
+    shards that received no sample (None) are left out."""
     index = os.path.join(os.fspath(directory), INDEX_NAME)
     tmp = index + ".tmp"
+    entries = [p for p in parts if p is not None]
     with open(tmp, "w") as f:
-        json.dump({"version": 2, "shards": [p for p in parts if p is not None]}, f, sort_keys=True)
+        json.dump({"version": 2, "shards": entries}, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
+    _write_compact(os.fspath(directory), entries, durable=True, index_file=tmp)
     os.replace(tmp, index)
 
 
