@@ -523,6 +523,8 @@ class Reader(_BatchReads, base.Reader):
         for cache in (self._maps, self._mem):
             while cache:
                 self._close_one(cache)
+        if self.compact:
+            self.shards.close()
 
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"
