@@ -591,9 +591,10 @@ class PipelineDataset(torch_data.IterableDataset):
     """An :class:`hpcio.pipeline.Pipeline` run in each DataLoader worker.
 
     Each worker runs the pipeline over its own part (the context is inferred in the
-    worker).  ``set_epoch`` reaches persistent workers.  Stages such as ``select`` or
-    ``assemble`` change counts per consumer, so equal counts and exact resume are
-    properties of :class:`IterableDataset`, not of arbitrary pipelines.  Use it with
+    worker).  ``set_epoch`` reaches persistent workers.  Every consumer must take the
+    same number of steps (:attr:`hpcio.pipeline.Pipeline.step_policy`): a pipeline whose
+    ``select``, budget ``batch`` or ``assemble`` would make them differ raises
+    :class:`~hpcio.errors.UnequalStepsError` unless planned or given ``steps_per_epoch``.  Use it with
     ``torch.utils.data.DataLoader(..., batch_size=None)`` when the pipeline batches.
     ``decode=`` appends ``pipeline.decode(decode)``: it decodes samples, or the samples
     of each batch when the pipeline batches.
@@ -612,4 +613,5 @@ class PipelineDataset(torch_data.IterableDataset):
 
     def __iter__(self):
         context = self.pipeline.context().replace(epoch=int(self._epoch[0]))
+        self.pipeline.check_equal_steps(context)
         return self.pipeline.iterate(context)

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..distributed.context import RuntimeContext
-from ..errors import InvalidArgumentError, UnstableIdentityError
+from ..errors import InvalidArgumentError, UnstableIdentityError, UsageError
 from ..mixture import PROVENANCE_FIELDS
 
 __all__ = ["Stage", "MapStage", "DecodeStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
-           "SequencePacker", "fingerprint_callable", "sample_nbytes"]
+           "PackStage", "SequencePacker", "fingerprint_callable", "sample_nbytes"]
 
 
 # --- identities --------------------------------------------------------------------
@@ -144,16 +144,36 @@ class SelectStage(Stage):
 class BatchStage(Stage):
     kind = "batch"
 
-    def __init__(self, size, max_bytes, max_tokens, token_field, drop_last):
+    def __init__(self, size, max_bytes, max_tokens, token_field, drop_last, lengths=None, buckets=None):
         if size is None and max_bytes is None and max_tokens is None:
             raise InvalidArgumentError("batch() needs size=, max_bytes= or max_tokens=")
         for name, value in (("size", size), ("max_bytes", max_bytes), ("max_tokens", max_tokens)):
             if value is not None and value < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1, got {value}")
         if max_tokens is not None and token_field is None:
-            raise InvalidArgumentError("max_tokens= needs token_field= (the field holding the tokens)")
+            if lengths is None or callable(lengths):
+                raise InvalidArgumentError("max_tokens= needs token_field= (the field holding the tokens)")
+            token_field = lengths
+        if buckets is not None and lengths is None:
+            raise InvalidArgumentError("buckets= needs lengths= (the source field whose lengths "
+                                       "sort samples into buckets)")
         self.size, self.max_bytes, self.max_tokens = size, max_bytes, max_tokens
         self.token_field, self.drop_last = token_field, drop_last
+        self.lengths, self.buckets = lengths, buckets
+
+    @property
+    def counted(self) -> bool:
+        """True when batches are closed by count only (no budget)."""
+        return self.max_bytes is None and self.max_tokens is None
+
+    def planner(self):
+        """The :class:`~hpcio.pipeline.plan.BatchPlanner` of a planned batch, or None."""
+        if self.lengths is None or (self.counted and self.buckets is None):
+            return None
+        from .plan import BatchPlanner
+
+        field, fn = (self.lengths, None) if isinstance(self.lengths, str) else self.lengths
+        return BatchPlanner(field, self.size, self.max_tokens, self.max_bytes, self.buckets, fn)
 
     def apply(self, samples, context):
         batch: list = []
@@ -179,10 +199,46 @@ class BatchStage(Stage):
             yield batch
 
     def fingerprint(self):
+        planned = "" if self.lengths is None else f", lengths={_lengths_name(self.lengths)}, buckets={self.buckets!r}"
         return (
             f"batch(size={self.size}, max_bytes={self.max_bytes}, max_tokens={self.max_tokens}, "
-            f"token_field={self.token_field!r}, drop_last={self.drop_last})"
+            f"token_field={self.token_field!r}, drop_last={self.drop_last}{planned})"
         )
+
+
+def _lengths_name(lengths) -> str:
+    if isinstance(lengths, str):
+        return repr(lengths)
+    field, fn = lengths
+    return f"({field!r}, {fingerprint_callable(fn)})"
+
+
+class PackStage(Stage):
+    """Documents packed into rows of ``max_len`` tokens, planned from lengths
+    (:class:`~hpcio.pipeline.plan.PackPlanner`); :meth:`Pipeline.iterate` reads the rows
+    the plan deals to this consumer, so it is never applied to a stream."""
+
+    kind = "pack"
+
+    def __init__(self, max_len, field, eos, pad, split_documents, lengths):
+        if max_len < 1:
+            raise InvalidArgumentError(f"max_len must be >= 1, got {max_len}")
+        self.max_len, self.field, self.eos, self.pad = int(max_len), field, eos, pad
+        self.split_documents = bool(split_documents)
+        self.lengths = field if lengths is None else lengths
+
+    def planner(self, rows=None, drop_last=False):
+        from .plan import PackPlanner
+
+        field, fn = (self.lengths, None) if isinstance(self.lengths, str) else self.lengths
+        return PackPlanner(field, self.max_len, self.eos, self.split_documents, fn, rows, drop_last)
+
+    def apply(self, samples, context):
+        raise UsageError("pack() is planned from the source's lengths: it cannot come before cache()")
+
+    def fingerprint(self):
+        return (f"pack(max_len={self.max_len}, field={self.field!r}, eos={self.eos}, pad={self.pad}, "
+                f"split_documents={self.split_documents}, lengths={_lengths_name(self.lengths)})")
 
 
 class UnbatchStage(Stage):
