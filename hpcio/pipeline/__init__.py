@@ -9,6 +9,12 @@ many-to-many step such as sequence packing).  Stateful stages receive the
 :class:`~hpcio.distributed.RuntimeContext`, so their randomness depends on seed,
 epoch, rank and worker.
 
+``batch(..., lengths=)`` and ``pack`` are *planned* (:mod:`hpcio.pipeline.plan`): their
+groups are formed for the whole job from lengths read without decoding, and dealt in
+whole rounds, so every consumer takes the same number of steps
+(:attr:`Pipeline.step_policy`); :class:`hpcio.torch.PipelineDataset` saves the groups
+consumed as its state.
+
 ``cache(directory)`` is a boundary: everything before it runs once and is written as
 hpcio shards under a fingerprint of the source and of every stage before it; later
 runs with the same fingerprint read the shards instead.  Stages after it run every
@@ -128,6 +134,12 @@ class Pipeline:
         every sample read.  Stages keep them as long as they keep the sample's fields;
         ``batch`` keeps them per sample, :class:`SequencePacker` gives each row the lists
         of its documents'.  After a ``cache`` boundary they name the cached samples.
+    steps_per_epoch : int, optional
+        Every consumer yields exactly this many steps per epoch, reading on into its
+        parts of the next epochs' orders when its own part runs out (the ``"fixed"``
+        policy, for stages whose output counts cannot be planned).
+    plan_window : int
+        Epoch positions planned together by a planned ``batch`` or ``pack``.
 
     A :func:`hpcio.mix` mixture is read in its own order (``shuffle=True``), epoch ``e``
     being its stream positions ``[e * E, (e + 1) * E)``; a cache boundary over it keeps
