@@ -300,7 +300,11 @@ class SequencePacker:
 
     Sequences from ``field`` are concatenated, each followed by ``eos`` when given, and
     cut into rows of ``length`` tokens: ``{"tokens": int array, "doc_ids": int array}``
-    where ``doc_ids`` numbers the source sequences within the row, for attention masks.
+    where ``doc_ids`` numbers the source sequences within the row, for attention masks,
+    and ``cu_seqlens`` / ``position_ids`` give their starts as varlen attention takes them
+    (a document cut across rows starts again at position 0 in the next).  It packs
+    greedily and cuts documents, per consumer: :meth:`Pipeline.pack` plans whole
+    documents by best fit with equal steps on every consumer.
     The last partial row is dropped unless ``keep_remainder``.  Samples that carry
     provenance (``Pipeline(provenance=True)``) give each row the lists ``__source__``,
     ``__index__`` and ``__position__`` of the documents it holds, in ``doc_ids`` order.
@@ -358,7 +362,11 @@ class SequencePacker:
         rows = []
         for lo in range(0, cut, self.length):
             d = docs[lo : lo + self.length]
-            row = {"tokens": tokens[lo : lo + self.length], "doc_ids": d - d[0]}
+            local = d - d[0]
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(local)) + 1))
+            row = {"tokens": tokens[lo : lo + self.length], "doc_ids": local,
+                   "cu_seqlens": np.append(starts, len(d)).astype(np.int32),
+                   "position_ids": np.arange(len(d)) - starts[local]}
             if self._origins:
                 held = self._origins[int(d[0]) - self._first : int(d[-1]) - self._first + 1]
                 for k, name in enumerate(PROVENANCE_FIELDS):

@@ -168,3 +168,14 @@ def test_an_unequal_pipeline_is_refused_under_pipeline_dataset(texts):
     assert [len(g) for g in got] == [7] * 4
     # a consumer whose part runs out reads its part of the next epoch's order
     assert all(len(b) == 4 for g in got for b in g[:-1])
+
+
+def test_the_greedy_packer_says_where_documents_start(texts):
+    from hpcio.pipeline import SequencePacker
+
+    rows = list(Pipeline(texts, shuffle=False).map(tokens_of)
+                .assemble(SequencePacker.factory(16, eos=-1)).iterate(ctx()))
+    # "sample 0" .. : 8 tokens + eos each, cut across rows
+    assert rows[0]["cu_seqlens"].tolist() == [0, 9, 16]
+    assert rows[0]["position_ids"].tolist() == [*range(9), *range(7)]
+    assert rows[1]["cu_seqlens"].tolist() == [0, 2, 11, 16]
