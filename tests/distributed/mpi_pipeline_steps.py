@@ -1,10 +1,15 @@
 """Run under ``mpiexec -n N python -m mpi4py``: DDP-style steps over pipelines.
 
-Every rank iterates each pipeline and joins one gloo ``all_reduce`` per step, as a
-training loop does; a rank with fewer steps would leave the others waiting.  Rank 0
-prints one line per pipeline with the steps of every rank.
+``mpi_pipeline_steps.py N_DOCS``: every rank iterates each pipeline and joins one gloo
+``all_reduce`` per step, as a training loop does; a rank with fewer steps would leave
+the others waiting.  Rank 0 prints one line per pipeline with the steps of every rank.
+
+``mpi_pipeline_steps.py N_DOCS stop DIR`` takes 3 steps of a packed pipeline through
+``hpcio.torch.DataLoader`` and writes the state and the positions read to ``DIR``;
+``... resume DIR`` loads that state (at this run's world size) and reads to the end.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -40,9 +45,64 @@ def pipelines(ds):
     }
 
 
+def tokens_kept(sample):
+    return {**tokens(sample), **{k: v for k, v in sample.items() if k.startswith("__")}}
+
+
+def checkpointed(comm, n: int, mode: str, root: str) -> None:
+    """Stop a packed pipeline after 3 steps, or resume it from the saved state."""
+    import hpcio.torch as ht
+
+    rank = comm.Get_rank()
+    path = os.path.join(root, "text")
+    if rank == 0 and mode == "stop":
+        with hpcio.open_writer(path, format="mds") as w:
+            for s in generate("text", n, seed=0):
+                w.write({"id": s["id"], "text": s["text"]})
+    comm.Barrier()
+    pipe = (Pipeline(hpcio.open(path), seed=5, provenance=True, plan_window=64)
+            .shuffle(32).map(tokens_kept).pack(4096, eos=0, lengths="text").batch(2))
+    data = ht.PipelineDataset(pipe)
+    loader = ht.DataLoader(data, num_workers=2 if mode == "stop" else 0)
+    loaded = None
+    if mode == "resume":
+        with open(os.path.join(root, "state.json")) as f:
+            loaded = json.load(f)
+        data.load_state_dict(loaded)
+    read = []
+    for k, rows in enumerate(loader):
+        read.extend(int(p) for row in rows for p in row["__position__"])
+        if mode == "stop" and k == 2:
+            break
+    state = data.state_dict()
+    states = comm.gather(state, root=0)
+    parts = comm.gather(read, root=0)
+    if rank == 0:
+        if any(s != states[0] for s in states):
+            raise AssertionError(f"ranks saved different states: {states}")
+        with open(os.path.join(root, f"{mode}.json"), "w") as f:
+            json.dump({"read": parts, "left": _left(pipe, loaded, comm) if loaded else []}, f)
+        if mode == "stop":
+            with open(os.path.join(root, "state.json"), "w") as f:
+                json.dump(state, f)
+        print(f"{mode.upper()} OK size={comm.Get_size()} state={json.dumps(state)}", flush=True)
+
+
+def _left(pipe, state, comm):
+    """Positions of the groups a run at this size leaves as the epoch's remainder."""
+    from hpcio.distributed import RuntimeContext
+
+    groups = list(pipe.plan(RuntimeContext(seed=5)).groups())
+    rest = groups[len(groups) - (len(groups) - state["position"]) % comm.Get_size():]
+    return sorted(int(wp[o]) for wp, g in rest for row in g for o in row[:, 0].tolist())
+
+
 def main():
     n = int(sys.argv[1])
     comm = MPI.COMM_WORLD
+    if len(sys.argv) > 2:
+        checkpointed(comm, n, sys.argv[2], sys.argv[3])
+        return
     rank, size = comm.Get_rank(), comm.Get_size()
     root = comm.bcast(tempfile.mkdtemp(prefix="hpcio-steps-") if rank == 0 else None)
     if rank == 0:
