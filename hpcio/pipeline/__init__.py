@@ -307,11 +307,12 @@ class Pipeline:
         """How consumers' step counts compare in an epoch.
 
         ``"planned"``: a planned ``batch`` or ``pack`` deals whole rounds of groups, with
-        only maps after it; ``"counted"``: only maps, buffer shuffles and ``batch(size)``,
-        over equal parts; ``"fixed"``: ``steps_per_epoch`` is set, and every consumer
+        only maps after it (whatever ``remainder``, the last partial round is left);
+        ``"counted"``: only maps, buffer shuffles, ``batch(size)`` and ``unbatch``, over
+        equal parts; ``"fixed"``: ``steps_per_epoch`` is set, and every consumer
         yields that many steps, reading its part of the next epochs' orders when its own
         runs out; ``"unequal"``: a ``select``, a budget ``batch`` without ``lengths=``,
-        an ``assemble`` or an ``unbatch`` changes counts per consumer.
+        or an ``assemble`` changes counts per consumer.
         """
         if self.options["steps_per_epoch"] is not None:
             return "fixed"
@@ -319,7 +320,7 @@ class Pipeline:
         if stage is not None:
             return "planned" if all(isinstance(a, MapStage) for a in after) else "unequal"
         for st in before:
-            if isinstance(st, (SelectStage, AssembleStage, UnbatchStage)):
+            if isinstance(st, (SelectStage, AssembleStage)):
                 return "unequal"
             if isinstance(st, BatchStage) and not st.counted:
                 return "unequal"
@@ -331,7 +332,7 @@ class Pipeline:
         if ctx.consumers > 1 and self.step_policy == "unequal":
             raise UnequalStepsError(
                 f"this pipeline's consumers would take different numbers of steps ({ctx.consumers} "
-                "consumers; a select, budget batch, assemble or unbatch changes counts): plan the "
+                "consumers; a select, budget batch or assemble changes counts): plan the "
                 "batches from lengths (batch(..., lengths=), pack()) or give the Pipeline "
                 "steps_per_epoch=")
 
@@ -355,11 +356,17 @@ class Pipeline:
         if policy == "planned":
             return self.plan(ctx).count(start) // ctx.consumers
         if policy == "counted":
-            m = per_consumer(max(0, len(self.source) - start), ctx.consumers, self.options["remainder"])
-            for st in self._split_stages()[0]:
+            source, _, stages = self._materialised(ctx)
+            items = per_consumer(max(0, len(source) - start), ctx.consumers, self.options["remainder"])
+            levels = []  # (items before, size, drop_last) of each open batch level
+            for st in stages:
                 if isinstance(st, BatchStage):
-                    m = m // st.size if st.drop_last else -(-m // st.size)
-            return m
+                    levels.append((items, st.size, st.drop_last))
+                    items = items // st.size if st.drop_last else -(-items // st.size)
+                elif isinstance(st, UnbatchStage) and levels:
+                    before, size, drop = levels.pop()
+                    items = items * size if drop else before
+            return items
         raise UnequalStepsError("the steps of an unequal pipeline are not known before it runs")
 
     # --- running ---------------------------------------------------------------------

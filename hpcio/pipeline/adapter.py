@@ -148,7 +148,7 @@ class PipelineDataset(torch_data.IterableDataset):
             self.pipeline.check_equal_steps(ctx)
             # a TypeError, so that list() and len() hints treat the length as unknown
             raise WrongTypeError("this pipeline's steps are not known before it runs (a select, "
-                                 "budget batch, assemble or unbatch changes them)")
+                                 "budget batch or assemble changes them)")
         workers = max(1, self._count_workers if self._by_loader else 1)
         ctx = ctx.replace(num_workers=workers, worker_id=0)
         if self.pipeline.step_policy == "counted" and self._ranges():

@@ -158,7 +158,7 @@ def test_an_unequal_pipeline_is_refused_under_pipeline_dataset(texts):
     pipe = Pipeline(texts, context={"rank": 0, "world_size": 2}).select(short).batch(4)
     assert pipe.step_policy == "unequal"
     with pytest.raises(UnequalStepsError, match=r"^this pipeline's consumers would take different numbers "
-                       r"of steps \(2 consumers; a select, budget batch, assemble or unbatch changes "
+                       r"of steps \(2 consumers; a select, budget batch or assemble changes "
                        r"counts\): plan the batches from lengths \(batch\(\.\.\., lengths=\), pack\(\)\) "
                        r"or give the Pipeline steps_per_epoch=$"):
         list(ht.PipelineDataset(pipe))
@@ -208,3 +208,16 @@ def test_stopped_on_four_ranks_and_resumed_on_three_reads_every_document_once(tm
     assert len(seen) == len(set(seen))
     assert sorted(set(seen) | set(resume["left"])) == list(range(300))
     assert all(stop["read"]) and all(resume["read"])
+
+
+@pytest.mark.parametrize("build", [
+    lambda p: p.batch(7),
+    lambda p: p.batch(7, drop_last=True),
+    lambda p: p.shuffle(5).batch(4).unbatch(),
+    lambda p: p.batch(4, drop_last=True).unbatch().batch(3),
+])
+def test_counted_pipelines_know_their_steps(texts, build):
+    pipe = build(Pipeline(texts, seed=1))
+    assert pipe.step_policy == "counted"
+    counts = {len(list(pipe.iterate(ctx(r, 3, worker_id=w, num_workers=2)))) for r in range(3) for w in range(2)}
+    assert counts == {pipe.steps(ctx(0, 3, num_workers=2))}
