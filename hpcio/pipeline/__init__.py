@@ -346,6 +346,12 @@ class Pipeline:
             source, shard_sizes = self.source, self._shard_sizes(self.source)
         return self._group_plan(source, shard_sizes, ctx)[0]
 
+    def plan_spec(self) -> dict | None:
+        """What defines the group sequence of a planned pipeline (its planner and plan
+        window), as plain values, without reading anything; None when not planned."""
+        planner = self._split_stages()[2]
+        return None if planner is None else {"planner": planner.spec(), "window": self.options["plan_window"]}
+
     def steps(self, context: RuntimeContext | None = None, start: int = 0) -> int:
         """Steps each consumer takes in the context's epoch from group (or, for a
         counted pipeline, epoch position) ``start``; planning reads every window's lengths."""

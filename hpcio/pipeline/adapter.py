@@ -224,7 +224,7 @@ class PipelineDataset(torch_data.IterableDataset):
             "shuffle": pipe.options["mode"],
             "order": ORDER_ALGORITHM,
             "stages": [st.kind for st in pipe.stages],
-            "plan": pipe.plan(ctx.replace(epoch=epoch)).spec() if policy == "planned" else None,
+            "plan": pipe.plan_spec() if policy == "planned" else None,
             "consumers": [ctx.dp_size, self._count_workers] if policy == "fixed" else None,
             "mixture": source.reader.schedule.spec() if is_mixture(source) else None,
         }

@@ -120,3 +120,18 @@ def test_a_buffer_shuffle_outside_a_plan_cannot_checkpoint(make_dataset):
     with pytest.raises(UsageError, match=r"^a buffer shuffle in an unplanned pipeline holds samples read "
                        r"but not delivered"):
         data.state_dict()
+
+
+def test_persistent_workers_continue_where_a_loop_stopped_and_then_the_next_epoch(make_dataset):
+    ds = make_dataset(120)
+    data = ht.PipelineDataset(BUILD["packed"](ds))
+    loader = ht.DataLoader(data, num_workers=2, persistent_workers=True)
+    head = [p for b in itertools.islice(loader, 2) for p in positions(b)]
+    rest = [p for b in loader for p in positions(b)]  # continues, then the epoch ends
+    assert len(head + rest) == len(set(head + rest))
+    whole = [p for b in ht.DataLoader(ht.PipelineDataset(BUILD["packed"](ds)), num_workers=2)
+             for p in positions(b)]
+    assert sorted(head + rest) == sorted(whole)
+    assert data.state_dict()["epoch"] == 1
+    later = [p for b in loader for p in positions(b)]  # epoch 1: another plan
+    assert sorted(later) != sorted(whole) or later != whole
