@@ -194,9 +194,15 @@ class Pipeline:
         decoder = decode if isinstance(decode, SampleDecoder) else SampleDecoder(decode, backend)
         return self._then(DecodeStage(decoder))
 
-    def select(self, predicate: Callable) -> "Pipeline":
-        """Keep the samples for which ``predicate`` is true."""
-        return self._then(SelectStage(predicate))
+    def select(self, predicate: Callable, *, lengths: str | None = None) -> "Pipeline":
+        """Keep the samples for which ``predicate(sample)`` is true.
+
+        With ``lengths`` (a source field), ``predicate`` takes that field's length
+        instead; before a planned stage it is then applied when planning, to lengths
+        read without decoding, so rejected samples never enter a group and every
+        consumer keeps full batches and equal steps.
+        """
+        return self._then(SelectStage(predicate, lengths))
 
     def batch(self, size: int | None = None, *, max_bytes: int | None = None,
               max_tokens: int | None = None, token_field: str | None = None,
@@ -349,8 +355,11 @@ class Pipeline:
     def plan_spec(self) -> dict | None:
         """What defines the group sequence of a planned pipeline (its planner and plan
         window), as plain values, without reading anything; None when not planned."""
-        planner = self._split_stages()[2]
-        return None if planner is None else {"planner": planner.spec(), "window": self.options["plan_window"]}
+        before, _, planner, _ = self._split_stages()
+        if planner is None:
+            return None
+        selects = [st.fingerprint() for st in before if isinstance(st, SelectStage) and st.lengths]
+        return {"planner": planner.spec(), "window": self.options["plan_window"], "selects": selects}
 
     def steps(self, context: RuntimeContext | None = None, start: int = 0) -> int:
         """Steps each consumer takes in the context's epoch from group (or, for a
@@ -446,8 +455,9 @@ class Pipeline:
         for st in before:
             if isinstance(st, ShuffleStage):  # a buffer shuffle of positions, stateless
                 order = WindowShuffled(order, st.buffer_size, ctx.seed if st.seed is None else st.seed, ctx.epoch)
+        filters = [(st.lengths, st.predicate) for st in before if isinstance(st, SelectStage) and st.lengths]
         groups = GroupPlan(plan.dataset, order, planner, window=o["plan_window"], seed=o["seed"],
-                           epoch=ctx.epoch)
+                           epoch=ctx.epoch, filters=filters)
         return groups, plan, planner
 
     def _read_planned(self, source, shard_sizes, ctx, before, stage, start) -> Iterator:
@@ -455,7 +465,9 @@ class Pipeline:
             raise InvalidArgumentError("circular_shift does not apply to a planned pipeline: "
                                        "its groups are dealt round by round")
         groups, plan, planner = self._group_plan(source, shard_sizes, ctx)
-        per_sample = [st for st in before if not isinstance(st, ShuffleStage)]
+        # shuffles reorder positions and length selects filter them, both when planning
+        per_sample = [st for st in before if not isinstance(st, ShuffleStage)
+                      and not (isinstance(st, SelectStage) and st.lengths)]
         provenance = self.options["provenance"]
 
         def process(samples):

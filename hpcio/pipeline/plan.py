@@ -282,18 +282,26 @@ class GroupPlan:
     """The group sequence of one epoch: ``planner`` over windows of ``window`` positions
     of ``order`` (epoch position -> index of ``dataset``)."""
 
-    def __init__(self, dataset, order, planner: Planner, *, window: int, seed: int, epoch: int):
+    def __init__(self, dataset, order, planner: Planner, *, window: int, seed: int, epoch: int,
+                 filters=()):
         if window < 1:
             raise InvalidArgumentError(f"plan_window must be >= 1, got {window}")
         self.dataset, self.order, self.planner = dataset, order, planner
         self.window, self.seed, self.epoch = int(window), int(seed), int(epoch)
+        self.filters = list(filters)  # (field, predicate of its length): length selects
 
     def window_groups(self, w: int) -> tuple[np.ndarray, list]:
-        """Window ``w``'s epoch positions and its groups (over offsets into them)."""
+        """Window ``w``'s epoch positions kept by the length selects, and its groups
+        (over offsets into those positions)."""
         lo = w * self.window
         positions = np.arange(lo, min(lo + self.window, len(self.order)), dtype=np.int64)
+        indices = take(self.order, positions)
+        for field, predicate in self.filters:
+            keep = np.fromiter((bool(predicate(n)) for n in field_lengths(self.dataset, indices, field).tolist()),
+                               dtype=bool, count=len(indices))
+            positions, indices = positions[keep], indices[keep]
         p = self.planner
-        lengths = field_lengths(self.dataset, take(self.order, positions), p.field, p.length_fn) + p.extra
+        lengths = field_lengths(self.dataset, indices, p.field, p.length_fn) + p.extra
         rng = np.random.default_rng(seed_keys(self.seed, self.epoch, _PLAN_TAG, 1 << 32, w))
         return positions, p.groups(lengths, rng)
 
@@ -325,7 +333,7 @@ class GroupPlan:
             yield round_[consumer]
 
     def spec(self) -> dict:
-        return {"planner": self.planner.spec(), "window": self.window}
+        return {"planner": self.planner.spec(), "window": self.window}  # see Pipeline.plan_spec
 
 
 # --- filling groups ------------------------------------------------------------------

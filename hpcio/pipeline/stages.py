@@ -131,14 +131,19 @@ class DecodeStage(MapStage):
 class SelectStage(Stage):
     kind = "select"
 
-    def __init__(self, predicate: Callable):
-        self.predicate = predicate
+    def __init__(self, predicate: Callable, lengths: str | None = None):
+        self.predicate, self.lengths = predicate, lengths
 
     def apply(self, samples, context):
-        return filter(self.predicate, samples)
+        if self.lengths is None:
+            return filter(self.predicate, samples)
+        field, keep = self.lengths, self.predicate
+        return (s for s in samples if keep(len(s[field])))
 
     def fingerprint(self):
-        return f"select({fingerprint_callable(self.predicate)})"
+        if self.lengths is None:
+            return f"select({fingerprint_callable(self.predicate)})"
+        return f"select({fingerprint_callable(self.predicate)}, lengths={self.lengths!r})"
 
 
 class BatchStage(Stage):

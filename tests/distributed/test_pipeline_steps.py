@@ -221,3 +221,18 @@ def test_counted_pipelines_know_their_steps(texts, build):
     assert pipe.step_policy == "counted"
     counts = {len(list(pipe.iterate(ctx(r, 3, worker_id=w, num_workers=2)))) for r in range(3) for w in range(2)}
     assert counts == {pipe.steps(ctx(0, 3, num_workers=2))}
+
+
+def at_most_nine(n):
+    return n <= 9
+
+
+def test_a_length_select_is_planned_so_batches_stay_full(texts):
+    pipe = (Pipeline(texts, seed=3, plan_window=64, provenance=True).select(at_most_nine, lengths="text")
+            .batch(size=5, max_tokens=1000, lengths="text"))
+    assert pipe.step_policy == "planned"
+    got = [list(pipe.iterate(ctx(r, 4))) for r in range(4)]
+    assert len({len(g) for g in got}) == 1
+    ids = [s["id"] for g in got for b in g for s in b]
+    assert len(ids) == len(set(ids)) and max(ids) <= 99  # "sample 99" has 9 characters
+    assert sum(len(b) < 5 for g in got for b in g) <= 5  # at most each window's last batch is short
