@@ -485,6 +485,7 @@ class DataLoader(torch_data.DataLoader):
                 raise InvalidArgumentError("a pipeline batches itself (Pipeline.batch); leave the "
                                            "DataLoader's batch_size unset")
             kwargs.setdefault("collate_fn", _as_collated)
+            dataset._loader_workers = max(1, kwargs.get("num_workers", 0))
         elif isinstance(dataset, MapDataset):
             for key in ("batch_size", "sampler", "batch_sampler", "shuffle", "drop_last"):
                 if key in kwargs:

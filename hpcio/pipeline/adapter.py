@@ -71,6 +71,7 @@ class PipelineDataset(torch_data.IterableDataset):
         self._by_loader = False
         self._rank_context = None
         self._saved_consumers = None
+        self._loader_workers = 1  # set by hpcio.torch.DataLoader
 
     # --- context -------------------------------------------------------------------
     def context(self):
@@ -149,7 +150,7 @@ class PipelineDataset(torch_data.IterableDataset):
             # a TypeError, so that list() and len() hints treat the length as unknown
             raise WrongTypeError("this pipeline's steps are not known before it runs (a select, "
                                  "budget batch or assemble changes them)")
-        workers = max(1, self._count_workers if self._by_loader else 1)
+        workers = self._loader_workers
         ctx = ctx.replace(num_workers=workers, worker_id=0)
         if self.pipeline.step_policy == "counted" and self._ranges():
             kept = Kept(self._n(ctx), self._ranges())

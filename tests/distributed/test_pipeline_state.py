@@ -135,3 +135,11 @@ def test_persistent_workers_continue_where_a_loop_stopped_and_then_the_next_epoc
     assert data.state_dict()["epoch"] == 1
     later = [p for b in loader for p in positions(b)]  # epoch 1: another plan
     assert sorted(later) != sorted(whole) or later != whole
+
+
+@pytest.mark.parametrize("kind", sorted(BUILD))
+def test_the_loader_knows_its_length(make_dataset, kind):
+    ds = make_dataset(200)
+    data = ht.PipelineDataset(BUILD[kind](ds, context={"rank": 1, "world_size": 2}))
+    loader = ht.DataLoader(data, num_workers=2)
+    assert len(loader) == len(list(loader))
