@@ -45,6 +45,8 @@ __all__ = [
     "TierEmulatorError",
     "UnstableIdentityError",
     "CacheTimeoutError",
+    "StepPlanError",
+    "UnequalStepsError",
     "TuningError",
     "OptionError",
     "ByteSizeError",
@@ -287,6 +289,16 @@ class UnstableIdentityError(HpcioError, TypeError):
 
 class CacheTimeoutError(HpcioError, TimeoutError):
     """Cache parts written by other consumers did not appear in time."""
+
+
+class StepPlanError(HpcioError, ValueError):
+    """A planned pipeline stage cannot plan or fill its groups: a document longer than a
+    row, or a length read at run time that differs from the planned one."""
+
+
+class UnequalStepsError(HpcioError, RuntimeError):
+    """A pipeline whose consumers would yield different numbers of steps, run where
+    every consumer must take the same number (DDP)."""
 
 
 class TuningError(HpcioError, ValueError):

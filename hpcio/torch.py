@@ -45,6 +45,7 @@ from .distributed.split import (
 )
 from .distributed.order import ORDER_ALGORITHM, Arange, Composed, IndexMap
 from .mixture import EpochPlan, check_mixture_shuffle, check_schedule, epoch_plan, is_mixture, with_provenance
+from .distributed.ranges import Kept as _Kept, epoch_skip as _epoch_skip, merged_ranges as _skip_ranges, subtract as _subtract
 from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 try:
@@ -54,82 +55,13 @@ except ImportError as exc:
     raise MissingDependencyError("hpcio.torch needs PyTorch: pip install torch") from exc
 
 from .collate import ragged_collate  # noqa: E402  (needs torch, checked above)
+from .pipeline.adapter import PipelineDataset  # noqa: E402
 
 __all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "ragged_collate"]
 
 # Version 2: epoch orders are keyed bijections (ORDER_ALGORITHM), where version 1's were
 # numpy permutations: the same position names another sample, so a v1 state is refused.
 _STATE_VERSION = 2
-
-
-# --- skip ranges -------------------------------------------------------------------------
-def _skip_ranges(skip) -> list[tuple[int, int]]:
-    """``skip`` as sorted, merged, non-empty ``(start, end)`` stream-position ranges."""
-    if skip is None:
-        return []
-    ranges = []
-    for r in skip:
-        try:
-            start, end = (int(v) for v in r)
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"skip takes (start, end) pairs of positions, got {r!r}") from None
-        if isinstance(r, (str, bytes)) or not 0 <= start <= end:
-            raise InvalidArgumentError(f"a skip range is (start, end) with 0 <= start <= end, got {tuple(r)!r}")
-        if start < end:
-            ranges.append((start, end))
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The positions of ranges ``a`` not in ranges ``b`` (both merged), as ranges."""
-    out = []
-    for start, end in a:
-        for lo, hi in b:
-            if hi <= start or lo >= end:
-                continue
-            if lo > start:
-                out.append((start, lo))
-            start = max(start, hi)
-            if start >= end:
-                break
-        if start < end:
-            out.append((start, end))
-    return out
-
-
-class _Kept(IndexMap):
-    """The epoch positions ``[0, n)`` left after removing ``ranges`` (merged, within
-    ``[0, n)``): position ``q`` of the remaining ones is epoch position
-    ``q + (lengths of the ranges starting at or before it, in remaining coordinates)``."""
-
-    def __init__(self, n: int, ranges: list[tuple[int, int]]):
-        self.n, self.ranges = int(n), list(ranges)
-        lengths = np.array([e - s for s, e in ranges], dtype=np.int64)
-        self._before = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        self._kept_starts = np.array([s for s, _ in ranges], dtype=np.int64) - self._before[:-1]
-        self.length = self.n - int(self._before[-1])
-
-    def __len__(self) -> int:
-        return self.length
-
-    def take(self, positions):
-        q = np.asarray(positions, dtype=np.int64)
-        return q + self._before[np.searchsorted(self._kept_starts, q, side="right")]
-
-    def spec(self) -> dict:
-        return {"order": "kept", "n": self.n, "skip": [list(r) for r in self.ranges]}
-
-
-def _epoch_skip(ranges: list[tuple[int, int]], epoch: int, n: int) -> list[tuple[int, int]]:
-    """The skip ranges (stream positions) that fall in ``epoch``, as epoch positions."""
-    lo, hi = epoch * n, (epoch + 1) * n
-    return [(max(s, lo) - lo, min(e, hi) - lo) for s, e in ranges if s < hi and e > lo]
 
 
 # --- the cursor ----------------------------------------------------------------------------
@@ -547,6 +479,13 @@ class DataLoader(torch_data.DataLoader):
                 )
             kwargs.setdefault("collate_fn", _as_collated)
             dataset._loader_workers = max(1, kwargs.get("num_workers", 0))
+        elif isinstance(dataset, PipelineDataset):
+            kwargs.setdefault("batch_size", None)
+            if kwargs["batch_size"] is not None:
+                raise InvalidArgumentError("a pipeline batches itself (Pipeline.batch); leave the "
+                                           "DataLoader's batch_size unset")
+            kwargs.setdefault("collate_fn", _as_collated)
+            dataset._loader_workers = max(1, kwargs.get("num_workers", 0))
         elif isinstance(dataset, MapDataset):
             for key in ("batch_size", "sampler", "batch_sampler", "shuffle", "drop_last"):
                 if key in kwargs:
@@ -564,7 +503,7 @@ class DataLoader(torch_data.DataLoader):
 
     def __iter__(self):
         source = self.dataset
-        iterable = isinstance(source, IterableDataset)
+        iterable = isinstance(source, (IterableDataset, PipelineDataset))
         source._begin(max(1, self.num_workers) if iterable else 1)
         if iterable:
             source._by_loader = True
@@ -572,6 +511,8 @@ class DataLoader(torch_data.DataLoader):
             for batch in super().__iter__():
                 source._delivered += 1
                 yield batch
+            if isinstance(source, PipelineDataset):
+                source._finished = True  # the epoch ran out on every worker
         finally:
             if iterable:
                 source._by_loader = False
@@ -585,31 +526,3 @@ class DataLoader(torch_data.DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
-
-
-class PipelineDataset(torch_data.IterableDataset):
-    """An :class:`hpcio.pipeline.Pipeline` run in each DataLoader worker.
-
-    Each worker runs the pipeline over its own part (the context is inferred in the
-    worker).  ``set_epoch`` reaches persistent workers.  Stages such as ``select`` or
-    ``assemble`` change counts per consumer, so equal counts and exact resume are
-    properties of :class:`IterableDataset`, not of arbitrary pipelines.  Use it with
-    ``torch.utils.data.DataLoader(..., batch_size=None)`` when the pipeline batches.
-    ``decode=`` appends ``pipeline.decode(decode)``: it decodes samples, or the samples
-    of each batch when the pipeline batches.
-    """
-
-    def __init__(self, pipeline, *, decode=None):
-        from .pipeline import Pipeline
-
-        if not isinstance(pipeline, Pipeline):
-            raise WrongTypeError(f"expected an hpcio.pipeline.Pipeline, got {type(pipeline).__name__}")
-        self.pipeline = pipeline if decode is None else pipeline.decode(decode)
-        self._epoch = torch.tensor([pipeline.epoch], dtype=torch.int64).share_memory_()
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch[0] = int(epoch)
-
-    def __iter__(self):
-        context = self.pipeline.context().replace(epoch=int(self._epoch[0]))
-        return self.pipeline.iterate(context)

@@ -9,6 +9,12 @@ many-to-many step such as sequence packing).  Stateful stages receive the
 :class:`~hpcio.distributed.RuntimeContext`, so their randomness depends on seed,
 epoch, rank and worker.
 
+``batch(..., lengths=)`` and ``pack`` are *planned* (:mod:`hpcio.pipeline.plan`): their
+groups are formed for the whole job from lengths read without decoding, and dealt in
+whole rounds, so every consumer takes the same number of steps
+(:attr:`Pipeline.step_policy`); :class:`hpcio.torch.PipelineDataset` saves the groups
+consumed as its state.
+
 ``cache(directory)`` is a boundary: everything before it runs once and is written as
 hpcio shards under a fingerprint of the source and of every stage before it; later
 runs with the same fingerprint read the shards instead.  Stages after it run every
@@ -22,9 +28,12 @@ epoch, over a fresh split of the cached samples.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from ..dataset import Dataset
 from ..decoding import SampleDecoder
@@ -34,15 +43,26 @@ from ..distributed.split import (
     dataset_shard_sizes,
     shuffle_mode,
     consumer_order,
+    per_consumer,
 )
-from ..distributed.order import Arange, take
-from ..errors import CacheTimeoutError, UnstableIdentityError, WrongTypeError
+from ..distributed.order import Arange, IndexMap, take
+from ..errors import (
+    CacheTimeoutError,
+    InvalidArgumentError,
+    StepPlanError,
+    UnequalStepsError,
+    UnstableIdentityError,
+    UsageError,
+    WrongTypeError,
+)
 from ..mixture import MixtureReader, check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
 from .cache import CacheBoundary, materialise
+from .plan import DEFAULT_PLAN_WINDOW, GroupPlan, WindowShuffled, build_row, check_lengths, field_lengths
 from .stages import (
     AssembleStage,
     BatchStage,
     DecodeStage,
+    PackStage,
     MapStage,
     SelectStage,
     SequencePacker,
@@ -61,6 +81,8 @@ __all__ = [
     "sample_nbytes",
     "UnstableIdentityError",
     "CacheTimeoutError",
+    "StepPlanError",
+    "UnequalStepsError",
 ]
 
 
@@ -112,6 +134,12 @@ class Pipeline:
         every sample read.  Stages keep them as long as they keep the sample's fields;
         ``batch`` keeps them per sample, :class:`SequencePacker` gives each row the lists
         of its documents'.  After a ``cache`` boundary they name the cached samples.
+    steps_per_epoch : int, optional
+        Every consumer yields exactly this many steps per epoch, reading on into its
+        parts of the next epochs' orders when its own part runs out (the ``"fixed"``
+        policy, for stages whose output counts cannot be planned).
+    plan_window : int
+        Epoch positions planned together by a planned ``batch`` or ``pack``.
 
     A :func:`hpcio.mix` mixture is read in its own order (``shuffle=True``), epoch ``e``
     being its stream positions ``[e * E, (e + 1) * E)``; a cache boundary over it keeps
@@ -120,14 +148,21 @@ class Pipeline:
 
     def __init__(self, source: Dataset, *, shuffle=True, seed: int = 0, epoch: int = 0,
                  remainder: str = "drop", shard_sizes=None, window: int = 1,
-                 circular_shift: bool = False, context=None, provenance: bool = False):
+                 circular_shift: bool = False, context=None, provenance: bool = False,
+                 steps_per_epoch: int | None = None, plan_window: int = DEFAULT_PLAN_WINDOW):
         if not isinstance(source, Dataset):
             raise WrongTypeError(f"expected an hpcio.Dataset, got {type(source).__name__}")
+        if steps_per_epoch is not None and int(steps_per_epoch) < 1:
+            raise InvalidArgumentError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
+        if int(plan_window) < 1:
+            raise InvalidArgumentError(f"plan_window must be >= 1, got {plan_window}")
         self.source = source
         mode = check_mixture_shuffle(shuffle) if is_mixture(source) else shuffle_mode(shuffle)
         self.options = {
             "mode": mode, "seed": int(seed), "remainder": remainder,
             "shard_sizes": shard_sizes, "window": int(window), "provenance": bool(provenance),
+            "steps_per_epoch": None if steps_per_epoch is None else int(steps_per_epoch),
+            "plan_window": int(plan_window),
         }
         self.circular_shift = circular_shift
         self.epoch = int(epoch)
@@ -159,21 +194,51 @@ class Pipeline:
         decoder = decode if isinstance(decode, SampleDecoder) else SampleDecoder(decode, backend)
         return self._then(DecodeStage(decoder))
 
-    def select(self, predicate: Callable) -> "Pipeline":
-        """Keep the samples for which ``predicate`` is true."""
-        return self._then(SelectStage(predicate))
+    def select(self, predicate: Callable, *, lengths: str | None = None) -> "Pipeline":
+        """Keep the samples for which ``predicate(sample)`` is true.
+
+        With ``lengths`` (a source field), ``predicate`` takes that field's length
+        instead; before a planned stage it is then applied when planning, to lengths
+        read without decoding, so rejected samples never enter a group and every
+        consumer keeps full batches and equal steps.
+        """
+        return self._then(SelectStage(predicate, lengths))
 
     def batch(self, size: int | None = None, *, max_bytes: int | None = None,
               max_tokens: int | None = None, token_field: str | None = None,
-              drop_last: bool = False) -> "Pipeline":
+              drop_last: bool = False, lengths=None, buckets=None) -> "Pipeline":
         """Lists of samples, closed at ``size`` samples and/or before a budget is exceeded.
 
         ``max_bytes`` bounds the summed :func:`sample_nbytes`; ``max_tokens`` bounds the
         padded token count ``len(batch) * longest`` of ``token_field``.  A sample alone
         over budget forms its own batch.  ``drop_last`` drops a final batch shorter than
         ``size``.
+
+        ``lengths`` plans the batches from the source instead (see :mod:`.plan`): a field
+        name of the source whose ``len()`` is each sample's cost (tokens under
+        ``max_tokens``, defaulting ``token_field`` to it; bytes under ``max_bytes``), or
+        ``(field, fn)`` with ``fn(value) -> int``.  The whole job's batches are then formed
+        from lengths read without decoding and dealt in whole rounds, so every consumer
+        takes the same number of steps.  ``buckets`` (upper length edges, or a number of
+        equal-count buckets) batches similar lengths together, batches visited in a seeded
+        order.  A planned ``max_tokens`` batch checks that ``token_field`` has the planned
+        length when read (:class:`~hpcio.errors.StepPlanError` otherwise).
         """
-        return self._then(BatchStage(size, max_bytes, max_tokens, token_field, drop_last))
+        return self._then(BatchStage(size, max_bytes, max_tokens, token_field, drop_last, lengths, buckets))
+
+    def pack(self, max_len: int, *, field: str = "tokens", eos: int | None = None, pad: int = 0,
+             split_documents: bool = False, lengths=None) -> "Pipeline":
+        """Rows of at most ``max_len`` tokens of ``field``, planned from lengths.
+
+        Documents (each followed by ``eos`` when given) are packed by best-fit decreasing
+        over each plan window (:func:`~hpcio.pipeline.plan.pack_best_fit`); a document
+        is never cut unless ``split_documents`` (a longer one then raises
+        :class:`~hpcio.errors.StepPlanError`).  A row is ``{"tokens", "cu_seqlens",
+        "position_ids", "doc_ids", "length"}`` (see :func:`~hpcio.pipeline.plan.build_row`).
+        ``lengths`` is the source field counted for each document (default ``field``) or
+        ``(field, fn)``.  A following ``batch(k)`` groups ``k`` rows per step, in the plan.
+        """
+        return self._then(PackStage(max_len, field, eos, pad, split_documents, lengths))
 
     def unbatch(self) -> "Pipeline":
         """The samples of each list, one by one."""
@@ -217,12 +282,118 @@ class Pipeline:
     def __iter__(self) -> Iterator:
         return self.iterate()
 
-    def iterate(self, context: RuntimeContext | None = None) -> Iterator:
-        """Run the pipeline for this consumer (context inferred unless given)."""
+    # --- steps -----------------------------------------------------------------------
+    def _split_stages(self, stages=None):
+        """``(before, planned stage, planner, after)`` of the stages after the last cache
+        boundary, or ``(stages, None, None, ())`` when none is planned."""
+        stages = list(self.stages if stages is None else stages)
+        for k in range(len(stages) - 1, -1, -1):
+            if isinstance(stages[k], CacheBoundary):
+                stages = stages[k + 1 :]
+                break
+        for k, stage in enumerate(stages):
+            planner = stage.planner() if isinstance(stage, (BatchStage, PackStage)) else None
+            if planner is None:
+                continue
+            before, after = stages[:k], stages[k + 1 :]
+            for b in before:
+                if not isinstance(b, (MapStage, SelectStage, ShuffleStage)):
+                    raise InvalidArgumentError(
+                        f"a planned {stage.kind}() reads samples of the source: only map, decode, "
+                        f"select and shuffle can come before it, got {b.kind}()")
+            if isinstance(stage, PackStage) and after and isinstance(after[0], BatchStage) \
+                    and after[0].counted and after[0].lengths is None and after[0].size:
+                planner = stage.planner(after[0].size, after[0].drop_last)
+                after = after[1:]
+            return before, stage, planner, tuple(after)
+        return stages, None, None, ()
+
+    @property
+    def step_policy(self) -> str:
+        """How consumers' step counts compare in an epoch.
+
+        ``"planned"``: a planned ``batch`` or ``pack`` deals whole rounds of groups, with
+        only maps after it (whatever ``remainder``, the last partial round is left);
+        ``"counted"``: only maps, buffer shuffles, ``batch(size)`` and ``unbatch``, over
+        equal parts; ``"fixed"``: ``steps_per_epoch`` is set, and every consumer
+        yields that many steps, reading its part of the next epochs' orders when its own
+        runs out; ``"unequal"``: a ``select``, a budget ``batch`` without ``lengths=``,
+        or an ``assemble`` changes counts per consumer.
+        """
+        if self.options["steps_per_epoch"] is not None:
+            return "fixed"
+        before, stage, planner, after = self._split_stages()
+        if stage is not None:
+            return "planned" if all(isinstance(a, MapStage) for a in after) else "unequal"
+        for st in before:
+            if isinstance(st, (SelectStage, AssembleStage)):
+                return "unequal"
+            if isinstance(st, BatchStage) and not st.counted:
+                return "unequal"
+        return "counted"
+
+    def check_equal_steps(self, ctx: RuntimeContext) -> None:
+        """Raise :class:`~hpcio.errors.UnequalStepsError` when several consumers would
+        take different numbers of steps."""
+        if ctx.consumers > 1 and self.step_policy == "unequal":
+            raise UnequalStepsError(
+                f"this pipeline's consumers would take different numbers of steps ({ctx.consumers} "
+                "consumers; a select, budget batch or assemble changes counts): plan the "
+                "batches from lengths (batch(..., lengths=), pack()) or give the Pipeline "
+                "steps_per_epoch=")
+
+    def plan(self, context: RuntimeContext | None = None) -> GroupPlan:
+        """The :class:`~hpcio.pipeline.plan.GroupPlan` of the context's epoch (a planned
+        pipeline without a cache boundary)."""
         ctx = self.context() if context is None else context
-        source, shard_sizes = self.source, self.options["shard_sizes"]
+        if any(isinstance(st, CacheBoundary) for st in self.stages):
+            source, shard_sizes, _ = self._materialised(ctx)
+        else:
+            source, shard_sizes = self.source, self._shard_sizes(self.source)
+        return self._group_plan(source, shard_sizes, ctx)[0]
+
+    def plan_spec(self) -> dict | None:
+        """What defines the group sequence of a planned pipeline (its planner and plan
+        window), as plain values, without reading anything; None when not planned."""
+        before, _, planner, _ = self._split_stages()
+        if planner is None:
+            return None
+        selects = [st.fingerprint() for st in before if isinstance(st, SelectStage) and st.lengths]
+        return {"planner": planner.spec(), "window": self.options["plan_window"], "selects": selects}
+
+    def steps(self, context: RuntimeContext | None = None, start: int = 0) -> int:
+        """Steps each consumer takes in the context's epoch from group (or, for a
+        counted pipeline, epoch position) ``start``; planning reads every window's lengths."""
+        ctx = self.context() if context is None else context
+        if self.options["steps_per_epoch"] is not None:
+            return self.options["steps_per_epoch"]
+        policy = self.step_policy
+        if policy == "planned":
+            return self.plan(ctx).count(start) // ctx.consumers
+        if policy == "counted":
+            source, _, stages = self._materialised(ctx)
+            items = per_consumer(max(0, len(source) - start), ctx.consumers, self.options["remainder"])
+            levels = []  # (items before, size, drop_last) of each open batch level
+            for st in stages:
+                if isinstance(st, BatchStage):
+                    levels.append((items, st.size, st.drop_last))
+                    items = items // st.size if st.drop_last else -(-items // st.size)
+                elif isinstance(st, UnbatchStage) and levels:
+                    before, size, drop = levels.pop()
+                    items = items * size if drop else before
+            return items
+        raise UnequalStepsError("the steps of an unequal pipeline are not known before it runs")
+
+    # --- running ---------------------------------------------------------------------
+    def _shard_sizes(self, source):
+        shard_sizes = self.options["shard_sizes"]
         if shard_sizes is None and self.options["mode"] == "block":
             shard_sizes = dataset_shard_sizes(source)
+        return shard_sizes
+
+    def _materialised(self, ctx: RuntimeContext):
+        """The dataset after the last cache boundary, its shard sizes and the stages after."""
+        source, shard_sizes = self.source, self._shard_sizes(self.source)
         stages = list(self.stages)
         done = 0
         for k, stage in enumerate(self.stages):
@@ -231,21 +402,123 @@ class Pipeline:
                 source = materialise(stage, self.fingerprint(k + 1), source, upstream, ctx)
                 shard_sizes = source.reader.shard_sizes()
                 done = k + 1
-        stream = self._read(source, shard_sizes, ctx)
-        for stage in stages[done:]:
-            stream = stage.apply(stream, ctx)
-        return iter(stream)
+        return source, shard_sizes, stages[done:]
 
-    def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext) -> Iterator:
+    def iterate(self, context: RuntimeContext | None = None, *, start: int = 0,
+                skip_steps: int = 0) -> Iterator:
+        """Run the pipeline for this consumer (context inferred unless given).
+
+        ``start`` resumes an epoch: the global group a planned pipeline continues from,
+        or the epoch position a counted one does (:meth:`step_policy`).  ``skip_steps``
+        drops this consumer's first steps of a ``steps_per_epoch`` pipeline (which
+        resumes by replaying its stream).
+        """
+        ctx = self.context() if context is None else context
+        fixed = self.options["steps_per_epoch"]
+        source, shard_sizes, stages = self._materialised(ctx)
+        before, stage, planner, after = self._split_stages(stages)
+
+        def read(c: RuntimeContext, at):
+            if stage is None:
+                return self._read(source, shard_sizes, c, at)
+            return self._read_planned(source, shard_sizes, c, before, stage, at)
+
+        def passes():
+            # The consumer's reads continue into its parts of the next epochs' orders, so
+            # stages see one stream and batches span the pass boundary.
+            epoch = ctx.epoch
+            while True:
+                got = 0
+                for item in read(ctx.replace(epoch=epoch), start if epoch == ctx.epoch else 0):
+                    got += 1
+                    yield item
+                if not got:
+                    raise UsageError(f"epoch {epoch} gave this consumer nothing to read; "
+                                     f"steps_per_epoch={fixed} cannot be filled")
+                epoch += 1
+
+        stream = read(ctx, start) if fixed is None else passes()
+        for st in (stages if stage is None else after):
+            stream = st.apply(stream, ctx)
+        return iter(stream) if fixed is None else itertools.islice(stream, skip_steps, fixed)
+
+    def _group_plan(self, source, shard_sizes, ctx):
+        o = self.options
+        before, stage, planner, _ = self._split_stages()
+        if stage is None:
+            raise UsageError("this pipeline has no planned stage (batch(..., lengths=) or pack())")
+        mode = o["mode"]
+        if mode == "mixture" and not is_mixture(source):
+            mode = "global"
+        plan = epoch_plan(source, ctx.epoch, mode, o["seed"], shard_sizes, o["window"])
+        order = plan.order
+        for st in before:
+            if isinstance(st, ShuffleStage):  # a buffer shuffle of positions, stateless
+                order = WindowShuffled(order, st.buffer_size, ctx.seed if st.seed is None else st.seed, ctx.epoch)
+        filters = [(st.lengths, st.predicate) for st in before if isinstance(st, SelectStage) and st.lengths]
+        groups = GroupPlan(plan.dataset, order, planner, window=o["plan_window"], seed=o["seed"],
+                           epoch=ctx.epoch, filters=filters)
+        return groups, plan, planner
+
+    def _read_planned(self, source, shard_sizes, ctx, before, stage, start) -> Iterator:
+        if self.circular_shift:
+            raise InvalidArgumentError("circular_shift does not apply to a planned pipeline: "
+                                       "its groups are dealt round by round")
+        groups, plan, planner = self._group_plan(source, shard_sizes, ctx)
+        # shuffles reorder positions and length selects filter them, both when planning
+        per_sample = [st for st in before if not isinstance(st, ShuffleStage)
+                      and not (isinstance(st, SelectStage) and st.lengths)]
+        provenance = self.options["provenance"]
+
+        def process(samples):
+            out = []
+            for s in samples:
+                got = [s]
+                for st in per_sample:
+                    got = list(st.apply(iter(got), ctx))
+                out.append(got[0] if got else None)
+            return out
+
+        for window_positions, group in groups.deal(start, ctx.consumer, ctx.consumers):
+            rows = group if isinstance(group, list) else [group]
+            if isinstance(stage, BatchStage):
+                positions = window_positions[group]
+            else:
+                positions = np.unique(np.concatenate([window_positions[r[:, 0]] for r in rows]))
+            indices = take(groups.order, positions)
+            samples = plan.dataset.get_batch(indices)
+            if provenance:
+                samples = with_provenance(samples, *plan.provenance(indices), positions)
+            samples = process(samples)
+            if isinstance(stage, BatchStage):
+                if stage.max_tokens is not None:
+                    field = stage.lengths if isinstance(stage.lengths, str) else stage.lengths[0]
+                    expected = field_lengths(plan.dataset, indices, field, planner.length_fn) \
+                        if stage.token_field != field or planner.length_fn else None
+                    if expected is not None:
+                        check_lengths(samples, positions, stage.token_field, expected)
+                yield [s for s in samples if s is not None]
+                continue
+            by_position = dict(zip(positions.tolist(), samples))
+            built = []
+            for r in rows:
+                offsets = r[:, 0].tolist()
+                epos = window_positions[r[:, 0]].tolist()
+                built.append(build_row(r, dict(zip(offsets, (by_position[p] for p in epos))),
+                                       dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))
+            yield built if isinstance(group, list) else built[0]
+
+    def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext, start=0) -> Iterator:
         o = self.options
         mode = o["mode"]
         if mode == "mixture" and not is_mixture(source):  # the cache of a mixture's epoch 0
             mode = "global"
         plan = epoch_plan(source, ctx.epoch, mode, o["seed"], shard_sizes, o["window"])
         n = len(plan.order)
+        kept = start if isinstance(start, IndexMap) else Arange(int(start), 1, n - int(start))
         part = consumer_order(
-            n, ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
-            remainder=o["remainder"], order=Arange(0, 1, n),
+            len(kept), ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
+            remainder=o["remainder"], order=kept,
         )
         if self.circular_shift:
             part = rotate(part, ctx.consumer, ctx.consumers)

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..distributed.context import RuntimeContext
-from ..errors import InvalidArgumentError, UnstableIdentityError
+from ..errors import InvalidArgumentError, UnstableIdentityError, UsageError
 from ..mixture import PROVENANCE_FIELDS
 
 __all__ = ["Stage", "MapStage", "DecodeStage", "SelectStage", "BatchStage", "UnbatchStage", "ShuffleStage", "AssembleStage",
-           "SequencePacker", "fingerprint_callable", "sample_nbytes"]
+           "PackStage", "SequencePacker", "fingerprint_callable", "sample_nbytes"]
 
 
 # --- identities --------------------------------------------------------------------
@@ -131,29 +131,54 @@ class DecodeStage(MapStage):
 class SelectStage(Stage):
     kind = "select"
 
-    def __init__(self, predicate: Callable):
-        self.predicate = predicate
+    def __init__(self, predicate: Callable, lengths: str | None = None):
+        self.predicate, self.lengths = predicate, lengths
 
     def apply(self, samples, context):
-        return filter(self.predicate, samples)
+        if self.lengths is None:
+            return filter(self.predicate, samples)
+        field, keep = self.lengths, self.predicate
+        return (s for s in samples if keep(len(s[field])))
 
     def fingerprint(self):
-        return f"select({fingerprint_callable(self.predicate)})"
+        if self.lengths is None:
+            return f"select({fingerprint_callable(self.predicate)})"
+        return f"select({fingerprint_callable(self.predicate)}, lengths={self.lengths!r})"
 
 
 class BatchStage(Stage):
     kind = "batch"
 
-    def __init__(self, size, max_bytes, max_tokens, token_field, drop_last):
+    def __init__(self, size, max_bytes, max_tokens, token_field, drop_last, lengths=None, buckets=None):
         if size is None and max_bytes is None and max_tokens is None:
             raise InvalidArgumentError("batch() needs size=, max_bytes= or max_tokens=")
         for name, value in (("size", size), ("max_bytes", max_bytes), ("max_tokens", max_tokens)):
             if value is not None and value < 1:
                 raise InvalidArgumentError(f"{name} must be >= 1, got {value}")
         if max_tokens is not None and token_field is None:
-            raise InvalidArgumentError("max_tokens= needs token_field= (the field holding the tokens)")
+            if lengths is None or callable(lengths):
+                raise InvalidArgumentError("max_tokens= needs token_field= (the field holding the tokens)")
+            token_field = lengths
+        if buckets is not None and lengths is None:
+            raise InvalidArgumentError("buckets= needs lengths= (the source field whose lengths "
+                                       "sort samples into buckets)")
         self.size, self.max_bytes, self.max_tokens = size, max_bytes, max_tokens
         self.token_field, self.drop_last = token_field, drop_last
+        self.lengths, self.buckets = lengths, buckets
+
+    @property
+    def counted(self) -> bool:
+        """True when batches are closed by count only (no budget)."""
+        return self.max_bytes is None and self.max_tokens is None
+
+    def planner(self):
+        """The :class:`~hpcio.pipeline.plan.BatchPlanner` of a planned batch, or None."""
+        if self.lengths is None or (self.counted and self.buckets is None):
+            return None
+        from .plan import BatchPlanner
+
+        field, fn = (self.lengths, None) if isinstance(self.lengths, str) else self.lengths
+        return BatchPlanner(field, self.size, self.max_tokens, self.max_bytes, self.buckets, fn)
 
     def apply(self, samples, context):
         batch: list = []
@@ -179,10 +204,46 @@ class BatchStage(Stage):
             yield batch
 
     def fingerprint(self):
+        planned = "" if self.lengths is None else f", lengths={_lengths_name(self.lengths)}, buckets={self.buckets!r}"
         return (
             f"batch(size={self.size}, max_bytes={self.max_bytes}, max_tokens={self.max_tokens}, "
-            f"token_field={self.token_field!r}, drop_last={self.drop_last})"
+            f"token_field={self.token_field!r}, drop_last={self.drop_last}{planned})"
         )
+
+
+def _lengths_name(lengths) -> str:
+    if isinstance(lengths, str):
+        return repr(lengths)
+    field, fn = lengths
+    return f"({field!r}, {fingerprint_callable(fn)})"
+
+
+class PackStage(Stage):
+    """Documents packed into rows of ``max_len`` tokens, planned from lengths
+    (:class:`~hpcio.pipeline.plan.PackPlanner`); :meth:`Pipeline.iterate` reads the rows
+    the plan deals to this consumer, so it is never applied to a stream."""
+
+    kind = "pack"
+
+    def __init__(self, max_len, field, eos, pad, split_documents, lengths):
+        if max_len < 1:
+            raise InvalidArgumentError(f"max_len must be >= 1, got {max_len}")
+        self.max_len, self.field, self.eos, self.pad = int(max_len), field, eos, pad
+        self.split_documents = bool(split_documents)
+        self.lengths = field if lengths is None else lengths
+
+    def planner(self, rows=None, drop_last=False):
+        from .plan import PackPlanner
+
+        field, fn = (self.lengths, None) if isinstance(self.lengths, str) else self.lengths
+        return PackPlanner(field, self.max_len, self.eos, self.split_documents, fn, rows, drop_last)
+
+    def apply(self, samples, context):
+        raise UsageError("pack() is planned from the source's lengths: it cannot come before cache()")
+
+    def fingerprint(self):
+        return (f"pack(max_len={self.max_len}, field={self.field!r}, eos={self.eos}, pad={self.pad}, "
+                f"split_documents={self.split_documents}, lengths={_lengths_name(self.lengths)})")
 
 
 class UnbatchStage(Stage):
@@ -244,7 +305,11 @@ class SequencePacker:
 
     Sequences from ``field`` are concatenated, each followed by ``eos`` when given, and
     cut into rows of ``length`` tokens: ``{"tokens": int array, "doc_ids": int array}``
-    where ``doc_ids`` numbers the source sequences within the row, for attention masks.
+    where ``doc_ids`` numbers the source sequences within the row, for attention masks,
+    and ``cu_seqlens`` / ``position_ids`` give their starts as varlen attention takes them
+    (a document cut across rows starts again at position 0 in the next).  It packs
+    greedily and cuts documents, per consumer: :meth:`Pipeline.pack` plans whole
+    documents by best fit with equal steps on every consumer.
     The last partial row is dropped unless ``keep_remainder``.  Samples that carry
     provenance (``Pipeline(provenance=True)``) give each row the lists ``__source__``,
     ``__index__`` and ``__position__`` of the documents it holds, in ``doc_ids`` order.
@@ -302,7 +367,11 @@ class SequencePacker:
         rows = []
         for lo in range(0, cut, self.length):
             d = docs[lo : lo + self.length]
-            row = {"tokens": tokens[lo : lo + self.length], "doc_ids": d - d[0]}
+            local = d - d[0]
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(local)) + 1))
+            row = {"tokens": tokens[lo : lo + self.length], "doc_ids": local,
+                   "cu_seqlens": np.append(starts, len(d)).astype(np.int32),
+                   "position_ids": np.arange(len(d)) - starts[local]}
             if self._origins:
                 held = self._origins[int(d[0]) - self._first : int(d[-1]) - self._first + 1]
                 for k, name in enumerate(PROVENANCE_FIELDS):

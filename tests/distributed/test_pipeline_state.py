@@ -1,0 +1,145 @@
+"""Pipeline checkpoints: stopped mid-epoch on some ranks, resumed on others."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import hpcio.torch as ht  # noqa: E402
+from hpcio.errors import UsageError  # noqa: E402
+from hpcio.pipeline import Pipeline  # noqa: E402
+
+
+def tokens_kept(sample):
+    """Tokens as many as the text's characters, keeping the provenance fields."""
+    return {"tokens": np.arange(len(sample["text"]), dtype=np.int64),
+            **{k: v for k, v in sample.items() if k.startswith("__")}}
+
+
+BUILD = {
+    "packed": lambda ds, **kw: Pipeline(ds, seed=4, plan_window=50, provenance=True, **kw)
+    .shuffle(16).map(tokens_kept).pack(32, eos=-1, lengths="text").batch(2),
+    "bucketed": lambda ds, **kw: Pipeline(ds, seed=4, plan_window=50, provenance=True, **kw)
+    .map(tokens_kept).batch(max_tokens=40, token_field="tokens", lengths="text", buckets=2),
+    "counted": lambda ds, **kw: Pipeline(ds, seed=4, provenance=True, **kw).batch(3),
+}
+
+
+def positions(item):
+    if isinstance(item, dict):
+        return list(item["__position__"])
+    return [p for x in item for p in (x["__position__"] if "cu_seqlens" in x else [x["__position__"]])]
+
+
+def loaders(kind, ds, world, workers):
+    out = []
+    for r in range(world):
+        data = ht.PipelineDataset(BUILD[kind](ds, context={"rank": r, "world_size": world}))
+        out.append((data, ht.DataLoader(data, num_workers=workers)))
+    return out
+
+
+def run(pairs, steps=None):
+    """Every rank takes ``steps`` steps (all of the epoch when None), in step."""
+    got = []
+    for data, loader in pairs:
+        got.append([positions(b) for b in itertools.islice(loader, steps)])
+    assert len({len(g) for g in got}) == 1  # ranks in step
+    return [p for g in got for b in g for p in b]
+
+
+@pytest.mark.parametrize("kind", sorted(BUILD))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stopped_on_four_ranks_resumed_on_three_reads_every_sample_once(make_dataset, kind, workers):
+    ds = make_dataset(300)
+    first = loaders(kind, ds, 4, workers)
+    before = run(first, steps=3)
+    states = [data.state_dict() for data, _ in first]
+    assert all(s == states[0] for s in states)  # the same global state on every rank
+    state = states[0]
+    assert state["epoch"] == 0 and len(repr(state)) < 2000
+    second = loaders(kind, ds, 3, 0)
+    for data, _ in second:
+        data.load_state_dict(state)
+    after = run(second)
+    seen = before + after
+    assert len(seen) == len(set(seen))  # nothing read twice
+    if kind == "counted":  # the remainder: fewer than 3 of the positions left
+        assert 300 - len(seen) < 3 * 3
+    else:  # the remainder: fewer than a round of 3 groups of the sequence left
+        plan = second[0][0].pipeline.plan(second[0][0].context())
+        groups = list(plan.groups())
+        left = len(groups) - state["position"]
+        rest = {int(wp[o]) for wp, g in groups[len(groups) - left % 3:]
+                for o in (g.tolist() if isinstance(g, np.ndarray) else [x for row in g for x in row[:, 0].tolist()])}
+        assert sorted(set(seen) | rest) == list(range(300))
+    # the epoch ran out: the next state starts epoch 1
+    assert second[0][0].state_dict()["epoch"] == 1
+
+
+def test_a_state_names_what_it_was_saved_with(make_dataset):
+    ds = make_dataset(60)
+    data = ht.PipelineDataset(BUILD["packed"](ds))
+    other = ht.PipelineDataset(BUILD["bucketed"](ds))
+    with pytest.raises(ValueError, match=r"^state was saved with policy='planned' but this pipeline has "
+                       r"policy='counted'; resuming would read a different sequence$"):
+        ht.PipelineDataset(BUILD["counted"](ds)).load_state_dict(data.state_dict())
+    with pytest.raises(ValueError, match=r"^state was saved with stages=\['shuffle', 'map', 'pack', 'batch'\] "
+                       r"but this pipeline has stages=\['map', 'batch'\]"):
+        other.load_state_dict(data.state_dict())
+
+
+def test_fixed_steps_resume_by_replay_at_the_same_world(make_dataset):
+    ds = make_dataset(100)
+
+    def build(world, r):
+        pipe = Pipeline(ds, seed=1, steps_per_epoch=12, provenance=True, context={"rank": r, "world_size": world})
+        return ht.PipelineDataset(pipe.batch(5))
+
+    whole = [positions(b) for b in build(2, 0)]
+    data = build(2, 0)
+    head = [positions(b) for b in itertools.islice(data, 5)]
+    state = data.state_dict()
+    again = build(2, 0)
+    again.load_state_dict(state)
+    assert head + [positions(b) for b in again] == whole
+    moved = build(3, 0)
+    moved.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"^a steps_per_epoch pipeline resumes by replaying its consumers' "
+                       r"streams: the state was saved with \(data-parallel ranks, workers\) = \(2, 1\), "
+                       r"this run has \(3, 1\)$"):
+        list(moved)
+
+
+def test_a_buffer_shuffle_outside_a_plan_cannot_checkpoint(make_dataset):
+    data = ht.PipelineDataset(Pipeline(make_dataset(20)).shuffle(4).batch(2))
+    next(iter(data))
+    with pytest.raises(UsageError, match=r"^a buffer shuffle in an unplanned pipeline holds samples read "
+                       r"but not delivered"):
+        data.state_dict()
+
+
+def test_persistent_workers_continue_where_a_loop_stopped_and_then_the_next_epoch(make_dataset):
+    ds = make_dataset(120)
+    data = ht.PipelineDataset(BUILD["packed"](ds))
+    loader = ht.DataLoader(data, num_workers=2, persistent_workers=True)
+    head = [p for b in itertools.islice(loader, 2) for p in positions(b)]
+    rest = [p for b in loader for p in positions(b)]  # continues, then the epoch ends
+    assert len(head + rest) == len(set(head + rest))
+    whole = [p for b in ht.DataLoader(ht.PipelineDataset(BUILD["packed"](ds)), num_workers=2)
+             for p in positions(b)]
+    assert sorted(head + rest) == sorted(whole)
+    assert data.state_dict()["epoch"] == 1
+    later = [p for b in loader for p in positions(b)]  # epoch 1: another plan
+    assert sorted(later) != sorted(whole) or later != whole
+
+
+@pytest.mark.parametrize("kind", sorted(BUILD))
+def test_the_loader_knows_its_length(make_dataset, kind):
+    ds = make_dataset(200)
+    data = ht.PipelineDataset(BUILD[kind](ds, context={"rank": 1, "world_size": 2}))
+    loader = ht.DataLoader(data, num_workers=2)
+    assert len(loader) == len(list(loader))
