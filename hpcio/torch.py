@@ -44,7 +44,8 @@ from .distributed.split import (
     shuffle_mode,
 )
 from .distributed.order import ORDER_ALGORITHM, Arange, Composed, IndexMap
-from .mixture import EpochPlan, check_mixture_shuffle, check_schedule, epoch_plan, is_mixture, with_provenance
+from .distributed.epochs import (EpochPlan, check_mixture_shuffle, check_schedule, epoch_plan, is_mixture,
+                              with_provenance)
 from .distributed.ranges import Kept as _Kept, epoch_skip as _epoch_skip, merged_ranges as _skip_ranges, subtract as _subtract
 from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 

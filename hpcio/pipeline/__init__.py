@@ -55,7 +55,8 @@ from ..errors import (
     UsageError,
     WrongTypeError,
 )
-from ..mixture import MixtureReader, check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
+from ..distributed.epochs import check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
+from ..mixture import MixtureReader
 from .cache import CacheBoundary, materialise
 from .plan import DEFAULT_PLAN_WINDOW, GroupPlan, WindowShuffled, build_row, check_lengths, field_lengths
 from .stages import (

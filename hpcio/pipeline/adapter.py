@@ -29,7 +29,7 @@ from ..distributed.order import ORDER_ALGORITHM
 from ..distributed.ranges import Kept, kept_to_epoch, merged_ranges
 from ..distributed.split import per_consumer
 from ..errors import InvalidArgumentError, UsageError, WrongTypeError
-from ..mixture import is_mixture
+from ..distributed.epochs import is_mixture
 from .stages import BatchStage, ShuffleStage, UnbatchStage
 
 __all__ = ["PipelineDataset", "PIPELINE_STATE_VERSION"]
