@@ -85,6 +85,16 @@ def read_file(path) -> bytes:
         return f.read()
 
 
+def comparable(files: dict) -> dict:
+    """``files`` (name: bytes) with the header bytes of ``index.hpcio`` that depend on
+    when index.json was written (its mtime at 64 and the digest over it at 56) zeroed."""
+    out = dict(files)
+    for name, data in files.items():
+        if os.path.basename(name) == "index.hpcio" and len(data) >= 72:
+            out[name] = data[:56] + bytes(16) + data[72:]
+    return out
+
+
 # --- byte identity with streaming's MDSWriter ------------------------------------------
 def write_streaming(path, samples, columns, **options):
     """streaming's writer, recording the hashes hpcio's writer records by default."""
@@ -209,7 +219,7 @@ def test_every_encoding_round_trips_byte_exact(tmp_path):
     first = write(tmp_path / "first", samples, columns=gen.ALL_COLUMNS)
     again = write(tmp_path / "again", list(hpcio.open(first)), columns=gen.ALL_COLUMNS)
     for name in os.listdir(first):
-        assert read_file(f"{first}/{name}") == read_file(f"{again}/{name}"), name
+        assert comparable({name: read_file(f"{first}/{name}")}) == comparable({name: read_file(f"{again}/{name}")})
 
 
 def test_values_and_types(tmp_path):
@@ -1327,7 +1337,7 @@ def test_records_made_elsewhere_are_written_as_the_samples_would_be(tmp_path, co
         for number, sample in enumerate(samples):
             w.write_record(memoryview(encoder.record(sample, number)))
     assert len(tree_bytes(tmp_path / "samples")) > 2
-    assert tree_bytes(tmp_path / "records") == tree_bytes(tmp_path / "samples")
+    assert comparable(tree_bytes(tmp_path / "records")) == comparable(tree_bytes(tmp_path / "samples"))
 
 
 @pytest.mark.parametrize("compression", [None, "sample::zstd"])

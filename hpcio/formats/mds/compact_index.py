@@ -6,26 +6,37 @@ as fixed-width arrays read in one request (3.6 MB at 10^5 shards), and each shar
 entry as a short JSON object read and parsed only when that shard is opened.  It sits beside ``index.json``, which stays exactly what
 mosaicml-streaming writes and reads.
 
-It is used only when its header carries the size and xxh3-64 digest of the very
-``index.json`` bytes beside it: a dataset whose ``index.json`` was rewritten since, or
-one written by another library, is read from ``index.json`` as before.  Its own bytes
+It is used only when its header describes the very ``index.json`` beside it: a dataset
+whose ``index.json`` was rewritten since, or one written by another library, is read
+from ``index.json`` as before.  The header records index.json's size, its mtime in
+nanoseconds and the xxh3-64 digest of its bytes.  One ``stat`` of index.json that gives
+the recorded size and mtime is trusted without reading a byte of it: every process of a
+job would otherwise read all of it (30 MB at 10^5 shards) to check the digest.  A stat
+that differs in mtime only (a copy that did not keep the times, ``touch``) has the
+digest computed, and the compact index is used when that matches.  Neither the inode
+nor the ctime is recorded: ``cp -p`` and ``rsync -a`` keep the size and mtime but give
+a new inode and ctime, and their copies keep the fast path.  A rewrite of index.json
+that keeps both its size and its mtime to the nanosecond (to the second, on a
+filesystem that keeps seconds) is not seen; each shard is still checked against its
+entry when it is opened, and ``hpcio index`` rewrites the compact index.  Its own bytes
 are protected by a second digest, so the sample counts it holds are those its writer
 checked against the shard files; a reader then checks each shard's size and count only
 when it opens that shard, not every shard before it.
 
-Byte layout (version 1; every integer little-endian; ``K`` shards)::
+Byte layout (version 2; every integer little-endian; ``K`` shards)::
 
     offset  size      field
     0       8         magic b"HPCIOMDS"
-    8       4  u32    format version (1); a reader ignores a version it does not know
-    12      4  u32    header size (64)
+    8       4  u32    format version (2); a reader ignores a version it does not know
+    12      4  u32    header size H (72)
     16      8  u64    K, the number of shards
     24      8  u64    size in bytes of the index.json this was made from
     32      8  u64    xxh3-64 of those index.json bytes
     40      8  u64    C, bytes of the configurations section
     48      8  u64    E, bytes of the entries section
     56      8  u64    xxh3-64 of bytes [0, 56) followed by bytes [64, end of file)
-    64      8(K+1)    u64 cum[K+1]: cum[0] = 0, cum[k+1] - cum[k] = samples of shard k
+    64      8  i64    mtime of that index.json, in nanoseconds since the epoch
+    H       8(K+1)    u64 cum[K+1]: cum[0] = 0, cum[k+1] - cum[k] = samples of shard k
     ...     8K        u64 raw_bytes[K]: bytes of shard k uncompressed (raw_data.bytes)
     ...     8K        u64 file_bytes[K]: bytes of the file opened (zip_data.bytes, else raw)
     ...     8K        u64 entry_end[K]: end of shard k's entry in the entries section
@@ -37,6 +48,9 @@ Byte layout (version 1; every integer little-endian; ``K`` shards)::
                       zip_data), zero-padded to a multiple of 8
     ...     E         the entries: shard k's {"raw_data", "samples", "zip_data"} as
                       UTF-8 JSON at [entry_end[k-1], entry_end[k]); the file ends here
+
+Version 1 is the same without the mtime (H = 64): it is read, index.json's digest
+always checked.  Version 2 files are ignored by readers that know only version 1.
 
 Shard ``k``'s ``index.json`` entry is its configuration updated with its entry, and is
 checked like any ``index.json`` entry when the shard is first looked at.
@@ -62,8 +76,10 @@ __all__ = ["COMPACT_NAME", "write_compact_index"]
 
 COMPACT_NAME = "index.hpcio"
 _MAGIC = b"HPCIOMDS"
-_VERSION = 1
-_HEADER = struct.Struct("<8sIIQQQQQQ")
+_VERSION = 2
+_HEADER_V1 = struct.Struct("<8sIIQQQQQQ")
+_HEADER = struct.Struct("<8sIIQQQQQQq")
+_HEADERS = {1: _HEADER_V1, 2: _HEADER}
 _DIGEST_AT = 56
 _PER_SHARD = ("samples", "raw_data", "zip_data")
 _CHUNK = 1 << 20
@@ -101,9 +117,9 @@ def _file_xxh3(fd: int, size: int, skip: tuple[int, int] | None = None) -> int:
 
 
 # --- writing ------------------------------------------------------------------------------
-def _encode(entries: list, index_bytes: int, index_digest: int) -> bytes:
+def _encode(entries: list, index_bytes: int, index_mtime_ns: int, index_digest: int) -> bytes:
     """The compact index of the shard ``entries`` of an index.json of ``index_bytes``
-    bytes hashing to ``index_digest``."""
+    bytes, modified at ``index_mtime_ns``, hashing to ``index_digest``."""
     k = len(entries)
     configs: list = []
     known: dict = {}
@@ -135,10 +151,15 @@ def _encode(entries: list, index_bytes: int, index_digest: int) -> bytes:
     body = b"".join([cum.tobytes(), raw_bytes.tobytes(), file_bytes.tobytes(), entry_end.tobytes(),
                      ids, bytes(_pad8(len(ids))), config_data, *parts])
     head = _HEADER.pack(_MAGIC, _VERSION, _HEADER.size, k, index_bytes, index_digest,
-                        len(config_data), end, 0)
-    h = xxhash.xxh3_64(head[:_DIGEST_AT])
-    h.update(body)
-    return head[:_DIGEST_AT] + struct.pack("<Q", h.intdigest()) + body
+                        len(config_data), end, 0, index_mtime_ns)
+    return _signed(head + body)
+
+
+def _signed(data: bytes) -> bytes:
+    """``data``, a compact index, with its own digest (bytes 56 to 64) computed."""
+    h = xxhash.xxh3_64(data[:_DIGEST_AT])
+    h.update(memoryview(data)[_DIGEST_AT + 8 :])
+    return data[:_DIGEST_AT] + struct.pack("<Q", h.intdigest()) + data[_DIGEST_AT + 8 :]
 
 
 def _write(directory: str, entries: list, durable: bool = False, index_file: str | None = None) -> str:
@@ -149,11 +170,15 @@ def _write(directory: str, entries: list, durable: bool = False, index_file: str
     index_path = index_file or os.path.join(directory, INDEX_NAME)
     fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
-        digest = _file_xxh3(fd, size)
+        st = os.fstat(fd)
+        digest = _file_xxh3(fd, st.st_size)
     finally:
         os.close(fd)
-    data = _encode(entries, size, digest)
+    return _publish(directory, _encode(entries, st.st_size, st.st_mtime_ns, digest), durable)
+
+
+def _publish(directory: str, data: bytes, durable: bool) -> str:
+    """``data`` written as the ``index.hpcio`` of ``directory``, atomically."""
     path = os.path.join(directory, COMPACT_NAME)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -178,15 +203,36 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
     longer check the shards before the one they read: with ``check_files`` (default)
     each shard file's size and record count are first checked against ``index.json``
     (one open of every shard, once, here).  ``index.json`` is not changed.
+
+    A compact index already made from these very ``index.json`` bytes (its digest
+    matches) is kept: only its record of index.json's size and mtime is brought up to
+    date (a copy that did not keep the times), and no shard is checked again.
     """
     from .shards import _check_count
 
     directory = _dataset_dir(path)
+    compact = _load_compact(directory)
+    if compact is not None:
+        if compact.matched == "stat":
+            return compact.path
+        if compact.version == _VERSION:
+            return _restamp(directory, compact)
+        return _write(directory, [info.entry for info in compact], durable=True)
     shards = _load_index(directory)
     if check_files:
         for info in shards:
             _check_count(info, os.path.join(directory, info.file_basename))
     return _write(directory, [info.entry for info in shards], durable=True)
+
+
+def _restamp(directory: str, compact: _CompactIndex) -> str:
+    """``compact`` rewritten with the mtime of the index.json beside it (whose digest it
+    holds) in its header."""
+    mtime_ns = os.stat(os.path.join(directory, INDEX_NAME)).st_mtime_ns
+    with open(compact.path, "rb") as f:
+        data = bytearray(f.read())
+    struct.pack_into("<q", data, _HEADER.size - 8, mtime_ns)
+    return _publish(directory, _signed(bytes(data)), durable=True)
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -211,6 +257,8 @@ class _CompactIndex(Sequence):
         self._entries_at = sections["entries_at"]
         self.configs = configs
         self._infos: OrderedDict = OrderedDict()  # the checked entries used last
+        self.version = _VERSION
+        self.matched = "stat"  # how index.json was recognised: "stat" or "digest"
 
     def __len__(self) -> int:
         return self._k
@@ -278,6 +326,8 @@ class _CompactIndex(Sequence):
 def _load_compact(directory: str) -> _CompactIndex | None:
     """The dataset's compact index, or None when it has none, or one made from another
     index.json than the one beside it (or of a version this reader does not know).
+    ``matched`` on the result says how index.json was recognised: ``"stat"`` (its size
+    and mtime; no byte of it read) or ``"digest"``.
 
     Raises CorruptShardError / TruncatedShardError naming ``index.hpcio`` and the byte
     offset where the file is damaged."""
@@ -298,18 +348,22 @@ def _load_compact(directory: str) -> _CompactIndex | None:
         magic, version = head[:8], struct.unpack_from("<I", head, 8)[0]
         if magic != _MAGIC:
             raise CorruptShardError(f"{COMPACT_NAME} starts with {magic!r}, expected {_MAGIC!r}", path=path, offset=0)
-        if version != _VERSION:
+        header = _HEADERS.get(version)
+        if header is None:
             return None  # written by another hpcio version: index.json serves
-        if len(head) < _HEADER.size:
+        if len(head) < header.size:
             raise TruncatedShardError(f"{COMPACT_NAME} is {size} bytes, too short for its "
-                                      f"{_HEADER.size}-byte header", path=path, offset=len(head))
-        _m, _v, header_size, k, json_bytes, json_digest, c, e, digest = _HEADER.unpack(head)
-        if header_size != _HEADER.size:
-            raise CorruptShardError(f"header size is {header_size}, version {_VERSION} has {_HEADER.size}",
+                                      f"{header.size}-byte header", path=path, offset=len(head))
+        fields = header.unpack(head[: header.size])
+        header_size, k, json_bytes, json_digest, c, e, digest = fields[2:9]
+        json_mtime_ns = fields[9] if version >= 2 else None
+        if header_size != header.size:
+            raise CorruptShardError(f"header size is {header_size}, version {version} has {header.size}",
                                     path=path, offset=12)
-        if not _matches_index(directory, json_bytes, json_digest):
+        matched = _matches_index(directory, json_bytes, json_mtime_ns, json_digest)
+        if matched is None:
             return None
-        expected = _HEADER.size + 8 * (k + 1) + 24 * k + 4 * k + _pad8(4 * k) + c + e
+        expected = header.size + 8 * (k + 1) + 24 * k + 4 * k + _pad8(4 * k) + c + e
         if c % 8:
             raise CorruptShardError(f"the configurations section is {c} bytes, not a multiple of 8",
                                     path=path, offset=40)
@@ -317,38 +371,50 @@ def _load_compact(directory: str) -> _CompactIndex | None:
             cls = TruncatedShardError if size < expected else CorruptShardError
             raise cls(f"{COMPACT_NAME} is {size} bytes; its header ({k} shards, {c} bytes of configurations, "
                       f"{e} bytes of entries) says {expected}", path=path, offset=min(size, expected))
-        got = _file_xxh3(fd, size, skip=(_DIGEST_AT, _HEADER.size))
+        got = _file_xxh3(fd, size, skip=(_DIGEST_AT, _DIGEST_AT + 8))
         if got != digest:
             raise CorruptShardError(f"{COMPACT_NAME} hashes to xxh3-64 {got:016x}, its header says {digest:016x}",
                                     path=path, offset=_DIGEST_AT)
         # the tables and configurations; the entries are read one by one when first used
         tables = os.pread(fd, size - e, 0)
-        sections, configs = _sections(path, tables, k, c, e)
+        sections, configs = _sections(path, tables, header.size, k, c, e)
         index = _CompactIndex(path, fd, k, sections, configs)
     except BaseException:
         os.close(fd)
         raise
+    index.version, index.matched = version, matched
     return index
 
 
-def _matches_index(directory: str, json_bytes: int, json_digest: int) -> bool:
-    """Whether index.json beside the compact index is the one it was made from."""
+def _matches_index(directory: str, json_bytes: int, json_mtime_ns: int | None, json_digest: int) -> str | None:
+    """How index.json beside the compact index is known to be the one it was made from:
+    ``"stat"`` (its size and mtime are the recorded ones), ``"digest"`` (its size and
+    digest are), or None (it is another one)."""
+    index_path = os.path.join(directory, INDEX_NAME)
     try:
-        fd = os.open(os.path.join(directory, INDEX_NAME), os.O_RDONLY | os.O_CLOEXEC)
+        st = os.stat(index_path)
     except FileNotFoundError:
-        raise ShardNotFoundError("no index.json: not an MDS dataset",
-                                 path=os.path.join(directory, INDEX_NAME)) from None
+        raise ShardNotFoundError("no index.json: not an MDS dataset", path=index_path) from None
+    if st.st_size != json_bytes:
+        return None
+    if json_mtime_ns is not None and st.st_mtime_ns == json_mtime_ns:
+        return "stat"
+    return "digest" if _index_digest(index_path) == json_digest else None
+
+
+def _index_digest(index_path: str) -> int:
+    """xxh3-64 of the bytes of index.json."""
+    fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
-        return size == json_bytes and _file_xxh3(fd, size) == json_digest
+        return _file_xxh3(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 
 
-def _sections(path: str, mapped: bytes, k: int, c: int, e: int) -> tuple[dict, list]:
-    """The arrays and configurations of a compact index whose size and digest are
-    checked, each checked in turn; errors name the offset of the first bad value."""
-    at = _HEADER.size
+def _sections(path: str, mapped: bytes, at: int, k: int, c: int, e: int) -> tuple[dict, list]:
+    """The arrays and configurations (after a header of ``at`` bytes) of a compact index
+    whose size and digest are checked, each checked in turn; errors name the offset of
+    the first bad value."""
 
     def array(dtype: str, count: int):
         """The next ``count`` values of type ``dtype`` and their offset."""

@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "fixtures", "mds"))
 OTHER_LIBRARIES = ["streaming-none", "streaming-zstd", "streaming-gz", "streaming-pkl", "mldataforge-sample-zstd"]
 LAST = synthetic.SHARDS * synthetic.PER_SHARD - 1
+HEADER = 72  # bytes of the compact index header (version 2)
 
 
 # --- the design's scale: 10^5 shards, 10^10 samples ------------------------------------------
@@ -72,6 +73,18 @@ def test_strace_sees_one_shard_opened(big, tmp_path):
     touched = set(re.findall(re.escape(str(big)) + r'(/[^"]*)?"', log.read_text()))
     assert touched <= {"", "/", "/index.json", "/index.hpcio", f"/shard.{synthetic.SHARDS - 1:05}.mds"}
     assert f"/shard.{synthetic.SHARDS - 1:05}.mds" in touched
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_strace_sees_index_json_stated_but_never_opened(big, tmp_path):
+    log = tmp_path / "trace"
+    code = "import hpcio, sys; ds = hpcio.open(sys.argv[1]); assert ds.reader.compact; ds[len(ds) - 1]"
+    proc = subprocess.run(["strace", "-f", "-o", str(log), "-e", "trace=openat,open,stat,lstat,newfstatat,statx",
+                           sys.executable, "-c", code, str(big)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    calls = [line for line in log.read_text().splitlines() if f'{big}/index.json"' in line]
+    assert calls and not [line for line in calls if "open" in line.split("(")[0]]
 
 
 # --- small datasets ----------------------------------------------------------------------------
@@ -141,10 +154,101 @@ def test_a_stale_compact_index_is_ignored(small):
 
 def test_an_unknown_version_is_ignored(small):
     data = bytearray((small / "index.hpcio").read_bytes())
-    struct.pack_into("<I", data, 8, 2)
+    struct.pack_into("<I", data, 8, 3)
     (small / "index.hpcio").write_bytes(resign(data))
     with mds.Reader(small) as reader:
         assert not reader.compact and list(reader.iter_range()) == expected()
+
+
+def test_a_version_1_file_is_read_after_the_digest_check(small):
+    """Version 1 has no mtime: the digest of index.json is always computed."""
+    data = bytearray((small / "index.hpcio").read_bytes())
+    del data[64:72]
+    struct.pack_into("<II", data, 8, 1, 64)
+    (small / "index.hpcio").write_bytes(resign(data))
+    with mds.Reader(small) as reader:
+        assert reader.compact and reader.shards.version == 1 and reader.shards.matched == "digest"
+        assert list(reader.iter_range()) == expected()
+    mds.write_compact_index(small)  # rebuilt as the current version from its entries
+    assert _load_compact(str(small)).version == 2 and _load_compact(str(small)).matched == "stat"
+
+
+# --- recognising index.json: one stat, else its digest -----------------------------------------
+def same_size_edit(path) -> tuple[int, int]:
+    """index.json of ``path`` rewritten with shard 0's count one less, at the same size
+    (its count ends in a non-zero digit); returns (old count, new count)."""
+    index = path / "index.json"
+    text = index.read_text()
+    old = json.loads(text)["shards"][0]["samples"]
+    assert old % 10
+    new = text.replace(f'"samples": {old},', f'"samples": {old - 1},', 1)
+    assert len(new) == len(text) and new != text
+    index.write_text(new)
+    return old, old - 1
+
+
+def test_a_matching_stat_trusts_it_without_reading_index_json(small, monkeypatch):
+    """The documented rule: index.json with the recorded size and mtime is not read,
+    so even a same-size rewrite whose mtime was put back is not seen."""
+    from hpcio.formats.mds import compact_index
+
+    st = os.stat(small / "index.json")
+    old, _new = same_size_edit(small)
+    os.utime(small / "index.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def no_digest(path):
+        raise AssertionError(f"{path} was read")
+
+    monkeypatch.setattr(compact_index, "_index_digest", no_digest)
+    ds = hpcio.open(small)
+    assert ds.reader.compact and ds.reader.shards.matched == "stat"
+    assert ds.reader.shard_sizes()[0] == old  # the compact index's count, not index.json's
+    assert [ds[i] for i in range(len(ds))] == expected()
+
+
+def test_a_new_mtime_with_the_same_bytes_is_used_after_the_digest(small):
+    os.utime(small / "index.json", ns=(0, 10**18))
+    with mds.Reader(small) as reader:
+        assert reader.compact and reader.shards.matched == "digest"
+        assert list(reader.iter_range()) == expected()
+    before = (small / "index.hpcio").read_bytes()
+    mds.write_compact_index(small)  # only the recorded mtime and the file's digest change
+    after = (small / "index.hpcio").read_bytes()
+    assert struct.unpack_from("<q", after, 64)[0] == 10**18
+    assert [j for j in range(len(before)) if before[j] != after[j]] and before[72:] == after[72:]
+    assert before[:56] == after[:56]
+    with mds.Reader(small) as reader:
+        assert reader.compact and reader.shards.matched == "stat"
+
+
+def test_new_bytes_of_the_same_size_are_detected(small):
+    _old, new = same_size_edit(small)
+    os.utime(small / "index.json", ns=(0, 10**18))
+    with mds.Reader(small) as reader:
+        assert not reader.compact and reader.shard_sizes()[0] == new  # index.json's count
+
+
+def copy_with_cp(src, dst):
+    subprocess.run(["cp", "-pr", str(src), str(dst)], check=True)
+
+
+def copy_with_rsync(src, dst):
+    subprocess.run(["rsync", "-a", f"{src}/", f"{dst}/"], check=True)
+
+
+def copy_with_copy2(src, dst):
+    shutil.copytree(src, dst, copy_function=shutil.copy2)
+
+
+@pytest.mark.parametrize("copy", [copy_with_cp, copy_with_rsync, copy_with_copy2], ids=["cp -p", "rsync -a", "copy2"])
+def test_copies_that_keep_mtimes_keep_the_stat_path(small, tmp_path, copy):
+    if copy is copy_with_rsync and shutil.which("rsync") is None:
+        pytest.skip("needs rsync")
+    copy(small, tmp_path / "copy")
+    assert os.stat(tmp_path / "copy" / "index.json").st_ino != os.stat(small / "index.json").st_ino
+    with mds.Reader(tmp_path / "copy") as reader:
+        assert reader.compact and reader.shards.matched == "stat"
+        assert list(reader.iter_range()) == expected()
 
 
 def test_only_the_shard_read_is_checked(small):
@@ -209,16 +313,16 @@ def test_a_flipped_byte_fails_the_digest(small):
 
 
 def test_a_decreasing_count_table(small):
-    target, _ = damage(small, lambda d: struct.pack_into("<Q", d, 64 + 8 * 2, 1))
+    target, _ = damage(small, lambda d: struct.pack_into("<Q", d, HEADER + 8 * 2, 1))
     with pytest.raises(CorruptShardError, match=re.escape(
-            f"the count table decreases at element 2 ({target}, byte offset {64 + 16})")):
+            f"the count table decreases at element 2 ({target}, byte offset {HEADER + 16})")):
         mds.Reader(small)
 
 
 def test_a_count_that_disagrees_with_its_entry(small):
     def edit(d):
         for j in range(2, int(struct.unpack_from("<Q", d, 16)[0]) + 1):
-            struct.pack_into("<Q", d, 64 + 8 * j, struct.unpack_from("<Q", d, 64 + 8 * j)[0] + 1)
+            struct.pack_into("<Q", d, HEADER + 8 * j, struct.unpack_from("<Q", d, HEADER + 8 * j)[0] + 1)
 
     target, _ = damage(small, edit)
     compact = _load_compact(str(small))
@@ -243,7 +347,7 @@ def test_an_entry_that_is_not_json(small):
 
 def test_a_configuration_number_out_of_range(small):
     k = struct.unpack_from("<Q", (small / "index.hpcio").read_bytes(), 16)[0]
-    ids_at = 64 + 8 * (k + 1) + 24 * k
+    ids_at = HEADER + 8 * (k + 1) + 24 * k
     target, _ = damage(small, lambda d: struct.pack_into("<I", d, ids_at + 4, 7))
     with pytest.raises(CorruptShardError, match=re.escape(
             f"a configuration number is not below 1 at element 1 ({target}, byte offset {ids_at + 4})")):
