@@ -464,7 +464,7 @@ def test_validate_hashes_on_open(tmp_path):
     data[-1] ^= 1
     open(shard, "wb").write(bytes(data))
     assert hpcio.open(path)[0] == {"x": 0}  # no validation by default
-    with pytest.raises(CorruptShardError, match=r"^xxh64 mismatch: index.json says [0-9a-f]{16}, the file hashes to [0-9a-f]{16} \(.*shard.00000.mds\)$"):
+    with pytest.raises(CorruptShardError, match=r"^xxh64 mismatch: index.hpcio says [0-9a-f]{16}, the file hashes to [0-9a-f]{16} \(.*shard.00000.mds\)$"):
         hpcio.open(path, validate_hashes=True)[0]
     with pytest.raises(CorruptShardError, match="sha1 mismatch"):
         hpcio.open(path, validate_hashes="sha1")[0]
@@ -549,7 +549,7 @@ def test_shard_shorter_than_offsets(small):
     data = read_file(shard)
     open(shard, "wb").write(data[:-3])
     size = len(data) - 3
-    with pytest.raises(TruncatedShardError, match=rf"^shard is {size} bytes, index.json says {size + 3} \(.*shard.00000.mds, byte offset {size}\)$"):
+    with pytest.raises(TruncatedShardError, match=rf"^shard is {size} bytes, index.hpcio says {size + 3} \(.*shard.00000.mds, byte offset {size}\)$"):
         hpcio.open(small)[0]
     # the same truncation with index.json agreeing: caught by the offset table check
     edit_index(small, lambda o: o["shards"][0]["raw_data"].update(bytes=size))
@@ -581,7 +581,7 @@ def test_samples_count_mismatch(small):
 
 def test_missing_shard_file(small):
     os.remove(f"{small}/shard.00000.mds")
-    with pytest.raises(ShardNotFoundError, match=r"^shard file shard.00000.mds named by index.json is missing"):
+    with pytest.raises(ShardNotFoundError, match=r"^shard file shard.00000.mds named by index.hpcio is missing"):
         hpcio.open(small)[0]
 
 
@@ -1148,7 +1148,7 @@ def test_cli_verify_reports_each_bad_sample(tmp_path, capsys):
     corrupt_record(str(tmp_path / "badhash"), 1)
     assert run_cli(verify_cmd, str(tmp_path / "badhash")) == 1
     err = capsys.readouterr().err
-    assert "BAD  xxh64 mismatch: index.json says" in err
+    assert "BAD  xxh64 mismatch: index.hpcio says" in err
 
 
 def test_verify_broken_index(tmp_path):

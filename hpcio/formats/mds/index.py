@@ -71,6 +71,7 @@ class _ShardInfo:
     compression: Compression | None
     columns: tuple  # (names, encodings, sizes) as tuples
     entry: dict
+    source: str = INDEX_NAME  # the index the entry came from, named by errors
 
     @property
     def file_basename(self) -> str:
@@ -161,6 +162,7 @@ def _check_entry(k: int, entry, index_path: str, source: str = INDEX_NAME, offse
         compression=compression,
         columns=columns,
         entry=entry,
+        source=source,
     )
 
 

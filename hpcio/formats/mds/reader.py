@@ -248,7 +248,7 @@ class Reader(_BatchReads, base.Reader):
         path = os.path.join(self.directory, info.file_basename)
         if not os.path.isfile(path):
             raise ShardNotFoundError(
-                f"shard file {info.file_basename} named by index.json is missing", path=path
+                f"shard file {info.file_basename} named by {info.source} is missing", path=path
             )
         if info.position > self._counted:
             self._check_counts_before(info.position)
@@ -271,7 +271,7 @@ class Reader(_BatchReads, base.Reader):
                 return
         if algo not in hashes:
             raise CorruptShardError(
-                f"index.json records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",
+                f"{info.source} records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",
                 path=path,
             )
         if data is None:
@@ -280,7 +280,7 @@ class Reader(_BatchReads, base.Reader):
         got = _digest(algo, data, path)
         if got != hashes[algo]:
             raise CorruptShardError(
-                f"{algo} mismatch: index.json says {hashes[algo]}, the file hashes to {got}", path=path
+                f"{algo} mismatch: {info.source} says {hashes[algo]}, the file hashes to {got}", path=path
             )
 
     def _shard(self, k: int) -> _OpenShard:
@@ -340,14 +340,14 @@ class Reader(_BatchReads, base.Reader):
         if self.compact and len(data) != info.zip_bytes:
             # unprotected indexes had the size checked with the counts (_check_counts_before)
             cls = TruncatedShardError if len(data) < info.zip_bytes else CorruptShardError
-            raise cls(f"shard is {len(data)} bytes, {COMPACT_NAME} says {info.zip_bytes}", path=path,
+            raise cls(f"shard is {len(data)} bytes, {info.source} says {info.zip_bytes}", path=path,
                       offset=min(len(data), info.zip_bytes))
         if self.validate_hashes:
             self._check_hash(info, path, data)
         raw = info.compression.decompress(data, min(self.limit, info.raw_bytes), path=path, offset=0)
         if len(raw) != info.raw_bytes:
             raise CorruptShardError(
-                f"decompressed shard is {len(raw)} bytes, index.json says {info.raw_bytes}", path=path
+                f"decompressed shard is {len(raw)} bytes, {info.source} says {info.raw_bytes}", path=path
             )
         return raw
 
@@ -545,7 +545,7 @@ def _check_counts_fit_files(directory: str, shards: list[_ShardInfo]) -> None:
             size = os.stat(path).st_size
         except FileNotFoundError:
             raise ShardNotFoundError(
-                f"shard file {info.file_basename} named by index.json is missing", path=path
+                f"shard file {info.file_basename} named by {info.source} is missing", path=path
             ) from None
         room = size * _MAX_RATIO if info.whole_shard else size
         if 8 + 4 * info.samples > room:

@@ -128,19 +128,19 @@ def _check_count(info: _ShardInfo, path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ShardNotFoundError(f"shard file {info.file_basename} named by index.json is missing",
+        raise ShardNotFoundError(f"shard file {info.file_basename} named by {info.source} is missing",
                                  path=path) from None
     try:
         size = os.fstat(fd).st_size
         expected = info.zip_bytes if info.whole_shard else info.raw_bytes
         if size != expected:
             cls = TruncatedShardError if size < expected else CorruptShardError
-            raise cls(f"shard is {size} bytes, index.json says {expected}", path=path, offset=min(size, expected))
+            raise cls(f"shard is {size} bytes, {info.source} says {expected}", path=path, offset=min(size, expected))
         if not info.whole_shard:
             n = _U32.unpack(os.pread(fd, 4, 0))[0]
             if n != info.samples:
                 raise CorruptShardError(
-                    f"shard header says {n} samples, index.json says {info.samples}", path=path, offset=0
+                    f"shard header says {n} samples, {info.source} says {info.samples}", path=path, offset=0
                 )
     finally:
         os.close(fd)
@@ -164,14 +164,14 @@ def _check_offset_table(info: _ShardInfo, path: str, size: int, read, base: int)
 
     if size != info.raw_bytes:
         cls = TruncatedShardError if size < info.raw_bytes else CorruptShardError
-        raise cls(f"shard is {size} bytes, index.json says {info.raw_bytes}", path=path,
+        raise cls(f"shard is {size} bytes, {info.source} says {info.raw_bytes}", path=path,
                   offset=min(size, info.raw_bytes))
     if size < 4:
         raise TruncatedShardError(f"shard is {size} bytes, too short for a header", path=path, offset=0)
     n = _U32.unpack(read(0, 4))[0]
     if n != info.samples:
         raise CorruptShardError(
-            f"shard header says {n} samples, index.json says {info.samples}", path=path, offset=0
+            f"shard header says {n} samples, {info.source} says {info.samples}", path=path, offset=0
         )
     table_end = 8 + 4 * n
     if table_end > size:
@@ -203,7 +203,7 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
         if config.get(key) != info.entry.get(key):
             raise CorruptShardError(
                 f"the shard's embedded config has {key} = {config.get(key)!r}; "
-                f"index.json has {info.entry.get(key)!r}",
+                f"{info.source} has {info.entry.get(key)!r}",
                 path=path, offset=offset,
             )
     try:
@@ -214,7 +214,7 @@ def _check_embedded_config(info: _ShardInfo, path: str, config_raw, offset: int)
     if per_sample != (embedded is not None and embedded.per_sample):
         raise CorruptShardError(
             f"the shard's embedded config has compression = {config.get('compression')!r}; "
-            f"index.json has {info.entry.get('compression')!r}",
+            f"{info.source} has {info.entry.get('compression')!r}",
             path=path, offset=offset,
         )
 

@@ -126,7 +126,7 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
     for algo, want in sorted(stored.items()):
         got = _digest(algo, data, path)
         if got != want:
-            raise CorruptShardError(f"{algo} mismatch: index.json says {want}, the file hashes to {got}", path=path)
+            raise CorruptShardError(f"{algo} mismatch: {info.source} says {want}, the file hashes to {got}", path=path)
         checked += 1
     if info.whole_shard:
         raw = reader._decompress_shard(info, path)
@@ -134,7 +134,7 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
             got = _digest(algo, raw, path)
             if got != want:
                 raise CorruptShardError(
-                    f"{algo} mismatch of the decompressed shard: index.json says {want}, got {got}", path=path
+                    f"{algo} mismatch of the decompressed shard: {info.source} says {want}, got {got}", path=path
                 )
             checked += 1
     return checked

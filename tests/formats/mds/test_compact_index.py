@@ -260,7 +260,7 @@ def test_only_the_shard_read_is_checked(small):
     first = ds.reader.shard_sizes()
     assert ds[0] == expected()[0] and ds[len(ds) - 1] == expected()[-1]
     with pytest.raises(CorruptShardError, match=re.escape(
-            f"shard header says 1 samples, index.json says {first[2]} ({victim}, byte offset 0)")):
+            f"shard header says 1 samples, index.hpcio says {first[2]} ({victim}, byte offset 0)")):
         ds[sum(first[:2])]
 
 
@@ -268,8 +268,23 @@ def test_a_missing_shard_is_named_when_read(small):
     os.remove(small / "shard.00001.mds")
     ds = hpcio.open(small)
     assert ds[0] == expected()[0] and ds[len(ds) - 1] == expected()[-1]
-    with pytest.raises(FileNotFoundError, match=re.escape("shard file shard.00001.mds named by index.json is missing")):
+    with pytest.raises(FileNotFoundError, match=re.escape("shard file shard.00001.mds named by index.hpcio is missing")):
         ds[ds.reader.shard_sizes()[0]]
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["index.hpcio", "index.json"])
+def test_a_shard_error_names_the_index_used(small, compact):
+    if not compact:
+        os.remove(small / "index.hpcio")
+    used = "index.hpcio" if compact else "index.json"
+    victim = small / "shard.00000.mds"
+    size = victim.stat().st_size
+    victim.write_bytes(victim.read_bytes() + b"x")
+    with mds.Reader(small) as reader:
+        assert reader.compact == compact
+        with pytest.raises(CorruptShardError, match=re.escape(
+                f"shard is {size + 1} bytes, {used} says {size} ({victim}, byte offset {size})")):
+            reader.read(0)
 
 
 # --- damage -------------------------------------------------------------------------------------
