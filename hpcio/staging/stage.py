@@ -16,6 +16,9 @@ The guarantees are those of mpiFileUtils' ``dcp``/``dsync`` plus what they lack:
   files are removed; finished files are journaled as they land;
 * **fresh times**: copies get the current mtime (purge policies look at it); the source
   mtime is kept in the manifest;
+* **compact MDS index**: an MDS dataset's copy gets an up-to-date ``index.hpcio``
+  (written when the source has none, its record of ``index.json``'s fresh mtime updated
+  otherwise), so that its readers open it with one ``stat`` of ``index.json``;
 * **parallel**: threads in each process; under MPI, files and chunks of large files
   are spread across ranks, or, for a node-local destination, one leader per node copies.
 """
@@ -27,6 +30,7 @@ import functools
 import os
 import socket
 import time
+import warnings
 from typing import Callable
 
 from .._durable import fsync_dir
@@ -37,6 +41,7 @@ from . import _mpi
 from .engine import CopyEngine, Item, assign_items, io_errors, split_items, unlink_quiet
 from .manifest import (
     MANIFEST_NAME,
+    Digest,
     FileRecord,
     Journal,
     Manifest,
@@ -78,6 +83,7 @@ class StageResult:
     bytes_copied: int = 0
     seconds: float = 0.0
     manifest: str | None = None
+    indexed: list[str] = dataclasses.field(default_factory=list)  # compact MDS indexes written
     dry_run: bool = False
     copier: bool = True
     durable: bool = True  # copies, directories and manifest were fsynced
@@ -151,8 +157,9 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
     # 2. copy: whole files are published by the rank that copied them; chunked files by
     #    rank 0 once every chunk has landed.
     records, chunks = _copy(comm, engine, items, show_progress)
-    publish = functools.partial(_publish, engine, records, chunks, chunked, kept, tmp_suffix)
+    publish = functools.partial(_publish, engine, records, chunks, chunked, kept, tmp_suffix, result.indexed)
     result.manifest = _on_root(comm, _wrap_io(publish, plan.dst))
+    result.indexed = comm.bcast(result.indexed if comm.rank == 0 else None, root=0)
     result.copied = sorted(plan.to_copy)
     result.recopied = sorted(bad)
     result.kept = sorted(kept)
@@ -239,8 +246,9 @@ def _copy(comm, engine: CopyEngine, items: list[Item], show_progress: bool):
 
 
 def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str, int], kept: list[str],
-             tmp_suffix: str) -> str:
-    """Publish the chunked files and the manifest (rank 0); returns the manifest's path."""
+             tmp_suffix: str, indexed: list[str]) -> str:
+    """Publish the chunked files, the compact MDS indexes (their paths appended to
+    ``indexed``) and the manifest (rank 0); returns the manifest's path."""
     plan = engine.plan
     engine.journal = Journal(plan.dst, 0, engine.durable)
     try:
@@ -251,6 +259,8 @@ def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str,
         engine.journal.close()
     for rel in kept:
         records[rel] = _kept_record(plan, rel)
+    for rel in _index_compact(plan, records):
+        indexed.append(os.path.join(plan.dst, rel))
     # Renames and new directories become durable before the manifest says "complete".
     for d in [os.path.join(plan.dst, d) for d in reversed(plan.dirs)] + [plan.dst]:
         _sync_dir(engine, d)
@@ -260,6 +270,38 @@ def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str,
     for journal in journal_paths(plan.dst):
         unlink_quiet(journal)
     return path
+
+
+def _index_compact(plan: StagePlan, records: dict) -> list[str]:
+    """Bring the compact index (``index.hpcio``) of each MDS dataset copied up to date,
+    once every file is verified: the copies have fresh mtimes, so one copied from the
+    source records another mtime of ``index.json``, and a dataset written by streaming
+    or mldataforge has none.  Each one written is recorded in ``records`` (the manifest
+    then lists it, and ``unstage`` removes it); returns their relative paths.  A dataset
+    whose index cannot be built (its shards disagree with ``index.json``) keeps its copy
+    as it is, with a warning: its readers report the same error."""
+    from ..formats import mds
+
+    by_rel = plan.by_rel()
+    written = []
+    for rel in sorted(r for r in by_rel if os.path.basename(r) == mds.INDEX_NAME):
+        directory = os.path.normpath(os.path.join(plan.dst, os.path.dirname(rel)))
+        if not mds.sniff(directory):
+            continue
+        try:
+            path = mds.update_compact_index(directory)
+        except HpcioError as exc:
+            warnings.warn(f"staged MDS dataset {directory} keeps no compact index: {exc}", stacklevel=2)
+            continue
+        if path is None:
+            continue
+        compact_rel = os.path.relpath(path, plan.dst).replace(os.sep, "/")
+        with open(path, "rb") as f:
+            digest = Digest.compute_bytes(f.read(), "xxh3_64")
+        source = by_rel.get(compact_rel) or by_rel[rel]
+        records[compact_rel] = FileRecord(compact_rel, os.path.getsize(path), digest, source.mtime_ns)
+        written.append(compact_rel)
+    return written
 
 
 def _progress(total: int, enabled: bool) -> ProgressDisplay | None:

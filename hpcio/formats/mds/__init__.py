@@ -28,7 +28,7 @@ scalars as streaming does; image columns give their bytes unless ``decode_images
 from __future__ import annotations
 
 from ...registry import Capabilities
-from .compact_index import COMPACT_NAME, write_compact_index
+from .compact_index import COMPACT_NAME, update_compact_index, write_compact_index
 from .compression import Compression, parse_compression
 from .index import INDEX_NAME, NAME, sniff
 from .reader import Reader
@@ -50,6 +50,7 @@ __all__ = [
     "CAPABILITIES",
     "INDEX_NAME",
     "COMPACT_NAME",
+    "update_compact_index",
     "write_compact_index",
     "DEFAULT_SIZE_LIMIT",
     "sniff",

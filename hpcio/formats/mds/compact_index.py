@@ -72,7 +72,7 @@ from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
 from .compression import parse_compression
 from .index import INDEX_NAME, NAME, _check_entry, _dataset_dir, _entry_columns, _load_index, _loads
 
-__all__ = ["COMPACT_NAME", "write_compact_index"]
+__all__ = ["COMPACT_NAME", "write_compact_index", "update_compact_index"]
 
 COMPACT_NAME = "index.hpcio"
 _MAGIC = b"HPCIOMDS"
@@ -223,6 +223,22 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
         for info in shards:
             _check_count(info, os.path.join(directory, info.file_basename))
     return _write(directory, [info.entry for info in shards], durable=True)
+
+
+def update_compact_index(path) -> str | None:
+    """Bring the compact index of the MDS dataset at ``path`` up to date with the
+    ``index.json`` beside it, as a copy of the dataset needs: written when missing (the
+    shard files checked, see :func:`write_compact_index`), its record of index.json's
+    mtime updated when only that differs.  Returns the path of ``index.hpcio`` when it
+    was written, None when it already matched or the dataset has no shards (an empty
+    ``index.json`` costs nothing to open)."""
+    directory = _dataset_dir(path)
+    compact = _load_compact(directory)
+    if compact is not None and compact.matched == "stat":
+        return None
+    if compact is None and not _load_index(directory):
+        return None
+    return write_compact_index(directory)
 
 
 def _restamp(directory: str, compact: _CompactIndex) -> str:
