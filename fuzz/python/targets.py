@@ -18,6 +18,7 @@ the committed inputs through :func:`check`.
 import atexit
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -164,6 +165,36 @@ def fuzz_manifest(data: bytes):
 
 fuzz_manifest.files = (".hpcio-manifest.json", ".hpcio-journal.0.jsonl")
 
+
+def fuzz_mds_compact(data: bytes):
+    """An MDS dataset's compact index (``index.hpcio``) beside its ``index.json`` and
+    shards.  The header's record of index.json (size, digest, mtime) and the file's own
+    digest are made to match before it is read, so the input reaches the parser instead
+    of being ignored as stale or refused as damaged; the index is then read, inspected,
+    verified and restamped (``write_compact_index``)."""
+    import xxhash
+
+    from hpcio.formats import mds
+
+    files = split_files(data, fuzz_mds_compact.files)
+    top = scratch().write(files)
+    compact, index = files.get("index.hpcio", b""), top / "index.json"
+    if len(compact) >= 64 and compact[:8] == b"HPCIOMDS" and index.is_file():
+        head = bytearray(compact)
+        content = index.read_bytes()
+        struct.pack_into("<QQ", head, 24, len(content), xxhash.xxh3_64_intdigest(content))
+        if len(head) >= 72 and struct.unpack_from("<I", head, 8)[0] == 2:
+            struct.pack_into("<q", head, 64, index.stat().st_mtime_ns)
+        digest = xxhash.xxh3_64(bytes(head[:56]))
+        digest.update(bytes(head[64:]))
+        struct.pack_into("<Q", head, 56, digest.intdigest())
+        (top / "index.hpcio").write_bytes(bytes(head))
+    read_everything(top, "mds")
+    allowing_errors(lambda: mds.write_compact_index(top, check_files=True))
+
+
+fuzz_mds_compact.files = ("index.hpcio", "index.json", "shard.00000.mds", "shard.00001.mds")
+
 TARGETS = {
     "jinx": read_files("jinx", ("data.jinx", "data.binx"), "data.jinx"),
     "mds": read_files("mds", ("index.json", "shard.00000.mds", "shard.00000.mds.zstd")),
@@ -173,6 +204,7 @@ TARGETS = {
     "zarr": read_files("zarr", ZARR_FILES),
     "npy": fuzz_npy,
     "manifest": fuzz_manifest,
+    "mds-compact": fuzz_mds_compact,
 }
 
 
