@@ -137,14 +137,15 @@ def _encode(entries: list, index_bytes: int, index_mtime_ns: int, index_digest: 
             known[key] = len(configs)
             configs.append(config)
         config_ids[j] = known[key]
-        part = json.dumps({name: entry[name] for name in _PER_SHARD}, sort_keys=True,
+        # an entry may leave out zip_data (it then has none): the compact one says null
+        part = json.dumps({name: entry.get(name) for name in _PER_SHARD}, sort_keys=True,
                           separators=(",", ":")).encode()
         parts.append(part)
         end += len(part)
         entry_end[j] = end
         cum[j + 1] = cum[j] + entry["samples"]
         raw_bytes[j] = entry["raw_data"]["bytes"]
-        file_bytes[j] = (entry["zip_data"] or entry["raw_data"])["bytes"]
+        file_bytes[j] = (entry.get("zip_data") or entry["raw_data"])["bytes"]
     config_data = json.dumps(configs, sort_keys=True, separators=(",", ":")).encode()
     config_data += bytes(_pad8(len(config_data)))
     ids = config_ids.tobytes()

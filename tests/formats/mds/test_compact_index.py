@@ -413,6 +413,18 @@ def test_other_libraries_datasets_open_from_index_json(name, tmp_path):
         assert reader.compact and plain(reader.iter_range()) == want
 
 
+def test_building_it_for_entries_without_zip_data(small):
+    """index.json may leave out zip_data (streaming writes null): the compact index says null."""
+    index = json.loads((small / "index.json").read_text())
+    for entry in index["shards"]:
+        del entry["zip_data"]
+    (small / "index.json").write_text(json.dumps(index, sort_keys=True))
+    mds.write_compact_index(small)
+    with mds.Reader(small) as reader:
+        assert reader.compact and list(reader.iter_range()) == expected()
+        assert [info.entry for info in reader.shards] == [{**e, "zip_data": None} for e in index["shards"]]
+
+
 def test_building_it_checks_the_shard_files(small):
     os.remove(small / "index.hpcio")
     victim = small / "shard.00003.mds"
