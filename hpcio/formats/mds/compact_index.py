@@ -212,7 +212,7 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
     from .shards import _check_count
 
     directory = _dataset_dir(path)
-    compact = _load_compact(directory)
+    compact = _usable_compact(directory)
     if compact is not None:
         if compact.matched == "stat":
             return compact.path
@@ -234,12 +234,23 @@ def update_compact_index(path) -> str | None:
     was written, None when it already matched or the dataset has no shards (an empty
     ``index.json`` costs nothing to open)."""
     directory = _dataset_dir(path)
-    compact = _load_compact(directory)
+    compact = _usable_compact(directory)
     if compact is not None and compact.matched == "stat":
         return None
     if compact is None and not _load_index(directory):
         return None
     return write_compact_index(directory)
+
+
+def _usable_compact(directory: str) -> _CompactIndex | None:
+    """The dataset's compact index, None when it has none that matches index.json or
+    its own is damaged: either way the one to write is built from index.json."""
+    try:
+        return _load_compact(directory)
+    except (CorruptShardError, TruncatedShardError) as exc:
+        if exc.path != os.path.join(directory, COMPACT_NAME):
+            raise
+        return None
 
 
 def _restamp(directory: str, compact: _CompactIndex) -> str:

@@ -425,6 +425,13 @@ def test_building_it_for_entries_without_zip_data(small):
         assert [info.entry for info in reader.shards] == [{**e, "zip_data": None} for e in index["shards"]]
 
 
+def test_building_it_replaces_a_damaged_one(small):
+    written = (small / "index.hpcio").read_bytes()
+    damage(small, lambda d: d.__setitem__(-5, d[-5] ^ 1), sign=False)
+    mds.write_compact_index(small)
+    assert (small / "index.hpcio").read_bytes() == written
+
+
 def test_building_it_checks_the_shard_files(small):
     os.remove(small / "index.hpcio")
     victim = small / "shard.00003.mds"
