@@ -214,11 +214,14 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
     directory = _dataset_dir(path)
     compact = _usable_compact(directory)
     if compact is not None:
-        if compact.matched == "stat":
-            return compact.path
-        if compact.version == _VERSION:
-            return _restamp(directory, compact)
-        return _write(directory, [info.entry for info in compact], durable=True)
+        try:
+            if compact.matched == "stat":
+                return compact.path
+            if compact.version == _VERSION:
+                return _restamp(directory, compact)
+            return _write(directory, [info.entry for info in compact], durable=True)
+        finally:
+            compact.close()
     shards = _load_index(directory)
     if check_files:
         for info in shards:
@@ -235,9 +238,11 @@ def update_compact_index(path) -> str | None:
     ``index.json`` costs nothing to open)."""
     directory = _dataset_dir(path)
     compact = _usable_compact(directory)
-    if compact is not None and compact.matched == "stat":
-        return None
-    if compact is None and not _load_index(directory):
+    if compact is not None:
+        compact.close()
+        if compact.matched == "stat":
+            return None
+    elif not _load_index(directory):
         return None
     return write_compact_index(directory)
 
@@ -378,6 +383,7 @@ def _load_compact(directory: str) -> _CompactIndex | None:
             raise CorruptShardError(f"{COMPACT_NAME} starts with {magic!r}, expected {_MAGIC!r}", path=path, offset=0)
         header = _HEADERS.get(version)
         if header is None:
+            os.close(fd)
             return None  # written by another hpcio version: index.json serves
         if len(head) < header.size:
             raise TruncatedShardError(f"{COMPACT_NAME} is {size} bytes, too short for its "
@@ -390,7 +396,8 @@ def _load_compact(directory: str) -> _CompactIndex | None:
                                     path=path, offset=12)
         matched = _matches_index(directory, json_bytes, json_mtime_ns, json_digest)
         if matched is None:
-            return None
+            os.close(fd)
+            return None  # made from another index.json
         expected = header.size + 8 * (k + 1) + 24 * k + 4 * k + _pad8(4 * k) + c + e
         if c % 8:
             raise CorruptShardError(f"the configurations section is {c} bytes, not a multiple of 8",

@@ -251,6 +251,29 @@ def test_copies_that_keep_mtimes_keep_the_stat_path(small, tmp_path, copy):
         assert list(reader.iter_range()) == expected()
 
 
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("why", ["stale", "unknown version"])
+def test_an_ignored_compact_index_leaves_no_descriptor_open(small, why):
+    if why == "stale":
+        os.utime(small / "index.json", ns=(0, 10**18))
+        index = small / "index.json"
+        index.write_bytes(index.read_bytes().replace(b'"version": 2}', b'"version":  2}'))
+    else:
+        data = bytearray((small / "index.hpcio").read_bytes())
+        struct.pack_into("<I", data, 8, 3)
+        (small / "index.hpcio").write_bytes(resign(data))
+    before = open_descriptors()
+    for _ in range(20):
+        assert _load_compact(str(small)) is None
+        with mds.Reader(small) as reader:
+            assert not reader.compact
+    assert open_descriptors() == before
+
+
 def test_only_the_shard_read_is_checked(small):
     """A damaged shard fails when it is read, naming it; the shards around it read."""
     victim = small / "shard.00002.mds"
