@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HELP = "write the compact, mappable index (index.hpcio) beside an MDS dataset's index.json"
+HELP = "write the compact index (index.hpcio) beside an MDS dataset's index.json"
 
 
 def add_arguments(parser) -> None:
