@@ -18,8 +18,10 @@ nor the ctime is recorded: ``cp -p`` and ``rsync -a`` keep the size and mtime bu
 a new inode and ctime, and their copies keep the fast path.  A rewrite of index.json
 that keeps both its size and its mtime to the nanosecond (to the second, on a
 filesystem that keeps seconds) is not seen; each shard is still checked against its
-entry when it is opened, and ``hpcio index`` rewrites the compact index.  Its own bytes
-are protected by a second digest, so the sample counts it holds are those its writer
+entry when it is opened, and ``hpcio index`` rewrites the compact index.  The MDS writer and the converter record no mtime (0), so that a dataset's
+files are the same bytes on every run and at any rank count; ``hpcio index`` and
+``hpcio stage`` record the mtime of the copy they vouch for.  Its own bytes are
+protected by a second digest, so the sample counts it holds are those its writer
 checked against the shard files; a reader then checks each shard's size and count only
 when it opens that shard, not every shard before it.
 
@@ -35,7 +37,8 @@ Byte layout (version 2; every integer little-endian; ``K`` shards)::
     40      8  u64    C, bytes of the configurations section
     48      8  u64    E, bytes of the entries section
     56      8  u64    xxh3-64 of bytes [0, 56) followed by bytes [64, end of file)
-    64      8  i64    mtime of that index.json, in nanoseconds since the epoch
+    64      8  i64    mtime of that index.json, in nanoseconds since the epoch; 0 when
+                      not recorded (as writers and the converter leave it)
     H       8(K+1)    u64 cum[K+1]: cum[0] = 0, cum[k+1] - cum[k] = samples of shard k
     ...     8K        u64 raw_bytes[K]: bytes of shard k uncompressed (raw_data.bytes)
     ...     8K        u64 file_bytes[K]: bytes of the file opened (zip_data.bytes, else raw)
@@ -163,11 +166,16 @@ def _signed(data: bytes) -> bytes:
     return data[:_DIGEST_AT] + struct.pack("<Q", h.intdigest()) + data[_DIGEST_AT + 8 :]
 
 
-def _write(directory: str, entries: list, durable: bool = False, index_file: str | None = None) -> str:
+def _write(directory: str, entries: list, durable: bool = False, index_file: str | None = None,
+           record_mtime: bool = False) -> str:
     """Write ``index.hpcio`` of ``directory`` from the shard ``entries`` that the
     index.json in ``index_file`` (default: the dataset's own) holds, atomically; returns
     its path.  Writers name the index.json they are about to publish, so that a dataset
-    becomes visible, with both files, when index.json is renamed into place."""
+    becomes visible, with both files, when index.json is renamed into place.
+
+    Writers leave the mtime out (0): a dataset's files are then the same bytes on every
+    run and at any rank count.  ``record_mtime`` is for ``hpcio index`` and staging,
+    which vouch for one copy of a dataset."""
     index_path = index_file or os.path.join(directory, INDEX_NAME)
     fd = os.open(index_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -175,7 +183,8 @@ def _write(directory: str, entries: list, durable: bool = False, index_file: str
         digest = _file_xxh3(fd, st.st_size)
     finally:
         os.close(fd)
-    return _publish(directory, _encode(entries, st.st_size, st.st_mtime_ns, digest), durable)
+    mtime_ns = st.st_mtime_ns if record_mtime else 0
+    return _publish(directory, _encode(entries, st.st_size, mtime_ns, digest), durable)
 
 
 def _publish(directory: str, data: bytes, durable: bool) -> str:
@@ -219,14 +228,14 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
                 return compact.path
             if compact.version == _VERSION:
                 return _restamp(directory, compact)
-            return _write(directory, [info.entry for info in compact], durable=True)
+            return _write(directory, [info.entry for info in compact], durable=True, record_mtime=True)
         finally:
             compact.close()
     shards = _load_index(directory)
     if check_files:
         for info in shards:
             _check_count(info, os.path.join(directory, info.file_basename))
-    return _write(directory, [info.entry for info in shards], durable=True)
+    return _write(directory, [info.entry for info in shards], durable=True, record_mtime=True)
 
 
 def update_compact_index(path) -> str | None:
@@ -432,7 +441,7 @@ def _matches_index(directory: str, json_bytes: int, json_mtime_ns: int | None, j
         raise ShardNotFoundError("no index.json: not an MDS dataset", path=index_path) from None
     if st.st_size != json_bytes:
         return None
-    if json_mtime_ns is not None and st.st_mtime_ns == json_mtime_ns:
+    if json_mtime_ns and st.st_mtime_ns == json_mtime_ns:
         return "stat"
     return "digest" if _index_digest(index_path) == json_digest else None
 

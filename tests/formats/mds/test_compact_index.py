@@ -119,11 +119,25 @@ def test_the_writer_writes_it_and_it_round_trips(small):
         assert not reader.compact and list(reader.iter_range()) == expected()
 
 
-def test_building_it_for_a_dataset_gives_the_writers_bytes(small):
+def test_building_it_for_a_dataset_gives_the_writers_bytes_and_the_mtime(small):
     written = (small / "index.hpcio").read_bytes()
     os.remove(small / "index.hpcio")
     assert mds.write_compact_index(small) == str(small / "index.hpcio")
-    assert (small / "index.hpcio").read_bytes() == written
+    built = (small / "index.hpcio").read_bytes()
+    # the writer records no mtime (the same bytes on every run); hpcio index records it,
+    # which changes the mtime field and the file's own digest (bytes 56 to 72)
+    assert struct.unpack_from("<q", written, 64) == (0,)
+    assert struct.unpack_from("<q", built, 64) == (os.stat(small / "index.json").st_mtime_ns,)
+    assert built[:56] == written[:56] and built[72:] == written[72:]
+
+
+def test_a_written_dataset_is_the_same_bytes_on_every_run(tmp_path):
+    for name in ("a", "b"):
+        with hpcio.open_writer(tmp_path / name, format="mds") as w:
+            for i in range(50):
+                w.write({"id": i, "text": f"sample {i}"})
+    for name in ("index.json", "index.hpcio", "shard.00000.mds"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # sample::zstd's warning about stock streaming
@@ -192,6 +206,7 @@ def test_a_matching_stat_trusts_it_without_reading_index_json(small, monkeypatch
     so even a same-size rewrite whose mtime was put back is not seen."""
     from hpcio.formats.mds import compact_index
 
+    mds.write_compact_index(small)  # records index.json's mtime, as hpcio index does
     st = os.stat(small / "index.json")
     old, _new = same_size_edit(small)
     os.utime(small / "index.json", ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -204,6 +219,14 @@ def test_a_matching_stat_trusts_it_without_reading_index_json(small, monkeypatch
     assert ds.reader.compact and ds.reader.shards.matched == "stat"
     assert ds.reader.shard_sizes()[0] == old  # the compact index's count, not index.json's
     assert [ds[i] for i in range(len(ds))] == expected()
+
+
+def test_a_written_dataset_is_checked_by_digest_until_its_mtime_is_recorded(small):
+    with mds.Reader(small) as reader:
+        assert reader.compact and reader.shards.matched == "digest"
+    mds.write_compact_index(small)
+    with mds.Reader(small) as reader:
+        assert reader.compact and reader.shards.matched == "stat"
 
 
 def test_a_new_mtime_with_the_same_bytes_is_used_after_the_digest(small):
@@ -244,6 +267,7 @@ def copy_with_copy2(src, dst):
 def test_copies_that_keep_mtimes_keep_the_stat_path(small, tmp_path, copy):
     if copy is copy_with_rsync and shutil.which("rsync") is None:
         pytest.skip("needs rsync")
+    mds.write_compact_index(small)  # records index.json's mtime, as hpcio index does
     copy(small, tmp_path / "copy")
     assert os.stat(tmp_path / "copy" / "index.json").st_ino != os.stat(small / "index.json").st_ino
     with mds.Reader(tmp_path / "copy") as reader:
@@ -449,6 +473,7 @@ def test_building_it_for_entries_without_zip_data(small):
 
 
 def test_building_it_replaces_a_damaged_one(small):
+    mds.write_compact_index(small)
     written = (small / "index.hpcio").read_bytes()
     damage(small, lambda d: d.__setitem__(-5, d[-5] ^ 1), sign=False)
     mds.write_compact_index(small)
