@@ -239,19 +239,18 @@ def write_compact_index(path, *, check_files: bool = True) -> str:
 
 
 def update_compact_index(path) -> str | None:
-    """Bring the compact index of the MDS dataset at ``path`` up to date with the
-    ``index.json`` beside it, as a copy of the dataset needs: written when missing (the
-    shard files checked, see :func:`write_compact_index`), its record of index.json's
-    mtime updated when only that differs.  Returns the path of ``index.hpcio`` when it
-    was written, None when it already matched or the dataset has no shards (an empty
-    ``index.json`` costs nothing to open)."""
+    """Give the MDS dataset at ``path`` a compact index when it has none that matches the
+    ``index.json`` beside it, as a staged copy of a dataset written by streaming or
+    mldataforge needs (the shard files checked, see :func:`write_compact_index`).
+    Returns the path of ``index.hpcio`` when it was written, None when one already
+    matched (it is left as copied: a staged copy keeps its source's bytes) or the dataset
+    has no shards (an empty ``index.json`` costs nothing to open)."""
     directory = _dataset_dir(path)
     compact = _usable_compact(directory)
     if compact is not None:
         compact.close()
-        if compact.matched == "stat":
-            return None
-    elif not _load_index(directory):
+        return None
+    if not _load_index(directory):
         return None
     return write_compact_index(directory)
 
