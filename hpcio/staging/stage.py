@@ -273,11 +273,11 @@ def _publish(engine: CopyEngine, records: dict, chunks: dict, chunked: dict[str,
 
 
 def _index_compact(plan: StagePlan, records: dict) -> list[str]:
-    """Bring the compact index (``index.hpcio``) of each MDS dataset copied up to date,
-    once every file is verified: the copies have fresh mtimes, so one copied from the
-    source records another mtime of ``index.json``, and a dataset written by streaming
-    or mldataforge has none.  Each one written is recorded in ``records`` (the manifest
-    then lists it, and ``unstage`` removes it); returns their relative paths.  A dataset
+    """Give each MDS dataset copied that has no compact index (``index.hpcio``) one, once
+    every file is verified: a dataset written by streaming or mldataforge has none, and
+    one copied from the source is left as its bytes.  Each one built, by this run or an
+    earlier one, is recorded in ``records`` (the manifest then lists it, and ``unstage``
+    removes it); returns the relative paths of those this run wrote.  A dataset
     whose index cannot be built (its shards disagree with ``index.json``) keeps its copy
     as it is, with a warning: its readers report the same error."""
     from ..formats import mds
@@ -293,14 +293,18 @@ def _index_compact(plan: StagePlan, records: dict) -> list[str]:
         except HpcioError as exc:
             warnings.warn(f"staged MDS dataset {directory} keeps no compact index: {exc}", stacklevel=2)
             continue
-        if path is None:
-            continue
+        built = path is not None
+        if not built:
+            path = os.path.join(directory, mds.COMPACT_NAME)
+            if not os.path.exists(path) or os.path.relpath(path, plan.dst).replace(os.sep, "/") in by_rel:
+                continue  # none, or the source's own copy (already in the manifest)
         compact_rel = os.path.relpath(path, plan.dst).replace(os.sep, "/")
         with open(path, "rb") as f:
             digest = Digest.compute_bytes(f.read(), "xxh3_64")
         source = by_rel.get(compact_rel) or by_rel[rel]
         records[compact_rel] = FileRecord(compact_rel, os.path.getsize(path), digest, source.mtime_ns)
-        written.append(compact_rel)
+        if built:
+            written.append(compact_rel)
     return written
 
 
