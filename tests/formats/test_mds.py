@@ -592,6 +592,13 @@ def test_basename_outside_directory(small, name):
         hpcio.open(small)
 
 
+def test_basename_the_file_system_cannot_encode(small):
+    edit_index(small, lambda o: o["shards"][0]["raw_data"].update(basename="shard\ud800.mds"))
+    with pytest.raises(CorruptShardError, match=r"^shard entry 0 of index.json: 'raw_data' basename "
+                       r"'shard\\ud800.mds' is not a file name \("):
+        hpcio.open(small)
+
+
 @pytest.mark.parametrize("compression", [True, 0, ["zstd"]])
 def test_a_compression_that_is_not_a_string(small, compression):
     edit_index(small, lambda o: o["shards"][0].update(compression=compression))
