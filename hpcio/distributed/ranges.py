@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .order import IndexMap
 
-__all__ = ["merged_ranges", "subtract", "Kept", "epoch_skip", "kept_to_epoch"]
+__all__ = ["merged_ranges", "subtract", "Kept", "Unread", "epoch_skip", "kept_to_epoch"]
 
 
 def merged_ranges(skip) -> list[tuple[int, int]]:
@@ -100,3 +100,65 @@ def kept_to_epoch(n: int, ranges: list[tuple[int, int]], a: int, b: int) -> list
         if q >= b:
             break
     return out
+
+
+class Unread(IndexMap):
+    """The positions ``[0, n)`` that ``consumers`` consumers, splitting them one
+    position per round (consumer ``c`` reads ``c, c + C, c + 2C, ...``, as
+    :func:`~hpcio.distributed.consumer_order` deals with ``batch_size=1``), left unread
+    after consumer ``c`` read the first ``read[c]`` of its part.
+
+    Consumed positions form a ragged front in the grid of rows of ``C`` positions: rows
+    below the smallest count are gone, rows from the largest count on are whole.  It
+    holds the counts (one integer per consumer), never positions, and finds a
+    remaining position by a search over the rows of the front.
+
+    >>> u = Unread(10, [2, 1, 0])  # read 0, 3 (consumer 0) and 1 (consumer 1)
+    >>> u[:].tolist()
+    [2, 4, 5, 6, 7, 8, 9]
+    """
+
+    def __init__(self, n: int, read):
+        self.n = int(n)
+        counts = np.asarray(read, dtype=np.int64)
+        if counts.ndim != 1 or counts.size < 1 or (counts < 0).any():
+            raise InvalidArgumentError("read counts are one non-negative integer per consumer")
+        self.consumers = c = counts.size
+        # positions of column c are c, c + C, ...: n // C of them, one more for c < n % C
+        rows = self.n // c + (np.arange(c) < self.n % c)
+        self.read = np.minimum(counts, rows)
+        self._low, self._high = int(self.read.min()), int(self.read.max())
+        self._consumed = int(self.read.sum())
+        self._sorted = np.sort(self.read)
+        self._prefix = np.concatenate(([0], np.cumsum(self._sorted)))
+        # kept positions before rows low .. high (rows below low are wholly consumed)
+        j = np.arange(self._low, self._high + 1, dtype=np.int64)
+        self._kept_before = np.minimum(j * c, self.n) - self._consumed_before(j)
+
+    def _consumed_before(self, j: np.ndarray) -> np.ndarray:
+        """Consumed positions in rows ``< j``: the sum of ``min(read[c], j)``."""
+        below = np.searchsorted(self._sorted, j, side="left")
+        return self._prefix[below] + j * (self.consumers - below)
+
+    def __len__(self) -> int:
+        return self.n - self._consumed
+
+    def take(self, positions):
+        q = np.asarray(positions, dtype=np.int64)
+        out = q + self._consumed  # beyond the front: every consumed position precedes
+        front = q < self._kept_before[-1]
+        if front.any():
+            qf = q[front]
+            k = np.searchsorted(self._kept_before, qf, side="right") - 1
+            row = self._low + k
+            rank = qf - self._kept_before[k]
+            got = np.empty_like(qf)
+            for r in np.unique(row).tolist():
+                sel = row == r
+                cols = np.flatnonzero((self.read <= r) & (r * self.consumers + np.arange(self.consumers) < self.n))
+                got[sel] = r * self.consumers + cols[rank[sel]]
+            out[front] = got
+        return out
+
+    def spec(self) -> dict:
+        return {"order": "unread", "n": self.n, "read": self.read.tolist()}
