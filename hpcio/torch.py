@@ -56,9 +56,10 @@ except ImportError as exc:
     raise MissingDependencyError("hpcio.torch needs PyTorch: pip install torch") from exc
 
 from .collate import ragged_collate  # noqa: E402  (needs torch, checked above)
-from .pipeline.adapter import PipelineDataset  # noqa: E402
+from .pipeline.adapter import PipelineDataset, gather_states  # noqa: E402
 
-__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "ragged_collate"]
+__all__ = ["IterableDataset", "MapDataset", "DataLoader", "BatchSampler", "PipelineDataset", "gather_states",
+           "ragged_collate"]
 
 # Version 2: epoch orders are keyed bijections (ORDER_ALGORITHM), where version 1's were
 # numpy permutations: the same position names another sample, so a v1 state is refused.

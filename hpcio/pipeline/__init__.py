@@ -58,6 +58,7 @@ from ..errors import (
 from ..distributed.epochs import check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
 from ..mixture import MixtureReader
 from .cache import CacheBoundary, materialise
+from .fixed import PassReads, Watermarked, watermark_stages
 from .plan import DEFAULT_PLAN_WINDOW, GroupPlan, WindowShuffled, build_row, check_lengths, field_lengths
 from .stages import (
     AssembleStage,
@@ -111,6 +112,21 @@ def _source_fingerprint(ds: Dataset) -> str:
         h.update(ds.indices.tobytes())
     h.update(repr(ds.fields).encode())
     return h.hexdigest()
+
+
+def position_shuffles(stages) -> tuple[list, list]:
+    """The buffer shuffles that only maps and selects precede, taken out of ``stages``:
+    they permute epoch positions within windows of their buffer size before reading
+    (:class:`~hpcio.pipeline.plan.WindowShuffled`), so they hold no sample and need
+    no state.  Returns ``(shuffles, other stages)``."""
+    shuffles, rest = [], list(stages)
+    k = 0
+    while k < len(rest) and isinstance(rest[k], (MapStage, SelectStage, ShuffleStage)):
+        if isinstance(rest[k], ShuffleStage):
+            shuffles.append(rest.pop(k))
+        else:
+            k += 1
+    return shuffles, rest
 
 
 class Pipeline:
@@ -246,7 +262,11 @@ class Pipeline:
         return self._then(UnbatchStage())
 
     def shuffle(self, buffer_size: int, seed: int | None = None) -> "Pipeline":
-        """Buffer shuffle, seeded by (seed or the context's seed, epoch, rank, worker)."""
+        """Shuffle within windows of ``buffer_size``, seeded by (seed or the context's seed,
+        epoch).  Where only maps and selects come before it, or before a planned stage,
+        it permutes epoch positions before reading (stateless, checkpointed as
+        positions); after a ``batch`` or ``assemble`` it is a buffer of the consumer's
+        items, seeded per consumer too, which a checkpoint cannot hold."""
         return self._then(ShuffleStage(buffer_size, seed))
 
     def assemble(self, factory: Callable[[RuntimeContext], object]) -> "Pipeline":
@@ -406,42 +426,93 @@ class Pipeline:
         return source, shard_sizes, stages[done:]
 
     def iterate(self, context: RuntimeContext | None = None, *, start: int = 0,
-                skip_steps: int = 0) -> Iterator:
+                skip_steps: int = 0, reads: PassReads | None = None, steps: int | None = None,
+                skip: int = 0, allow_unequal: bool = False) -> Iterator:
         """Run the pipeline for this consumer (context inferred unless given).
 
         ``start`` resumes an epoch: the global group a planned pipeline continues from,
-        or the epoch position a counted one does (:meth:`step_policy`).  ``skip_steps``
-        drops this consumer's first steps of a ``steps_per_epoch`` pipeline (which
-        resumes by replaying its stream).
+        or the epoch position a counted one does (:meth:`step_policy`).  A
+        ``steps_per_epoch`` pipeline takes ``steps`` steps (``steps_per_epoch`` unless
+        given); one whose stages keep order reads the positions ``reads`` leaves, after
+        the first ``skip`` items of its stream, and returns a
+        :class:`~hpcio.pipeline.fixed.Watermarked` iterator; another resumes
+        by dropping its first ``skip_steps`` steps (a replay).  Refuses an ``"unequal"``
+        pipeline over several consumers (:meth:`check_equal_steps`), whose loop would
+        hang in a collective, unless ``allow_unequal`` (a loop with no collective).
         """
         ctx = self.context() if context is None else context
-        fixed = self.options["steps_per_epoch"]
+        if not allow_unequal:
+            self.check_equal_steps(ctx)
+        fixed = self.options["steps_per_epoch"] if steps is None else int(steps)
         source, shard_sizes, stages = self._materialised(ctx)
         before, stage, planner, after = self._split_stages(stages)
+        shuffles: list = []
+        if stage is None:
+            shuffles, stages = position_shuffles(stages)
 
-        def read(c: RuntimeContext, at):
+        def read(c: RuntimeContext, at, skip=0):
             if stage is None:
-                return self._read(source, shard_sizes, c, at)
+                return self._read(source, shard_sizes, c, at, shuffles, skip)
             return self._read_planned(source, shard_sizes, c, before, stage, at)
+
+        if fixed is None:
+            stream = read(ctx, start)
+            for st in (stages if stage is None else after):
+                stream = st.apply(stream, ctx)
+            return iter(stream)
+        marked = watermark_stages(stages) if stage is None else None
+        if reads is not None and marked is None:
+            raise UsageError("only a steps_per_epoch pipeline of maps, selects, position shuffles "
+                             "and one batch records what it read; this one resumes by replay")
 
         def passes():
             # The consumer's reads continue into its parts of the next epochs' orders, so
             # stages see one stream and batches span the pass boundary.
-            epoch = ctx.epoch
-            while True:
+            to_skip, idle = skip, 0
+            for i in itertools.count():
+                epoch = ctx.epoch + i
+                at = reads.kept(i, len(source)) if marked is not None else (start if i == 0 else 0)
+                if marked is not None and i < len(reads.layers) and \
+                        not per_consumer(len(at), ctx.consumers, self.options["remainder"]):
+                    continue  # earlier runs left fewer positions than consumers: the remainder
                 got = 0
-                for item in read(ctx.replace(epoch=epoch), start if epoch == ctx.epoch else 0):
+                if to_skip:
+                    part = per_consumer(len(at), ctx.consumers, self.options["remainder"])
+                    here, to_skip = min(to_skip, part), to_skip - min(to_skip, part)
+                    if here == part:
+                        continue
+                else:
+                    here = 0
+                before_pass = kept[0]
+                for item in read(ctx.replace(epoch=epoch), at, here):
                     got += 1
                     yield item
                 if not got:
                     raise UsageError(f"epoch {epoch} gave this consumer nothing to read; "
-                                     f"steps_per_epoch={fixed} cannot be filled")
-                epoch += 1
+                                     f"steps_per_epoch={self.options['steps_per_epoch']} cannot be filled")
+                idle = idle + 1 if kept[0] == before_pass else 0
+                if idle == 2:  # a select that keeps nothing would read forever
+                    raise UsageError(f"two whole passes (epochs {epoch - 1} and {epoch}) kept nothing for "
+                                     f"this consumer: its selects reject all of its {got} samples per pass")
 
-        stream = read(ctx, start) if fixed is None else passes()
-        for st in (stages if stage is None else after):
+        kept = [0]
+
+        def count_kept(items):
+            for item in items:
+                kept[0] += 1
+                yield item
+
+        if marked is not None:
+            reads = reads or PassReads()
+            return Watermarked(passes(), *marked, ctx, fixed, on_kept=count_kept)
+        stream = passes()
+        rest = list(stages if stage is None else after)
+        while rest and isinstance(rest[0], (MapStage, SelectStage)):
+            stream = rest.pop(0).apply(stream, ctx)
+        stream = count_kept(stream)
+        for st in rest:
             stream = st.apply(stream, ctx)
-        return iter(stream) if fixed is None else itertools.islice(stream, skip_steps, fixed)
+        return itertools.islice(stream, skip_steps, fixed)
 
     def _group_plan(self, source, shard_sizes, ctx):
         o = self.options
@@ -509,13 +580,17 @@ class Pipeline:
                                        dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))
             yield built if isinstance(group, list) else built[0]
 
-    def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext, start=0) -> Iterator:
+    def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext, start=0, shuffles=(),
+              skip: int = 0) -> Iterator:
         o = self.options
         mode = o["mode"]
         if mode == "mixture" and not is_mixture(source):  # the cache of a mixture's epoch 0
             mode = "global"
         plan = epoch_plan(source, ctx.epoch, mode, o["seed"], shard_sizes, o["window"])
-        n = len(plan.order)
+        order = plan.order
+        for st in shuffles:  # a buffer shuffle of positions, stateless
+            order = WindowShuffled(order, st.buffer_size, ctx.seed if st.seed is None else st.seed, ctx.epoch)
+        n = len(order)
         kept = start if isinstance(start, IndexMap) else Arange(int(start), 1, n - int(start))
         part = consumer_order(
             len(kept), ctx.dp_rank, ctx.dp_size, ctx.worker_id, ctx.num_workers,
@@ -524,9 +599,9 @@ class Pipeline:
         if self.circular_shift:
             part = rotate(part, ctx.consumer, ctx.consumers)
         step = plan.dataset.reader.batch_size
-        for lo in range(0, len(part), step):
+        for lo in range(skip, len(part), step):
             positions = part[lo : lo + step]
-            indices = take(plan.order, positions)
+            indices = take(order, positions)
             samples = plan.dataset.get_batch(indices)
             if o["provenance"]:
                 samples = with_provenance(samples, *plan.provenance(indices), positions)

@@ -4,9 +4,10 @@
 ``all_reduce`` per step, as a training loop does; a rank with fewer steps would leave
 the others waiting.  Rank 0 prints one line per pipeline with the steps of every rank.
 
-``mpi_pipeline_steps.py N_DOCS stop DIR`` takes 3 steps of a packed pipeline through
-``hpcio.torch.DataLoader`` and writes the state and the positions read to ``DIR``;
-``... resume DIR`` loads that state (at this run's world size) and reads to the end.
+``mpi_pipeline_steps.py N_DOCS stop DIR`` takes 3 steps of each of
+:func:`checkpoint_pipelines` through ``hpcio.torch.DataLoader`` and writes every rank's
+state and the positions read to ``DIR``; ``... resume DIR`` loads those states (at this
+run's world size) and reads to the end.
 """
 
 import json
@@ -49,8 +50,28 @@ def tokens_kept(sample):
     return {**tokens(sample), **{k: v for k, v in sample.items() if k.startswith("__")}}
 
 
+def checkpoint_pipelines(ds):
+    """The pipelines stopped and resumed: a select on content (steps_per_epoch), a token
+    budget, bucketed and packed batches (planned)."""
+    return {
+        "select": Pipeline(ds, seed=5, provenance=True, steps_per_epoch=3).shuffle(32).select(short)
+        .map(tokens_kept).batch(max_tokens=12000, token_field="tokens"),
+        "budget": Pipeline(ds, seed=5, provenance=True, plan_window=64).map(tokens_kept)
+        .batch(max_tokens=12000, token_field="tokens", lengths="text"),
+        "bucketed": Pipeline(ds, seed=5, provenance=True, plan_window=64).map(tokens_kept)
+        .batch(max_tokens=12000, token_field="tokens", lengths="text", buckets=4),
+        "packed": Pipeline(ds, seed=5, provenance=True, plan_window=64)
+        .shuffle(32).map(tokens_kept).pack(4096, eos=0, lengths="text").batch(2),
+    }
+
+
+def _positions(item):
+    return [int(p) for x in item for p in (x["__position__"] if "cu_seqlens" in x else [x["__position__"]])]
+
+
 def checkpointed(comm, n: int, mode: str, root: str) -> None:
-    """Stop a packed pipeline after 3 steps, or resume it from the saved state."""
+    """Stop each pipeline after 3 steps (2 DataLoader workers per rank), or resume it
+    from the saved states (no worker) and read to the end of the epoch."""
     import hpcio.torch as ht
 
     rank = comm.Get_rank()
@@ -60,32 +81,34 @@ def checkpointed(comm, n: int, mode: str, root: str) -> None:
             for s in generate("text", n, seed=0):
                 w.write({"id": s["id"], "text": s["text"]})
     comm.Barrier()
-    pipe = (Pipeline(hpcio.open(path), seed=5, provenance=True, plan_window=64)
-            .shuffle(32).map(tokens_kept).pack(4096, eos=0, lengths="text").batch(2))
-    data = ht.PipelineDataset(pipe)
-    loader = ht.DataLoader(data, num_workers=2 if mode == "stop" else 0)
-    loaded = None
-    if mode == "resume":
-        with open(os.path.join(root, "state.json")) as f:
-            loaded = json.load(f)
-        data.load_state_dict(loaded)
-    read = []
-    for k, rows in enumerate(loader):
-        read.extend(int(p) for row in rows for p in row["__position__"])
-        if mode == "stop" and k == 2:
-            break
-    state = data.state_dict()
-    states = comm.gather(state, root=0)
-    parts = comm.gather(read, root=0)
-    if rank == 0:
-        if any(s != states[0] for s in states):
-            raise AssertionError(f"ranks saved different states: {states}")
-        with open(os.path.join(root, f"{mode}.json"), "w") as f:
-            json.dump({"read": parts, "left": _left(pipe, loaded, comm) if loaded else []}, f)
-        if mode == "stop":
-            with open(os.path.join(root, "state.json"), "w") as f:
-                json.dump(state, f)
-        print(f"{mode.upper()} OK size={comm.Get_size()} state={json.dumps(state)}", flush=True)
+    for name, pipe in checkpoint_pipelines(hpcio.open(path)).items():
+        data = ht.PipelineDataset(pipe)
+        loader = ht.DataLoader(data, num_workers=2 if mode == "stop" else 0)
+        loaded = None
+        if mode == "resume":
+            with open(os.path.join(root, f"state-{name}.json")) as f:
+                loaded = json.load(f)
+            data.load_state_dict(loaded)  # a list: every rank's state
+        read, steps = [], 0
+        for k, item in enumerate(loader):
+            read.extend(_positions(item))
+            steps += 1
+            if mode == "stop" and k == 2:
+                break
+        states = comm.allgather(data.state_dict())
+        parts = comm.gather(read, root=0)
+        counts = comm.gather(steps, root=0)
+        if rank == 0:
+            planned = pipe.step_policy == "planned"
+            if planned and any(s != states[0] for s in states):
+                raise AssertionError(f"ranks saved different states: {states}")
+            left = _left(pipe, loaded[0], comm) if loaded and planned else []
+            with open(os.path.join(root, f"{mode}-{name}.json"), "w") as f:
+                json.dump({"read": parts, "left": left, "steps": counts}, f)
+            if mode == "stop":
+                with open(os.path.join(root, f"state-{name}.json"), "w") as f:
+                    json.dump(states, f)
+            print(f"{mode.upper()} {name} OK size={comm.Get_size()} steps={counts}", flush=True)
 
 
 def _left(pipe, state, comm):
@@ -94,7 +117,9 @@ def _left(pipe, state, comm):
 
     groups = list(pipe.plan(RuntimeContext(seed=5)).groups())
     rest = groups[len(groups) - (len(groups) - state["position"]) % comm.Get_size():]
-    return sorted(int(wp[o]) for wp, g in rest for row in g for o in row[:, 0].tolist())
+    # a batch is window offsets; a group of packed rows, rows of (offset, start, length)
+    return sorted(int(wp[o]) for wp, g in rest
+                  for o in (g.tolist() if isinstance(g, np.ndarray) else [x for row in g for x in row[:, 0].tolist()]))
 
 
 def main():

@@ -66,7 +66,7 @@ def ids(samples):
 
 def test_map_select_batch_unbatch_follow_the_split(make_dataset):
     pipe = Pipeline(make_dataset(40), seed=3).map(double).select(is_even).batch(4).unbatch()
-    parts = [list(pipe.iterate(ctx(r, 2))) for r in range(2)]
+    parts = [list(pipe.iterate(ctx(r, 2), allow_unequal=True)) for r in range(2)]
     for r, got in enumerate(parts):
         expected = [i for i in split_indices(40, r, 2, seed=3).tolist() if i % 2 == 0]
         assert ids(got) == expected
@@ -134,7 +134,7 @@ class RankTagger:
 
 
 def test_assemble_gets_the_context_and_flushes(make_dataset):
-    out = list(Pipeline(make_dataset(7), shuffle=False).assemble(RankTagger).iterate(ctx(1, 1 + 1)))
+    out = list(Pipeline(make_dataset(7), shuffle=False).assemble(RankTagger).iterate(ctx(1, 1 + 1), allow_unequal=True))
     assert [o["pair"] for o in out] == [[1, 3], [5]]
     assert {o["rank"] for o in out} == {1}
 
@@ -296,3 +296,11 @@ def test_pipeline_reads_a_mixture_epoch_by_epoch(make_dataset):
     with pytest.raises(ValueError, match=r"^a mixture is read in its own order, epoch by epoch: leave "
                        r"shuffle=True \(the default\), got shuffle='block'"):
         Pipeline(m, shuffle="block")
+
+
+def test_iterating_an_unequal_pipeline_over_several_consumers_is_refused(make_dataset):
+    pipe = Pipeline(make_dataset(40), seed=3).select(is_even).batch(4)
+    with pytest.raises(RuntimeError, match=r"^this pipeline's consumers would take different numbers of steps "
+                       r"\(2 consumers; a select, budget batch or assemble changes counts\)"):
+        pipe.iterate(ctx(0, 2))
+    assert len(list(pipe.iterate(ctx(0, 1)))) == 5  # one consumer: nothing to keep in step

@@ -195,19 +195,26 @@ def run_mpi(nprocs: int, *args: str) -> str:
 
 @pytest.mark.mpi
 def test_stopped_on_four_ranks_and_resumed_on_three_reads_every_document_once(tmp_path):
-    """4 mpiexec ranks with 2 DataLoader workers each stop after 3 steps; 3 ranks resume
-    from the saved state: every document is read once, but for the last partial round."""
+    """4 mpiexec ranks with 2 DataLoader workers each stop after 3 steps; 3 ranks with
+    none resume from the saved states: nothing is read twice, and the planned pipelines
+    read every document but for the last partial round."""
     import json
 
     pytest.importorskip("torch")
-    assert "STOP OK size=4" in run_mpi(4, "300", "stop", str(tmp_path))
-    assert "RESUME OK size=3" in run_mpi(3, "300", "resume", str(tmp_path))
-    stop = json.loads((tmp_path / "stop.json").read_text())
-    resume = json.loads((tmp_path / "resume.json").read_text())
-    seen = [p for part in stop["read"] + resume["read"] for p in part]
-    assert len(seen) == len(set(seen))
-    assert sorted(set(seen) | set(resume["left"])) == list(range(300))
-    assert all(stop["read"]) and all(resume["read"])
+    names = ["select", "budget", "bucketed", "packed"]
+    stop, resume = run_mpi(4, "300", "stop", str(tmp_path)), run_mpi(3, "300", "resume", str(tmp_path))
+    for name in names:
+        assert f"STOP {name} OK size=4 steps=[3, 3, 3, 3]" in stop
+        assert f"RESUME {name} OK size=3" in resume
+        first = json.loads((tmp_path / f"stop-{name}.json").read_text())
+        then = json.loads((tmp_path / f"resume-{name}.json").read_text())
+        seen = [p for part in first["read"] + then["read"] for p in part]
+        assert len(seen) == len(set(seen)), name
+        assert all(first["read"]) and all(then["read"]) and len(set(then["steps"])) == 1, name
+        if name == "select":  # steps_per_epoch=3 on 2 workers: the rank's 6 steps in all
+            assert then["steps"] == [6 - 3] * 3
+        else:
+            assert sorted(set(seen) | set(then["left"])) == list(range(300)), name
 
 
 @pytest.mark.parametrize("build", [
