@@ -33,7 +33,6 @@ import json
 import os
 from collections.abc import Callable, Iterator
 
-import numpy as np
 
 from ..dataset import Dataset
 from ..decoding import SampleDecoder
@@ -59,7 +58,7 @@ from ..distributed.epochs import check_mixture_shuffle, epoch_plan, is_mixture, 
 from ..mixture import MixtureReader
 from .cache import CacheBoundary, materialise
 from .fixed import PassReads, Watermarked, watermark_stages
-from .plan import DEFAULT_PLAN_WINDOW, GroupPlan, WindowShuffled, build_row, check_lengths, field_lengths
+from .plan import DEFAULT_PLAN_WINDOW, GroupPlan, WindowShuffled, read_groups
 from .stages import (
     AssembleStage,
     BatchStage,
@@ -540,45 +539,7 @@ class Pipeline:
         # shuffles reorder positions and length selects filter them, both when planning
         per_sample = [st for st in before if not isinstance(st, ShuffleStage)
                       and not (isinstance(st, SelectStage) and st.lengths)]
-        provenance = self.options["provenance"]
-
-        def process(samples):
-            out = []
-            for s in samples:
-                got = [s]
-                for st in per_sample:
-                    got = list(st.apply(iter(got), ctx))
-                out.append(got[0] if got else None)
-            return out
-
-        for window_positions, group in groups.deal(start, ctx.consumer, ctx.consumers):
-            rows = group if isinstance(group, list) else [group]
-            if isinstance(stage, BatchStage):
-                positions = window_positions[group]
-            else:
-                positions = np.unique(np.concatenate([window_positions[r[:, 0]] for r in rows]))
-            indices = take(groups.order, positions)
-            samples = plan.dataset.get_batch(indices)
-            if provenance:
-                samples = with_provenance(samples, *plan.provenance(indices), positions)
-            samples = process(samples)
-            if isinstance(stage, BatchStage):
-                if stage.max_tokens is not None:
-                    field = stage.lengths if isinstance(stage.lengths, str) else stage.lengths[0]
-                    expected = field_lengths(plan.dataset, indices, field, planner.length_fn) \
-                        if stage.token_field != field or planner.length_fn else None
-                    if expected is not None:
-                        check_lengths(samples, positions, stage.token_field, expected)
-                yield [s for s in samples if s is not None]
-                continue
-            by_position = dict(zip(positions.tolist(), samples))
-            built = []
-            for r in rows:
-                offsets = r[:, 0].tolist()
-                epos = window_positions[r[:, 0]].tolist()
-                built.append(build_row(r, dict(zip(offsets, (by_position[p] for p in epos))),
-                                       dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))
-            yield built if isinstance(group, list) else built[0]
+        return read_groups(groups, plan, planner, stage, per_sample, ctx, start, self.options["provenance"])
 
     def _read(self, source: Dataset, shard_sizes, ctx: RuntimeContext, start=0, shuffles=(),
               skip: int = 0) -> Iterator:

@@ -16,17 +16,20 @@ the job consumed (:meth:`GroupPlan.groups`).
 
 from __future__ import annotations
 
+import abc
 import bisect
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from .._bijection import Bijection
+from ..distributed.epochs import with_provenance
 from ..distributed.order import IndexMap, seed_keys, take
 from ..errors import InvalidArgumentError, StepPlanError
+from .stages import BatchStage
 
 __all__ = ["field_lengths", "pack_best_fit", "pack_next_fit", "plan_batches", "WindowShuffled",
-           "Planner", "BatchPlanner", "PackPlanner", "GroupPlan", "DEFAULT_PLAN_WINDOW"]
+           "Planner", "BatchPlanner", "PackPlanner", "GroupPlan", "read_groups", "DEFAULT_PLAN_WINDOW"]
 
 # Positions planned together: large enough that best-fit packing and buckets find good
 # partners, small enough that a window's lengths and groups are a few hundred KB.
@@ -200,18 +203,20 @@ class WindowShuffled(IndexMap):
 
 
 # --- planners ------------------------------------------------------------------------
-class Planner:
+class Planner(abc.ABC):
     """Forms one window's groups from the lengths of its samples."""
 
     field: str
     length_fn = None
     extra = 0  # tokens added to every sample's length (an end-of-document token)
 
+    @abc.abstractmethod
     def groups(self, lengths: np.ndarray, rng: np.random.Generator) -> list:
-        raise NotImplementedError
+        """The window's groups, from its samples' lengths and a seeded generator."""
 
+    @abc.abstractmethod
     def spec(self) -> dict:
-        raise NotImplementedError
+        """The planner's parameters as plain values (part of a resume state)."""
 
 
 class BatchPlanner(Planner):
@@ -392,3 +397,48 @@ def build_row(pieces: np.ndarray, samples: dict, positions: dict, planner: PackP
         for name in PROVENANCE_FIELDS:
             row[name] = [s[name] for s in held]
     return row
+
+
+def read_groups(groups: GroupPlan, plan, planner: Planner, stage, per_sample, ctx, start: int,
+                provenance: bool) -> Iterator:
+    """Consumer ``ctx``'s groups from group ``start`` on, read and filled: a batch as the
+    list of its samples after the ``per_sample`` stages, a packed row by
+    :func:`build_row` (a list of rows for ``pack(...).batch(k)``).  ``plan`` is the
+    epoch's :class:`~hpcio.distributed.epochs.EpochPlan`."""
+    def process(samples):
+        out = []
+        for s in samples:
+            got = [s]
+            for st in per_sample:
+                got = list(st.apply(iter(got), ctx))
+            out.append(got[0] if got else None)
+        return out
+
+    for window_positions, group in groups.deal(start, ctx.consumer, ctx.consumers):
+        rows = group if isinstance(group, list) else [group]
+        if isinstance(stage, BatchStage):
+            positions = window_positions[group]
+        else:
+            positions = np.unique(np.concatenate([window_positions[r[:, 0]] for r in rows]))
+        indices = take(groups.order, positions)
+        samples = plan.dataset.get_batch(indices)
+        if provenance:
+            samples = with_provenance(samples, *plan.provenance(indices), positions)
+        samples = process(samples)
+        if isinstance(stage, BatchStage):
+            if stage.max_tokens is not None:
+                field = stage.lengths if isinstance(stage.lengths, str) else stage.lengths[0]
+                expected = field_lengths(plan.dataset, indices, field, planner.length_fn) \
+                    if stage.token_field != field or planner.length_fn else None
+                if expected is not None:
+                    check_lengths(samples, positions, stage.token_field, expected)
+            yield [s for s in samples if s is not None]
+            continue
+        by_position = dict(zip(positions.tolist(), samples))
+        built = []
+        for r in rows:
+            offsets = r[:, 0].tolist()
+            epos = window_positions[r[:, 0]].tolist()
+            built.append(build_row(r, dict(zip(offsets, (by_position[p] for p in epos))),
+                                   dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))
+        yield built if isinstance(group, list) else built[0]
