@@ -36,7 +36,7 @@ from ..distributed.order import ORDER_ALGORITHM
 from ..distributed.ranges import Kept, kept_to_epoch, merged_ranges
 from ..distributed.split import per_consumer
 from ..errors import InvalidArgumentError, UsageError, WrongTypeError
-from ..distributed.epochs import is_mixture
+from ..distributed.epochs import check_schedule, is_mixture
 from . import position_shuffles
 from .fixed import PassReads, watermark_stages
 from .stages import BatchStage, ShuffleStage, UnbatchStage
@@ -388,10 +388,20 @@ class PipelineDataset(torch_data.IterableDataset):
             state = merged_states(list(state))
         current = self.state_dict()
         for key in ("version", "policy", "n", "seed", "shuffle", "order", "stages", "plan", "mixture"):
+            if key == "mixture" and state.get(key) is not None and current[key] is not None:
+                continue  # a schedule may change from where the resumed run reads
             if state.get(key) != current[key]:
                 raise InvalidArgumentError(
                     f"state was saved with {key}={state.get(key)!r} but this pipeline has "
                     f"{key}={current[key]!r}; resuming would read a different sequence")
+        if current["mixture"] is not None:
+            # An epoch begun was planned (or split) from its whole order: a new weight
+            # applies from the next epoch boundary the saved reads have not reached.
+            epoch = int(state["epoch"])
+            begun = bool(state["position"] or state.get("consumed") or state.get("run"))
+            passes = max(1, len(state.get("reads") or []))
+            check_schedule(state["mixture"], current["mixture"],
+                           (epoch + (passes if begun else 0)) * int(current["n"]))
         self._write(int(state["epoch"]), int(state["position"]), merged_ranges(state.get("consumed") or []))
         self._saved_consumers = state.get("consumers")
         if self._watermarked():

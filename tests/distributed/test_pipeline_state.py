@@ -230,3 +230,35 @@ def test_fixed_steps_resumed_twice_keep_every_layer_of_reads(make_dataset):
     assert len(data._fixed_reads()[1].layers[0]) == 3  # one layer of counts per run
     left = data._fixed_reads()[1].kept(0, 600)[:].tolist()
     assert sorted(seen + left) == list(range(600))
+
+
+def test_a_mixture_reweighted_from_the_next_epoch_resumes_a_planned_pipeline(make_dataset):
+    import hpcio
+
+    m = hpcio.mix({"a": make_dataset(200), "b": make_dataset(100)}, {"a": 0.5, "b": 0.5}, block=10, seed=3)
+
+    def build(mixture, world):
+        return loaders_of(lambda **kw: Pipeline(mixture, plan_window=50, provenance=True, **kw)
+                          .map(tokens_kept).pack(32, eos=-1, lengths="text"), world)
+
+    first = build(m, 4)
+    before = run(first, steps=2)
+    state = first[0][0].state_dict()
+    later = m.with_weights({"a": 0.9, "b": 0.1}, at=len(m))  # from epoch 1 on
+    second = build(later, 3)
+    for data, _ in second:
+        data.load_state_dict(state)
+    after = run(second)
+    assert len(before + after) == len(set(before + after)) and after
+    sooner = m.with_weights({"a": 0.9, "b": 0.1}, at=100)  # inside the epoch begun
+    with pytest.raises(ValueError, match=r"^the mixture segment at 100 is in only one of the saved state and "
+                       r"this mixture, before stream position 300"):
+        build(sooner, 3)[0][0].load_state_dict(state)
+
+
+def loaders_of(make, world, workers=0):
+    out = []
+    for r in range(world):
+        data = ht.PipelineDataset(make(context={"rank": r, "world_size": world}))
+        out.append((data, ht.DataLoader(data, num_workers=workers)))
+    return out
