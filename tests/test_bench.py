@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -368,3 +369,53 @@ def test_peer_writers_store_a_list_of_images(tmp_path):
     samples = list(wds.WebDataset(tars, shardshuffle=False))
     assert [pickle.loads(s["images.pickle"]) for s in samples] == images
     assert [s["caption.txt"] for s in samples] == [b"a", b"b", b"c"] and samples[2]["id.json"] == b"2"
+
+
+def test_stack_rows_gives_the_varlen_bounds_of_the_flattened_step():
+    from hpcio.bench.tokens import stack_rows
+
+    rows = [{"tokens": np.array([5, 6, 0, 9, 0, 0]), "position_ids": np.array([0, 1, 2, 0, 1, 0]),
+             "cu_seqlens": np.array([0, 3, 5], np.int32), "length": 5},
+            {"tokens": np.array([7, 8, 9, 1, 2, 0]), "position_ids": np.arange(6),
+             "cu_seqlens": np.array([0, 6], np.int32), "length": 6}]
+    step = stack_rows(rows)
+    assert step["tokens"].tolist() == [[5, 6, 0, 9, 0, 0], [7, 8, 9, 1, 2, 0]]
+    # row 0: documents [0, 3) and [3, 5), its padding [5, 6); row 1: one document, no padding
+    assert step["cu_seqlens"].tolist() == [0, 3, 5, 6, 12] and step["cu_seqlens"].dtype == np.int32
+    assert step["lengths"].tolist() == [5, 6]
+    assert step["position_ids"].shape == (2, 6)
+
+
+@pytest.mark.bench
+def test_bench_packed_llm_reads_the_same_tokens_as_litdata(tmp_path):
+    """hpcio's packed pipeline delivers every token of the cache, litdata every token of
+    its chunks but each chunk's last partial block; both were made from the same arrays."""
+    pytest.importorskip("litdata", reason="litdata is not installed (the bench extra)")
+    out, result = _bench(tmp_path, "--only", "hpcio mds", "--op", "iterate", "--profile", "text",
+                         "--packed-llm", "--packed-len", "2048", "--packed-rows", "4")
+    rows = [r for r in result["pipeline"] if r["section"] == "packed-llm"]
+    assert not [r for r in rows if r.get("error")], rows
+    by = {(r["system"], r["workers"]): r for r in rows}
+    assert set(by) == {("hpcio", 0), ("hpcio", 1), ("hpcio", 2), ("litdata", 0), ("litdata", 1), ("litdata", 2),
+                       ("numpy copy (limit)", None)}
+    total = rows[0]["tokens_total"]
+    assert rows[0]["documents"] == 300 and total > 300 * 100
+    for w in (0, 1, 2):
+        hp, lit = by["hpcio", w], by["litdata", w]
+        assert hp["tokens_per_s"] > 0 and lit["tokens_per_s"] > 0
+        assert hp["ratio_to_litdata"] == hp["tokens_per_s"] / lit["tokens_per_s"]
+        # litdata's blocks never span its chunks (here one chunk): the last partial block is left
+        assert lit["tokens_delivered"] == total // 2048 * 2048 and lit["fill"] == 1.0
+    assert by["litdata", 0]["steps"] == -(-(total // 2048) // 4)
+    # one consumer: every row of the plan; two: whole rounds, the same token sum when even
+    assert by["hpcio", 0]["tokens_delivered"] == by["hpcio", 1]["tokens_delivered"] == total
+    assert by["hpcio", 0]["checksum"] == by["hpcio", 1]["checksum"] == rows[0]["checksum_total"]
+    assert by["hpcio", 2]["steps"] == by["hpcio", 0]["steps"] // 2 * 2
+    assert 0.9 < by["hpcio", 0]["fill"] <= 1.0
+    md = (out / "results.md").read_text()
+    assert "## Packed LLM pretraining (tokens through a DataLoader)" in md and "| litdata | 2 |" in md
+    # the tokens are made once: a second run reuses them, and the cache, without tokenising
+    _out, again = _bench(tmp_path, "--only", "hpcio mds", "--op", "iterate", "--profile", "text",
+                         "--packed-llm", "--packed-len", "2048", "--packed-rows", "4", "--packed-workers", "0")
+    (hp,) = [r for r in again["pipeline"] if r["system"] == "hpcio"]
+    assert hp["checksum"] == rows[0]["checksum_total"] and hp["prepare_s"] == by["hpcio", 0]["prepare_s"]

@@ -51,6 +51,13 @@ def machine_facts() -> dict:
             facts[mod] = __import__(mod).__version__
         except Exception:  # a peer that is missing or broken is reported, not fatal
             facts[mod] = "not installed"
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("litdata", "tokenizers"):  # not imported: litdata imports torch
+        try:
+            facts[dist] = version(dist)
+        except PackageNotFoundError:
+            facts[dist] = "not installed"
     py = interop_python()
     if py is None:
         # say so in the report: a table without these peers must not read as if they lost
@@ -117,6 +124,7 @@ def run_bench(
     conversion: bool = False,
     conversion_scale: int = CONVERSION_SCALE,
     pipeline_repeats: int | None = None,
+    packed_llm: dict | None = None,
     log=print,
 ) -> dict:
     """Run the whole comparison and write the reports under ``out_dir``.
@@ -125,6 +133,9 @@ def run_bench(
     adds the DataLoader sweep; ``staging`` and ``conversion`` add those figures, hpcio's
     conversion scaling also on ``conversion_scale`` times the samples (1: not), each
     system run ``pipeline_repeats`` times (default :data:`.pipeline.PIPELINE_REPEATS`).
+    ``packed_llm`` (keyword arguments of :func:`hpcio.bench.tokens.packed_llm_figures`:
+    ``workers``, ``max_len``, ``rows``) adds the packed-LLM row over the text profile,
+    each run ``repeats`` times.
     """
     from ..tuning import SWITCHES, fully_tuned
 
@@ -132,11 +143,11 @@ def run_bench(
     log(f"process tuning: {', '.join(SWITCHES)} (hpcio.tune: the bench owns its processes)")
     with fully_tuned():
         return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
-                          staging, conversion, conversion_scale, pipeline_repeats, log)
+                          staging, conversion, conversion_scale, pipeline_repeats, packed_llm, log)
 
 
 def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader, staging,
-               conversion, conversion_scale, pipeline_repeats, log) -> dict:
+               conversion, conversion_scale, pipeline_repeats, packed_llm, log) -> dict:
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     data_dir = data_dir or os.path.join(out_dir, "data")
     taken, limits = {"read": [], "dataloader": [], "pipeline": []}, {}
@@ -145,7 +156,8 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
     # its end (a job's time limit) keeps what it measured.
     with open(os.path.join(out_dir, "records.jsonl"), "w") as f:
         for kind, row in _measurements(profiles, sizes, data_dir, ops, repeats, include_interop, only, dataloader,
-                                       staging, conversion, conversion_scale, pipeline_repeats, limits, log):
+                                       staging, conversion, conversion_scale, pipeline_repeats, packed_llm,
+                                       limits, log):
             taken[kind].append(row)
             f.write(json.dumps({"kind": kind, **row}) + "\n")
             f.flush()
@@ -154,7 +166,7 @@ def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop
 
 
 def _measurements(profiles, sizes, data_dir, ops, repeats, include_interop, only, dataloader, staging,
-                  conversion, conversion_scale, pipeline_repeats, limits, log):
+                  conversion, conversion_scale, pipeline_repeats, packed_llm, limits, log):
     """``(kind, row)`` for each figure as it is taken (kind: read, dataloader or pipeline);
     ``limits`` gets each profile's physical limits."""
     for profile in profiles:
@@ -207,3 +219,10 @@ def _measurements(profiles, sizes, data_dir, ops, repeats, include_interop, only
                         profile, sizes[profile], datasets=datasets, repeats=turns, log=log,
                         interop_python=interop_python() if include_interop else None, larger=larger, only=only):
                     yield "pipeline", row
+        if packed_llm is not None and profile == "text" and "mds" in by_name:
+            from .tokens import packed_llm_figures
+
+            log(f"packed LLM pretraining: hpcio pipeline against litdata's TokensLoader ({profile})")
+            for row in packed_llm_figures(by_name["mds"], os.path.join(data_dir, f"{profile}-packed-llm"),
+                                          repeats=repeats, log=log, **packed_llm):
+                yield "pipeline", row

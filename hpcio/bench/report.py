@@ -138,6 +138,7 @@ def pipeline_markdown(rows: list[dict]) -> str:
     out = io.StringIO()
     staging = [r for r in rows if r["section"] == "staging"]
     conversion = [r for r in rows if r["section"] == "conversion"]
+    packed = [r for r in rows if r["section"] == "packed-llm"]
     if staging:
         out.write("\n## Staging (verified) against cp -r\n\n")
         out.write("`hpcio.stage` timed inside its process (imports excluded; whole process in brackets), "
@@ -203,6 +204,47 @@ def pipeline_markdown(rows: list[dict]) -> str:
             for r in phased:
                 cells = " | ".join(f"{1000 * r['phases_s'][name]:.0f}" for name in names)
                 out.write(f"| {r['profile']} | {r['samples']:,} | {r['ranks']} | {cells} | {1000 * r['job_s']:.0f} |\n")
+    if packed:
+        out.write(packed_llm_markdown(packed))
+    return out.getvalue()
+
+
+def packed_llm_markdown(rows: list[dict]) -> str:
+    """The packed-LLM row: tokens/s through a DataLoader, hpcio's pipeline and litdata."""
+    out = io.StringIO()
+    first = rows[0]
+    out.write("\n## Packed LLM pretraining (tokens through a DataLoader)\n\n")
+    out.write(f"The text profile's {first['documents']:,} documents tokenised once by a byte-level BPE trained "
+              f"on them, {first['tokens_total']:,} tokens with an end-of-document token each. hpcio: the "
+              "pipeline's cache of the tokens, packed after it into rows of whole documents (`pack`, with "
+              "`cu_seqlens` and `position_ids`) and stacked into tensors; litdata: the same tokens written by "
+              "its `optimize()`, read by `StreamingDataset(item_loader=TokensLoader(block_size))` and "
+              "`StreamingDataLoader`, blocks cut across documents. Rows of "
+              f"{first['max_len']} tokens, {first['rows']} rows a step; one shuffled epoch from building "
+              "the loader, worker start included; tokens/s counts documents' tokens delivered (no padding). "
+              f"Medians of fresh-process runs; {first['cores']} cores.\n\n")
+    out.write("| system | workers | tokens/s | hpcio / litdata | first batch s | steps | tokens delivered "
+              "| token sum matches | fill | set-up s |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        workers = "" if r.get("workers") is None else r["workers"]
+        if r.get("error"):
+            error = r["error"].replace("|", "/")  # a cell of the table
+            out.write(f"| {r['system']} | {workers} | {error} | | | | | | | |\n")
+            continue
+        if r["system"] not in ("hpcio", "litdata"):
+            continue
+        match = "yes" if r["checksum"] == r["checksum_total"] else f"{r['checksum']:,} of {r['checksum_total']:,}"
+        out.write(f"| {r['system']} | {workers} | {_fmt(r['tokens_per_s'])} | {_fmt(r.get('ratio_to_litdata'))} | "
+                  f"{_fmt(r['first_batch_s'])} | {r['steps']:,} | {r['tokens_delivered']:,} | {match} | "
+                  f"{r['fill']:.3f} | {_fmt(r['prepare_s'])} |\n")
+    for r in rows:
+        if r["system"] == "numpy copy (limit)":
+            out.write(f"\nLimit: numpy copying the same tokens into int64 rows in memory, one process, "
+                      f"{_fmt(r['tokens_per_s'])} tokens/s.\n")
+    out.write("\nSet-up: hpcio's is tokenising and writing the cache, once; litdata's is its `optimize()` of the "
+              "tokens already made. litdata reads no block across its chunks, so each chunk's last partial "
+              "block is not delivered; with workers, hpcio leaves the epoch's last groups that do not fill a "
+              "round of every worker.\n")
     return out.getvalue()
 
 

@@ -60,6 +60,17 @@ def add_arguments(parser):
     parser.add_argument("--conversion-scale", type=_whole(1), default=None, metavar="K",
                         help="with --conversion, measure hpcio's 1->2 rank scaling again on K times each profile's "
                              "samples, where a job's fixed costs weigh less (1: not; default: 4)")
+    packed = parser.add_argument_group(
+        "packed LLM pretraining", "tokens/s of a tokenised, cached and packed hpcio pipeline through a "
+        "DataLoader, beside litdata's TokensLoader reading the same tokens (text profile; needs tokenizers, "
+        "and litdata for its side; both in the bench extra)")
+    packed.add_argument("--packed-llm", action="store_true", help="run the packed-LLM row")
+    packed.add_argument("--packed-len", type=_whole(1), default=None, metavar="TOKENS",
+                        help="tokens per packed row (default: 2048)")
+    packed.add_argument("--packed-rows", type=_whole(1), default=None, metavar="N",
+                        help="rows per step (default: 8)")
+    packed.add_argument("--packed-workers", type=_whole(0), action="append", metavar="N",
+                        help="DataLoader num_workers values (default: 0 1 2)")
     _add_cold_arguments(parser)
 
 
@@ -168,6 +179,13 @@ def _loader_options(args) -> dict:
     }
 
 
+def _packed_options(args) -> dict:
+    from ..bench.tokens import MAX_LEN, ROWS, WORKERS
+
+    return {"workers": tuple(args.packed_workers or WORKERS), "max_len": args.packed_len or MAX_LEN,
+            "rows": args.packed_rows or ROWS}
+
+
 def run(args) -> int:
     from ..bench import CONVERSION_SCALE, OPERATIONS, run_bench
     from ..bench.pipeline import PIPELINE_REPEATS
@@ -189,6 +207,7 @@ def run(args) -> int:
         conversion=args.conversion,
         conversion_scale=CONVERSION_SCALE if args.conversion_scale is None else args.conversion_scale,
         pipeline_repeats=args.pipeline_repeats or PIPELINE_REPEATS,
+        packed_llm=_packed_options(args) if args.packed_llm else None,
     )
     print(result["markdown"].split("## Physical limits")[0])
     print(f"reports written to {args.out}/ (results.md, results.csv, results.json, " 
