@@ -12,9 +12,11 @@ converter reads through a :class:`DecodedReader` that applies them to every samp
     ``data:`` URL there is decoded too.
 ``ref_fields``
     Top-level fields whose strings (or lists of strings) are references
-    (:mod:`.references`); ``ref_root`` is the directory relative references start from
-    (default: the source file's directory; a relative ``ref_root`` is taken from the
-    working directory), ``max_open_tars`` how many tar shards stay open.
+    (:mod:`.references`); ``ref_root`` the directories references may name files in
+    and relative ones start from (a list, or directories joined by ``:``; default: the
+    source file's directory; relative ones are taken from the working directory);
+    ``ref_anywhere=true`` admits any path; ``ref_max_bytes`` bounds a referenced file
+    (default 1 GiB); ``max_open_tars`` how many tar shards stay open.
 ``decode_data_urls``
     Decode ``data:<image|audio|video>/<type>;base64,...`` strings anywhere in a sample
     (nested in lists and objects too).
@@ -40,12 +42,12 @@ import numpy as np
 
 from ..errors import DecodeError, HpcioError, InvalidArgumentError, OptionError
 from ..formats import base
-from .references import References
+from .references import DEFAULT_MAX_REF_BYTES, References
 
 __all__ = ["FIELD_OPTIONS", "DATA_URL_FORMATS", "FILE_STRUCT_FORMATS", "FieldDecoder", "DecodedReader", "split_options"]
 
-FIELD_OPTIONS = ("base64_fields", "ref_fields", "ref_root", "max_open_tars", "decode_data_urls",
-                 "decode_file_structs")
+FIELD_OPTIONS = ("base64_fields", "ref_fields", "ref_root", "ref_anywhere", "ref_max_bytes", "max_open_tars",
+                 "decode_data_urls", "decode_file_structs")
 #: Source formats other tools write, where data URLs are decoded by default.
 DATA_URL_FORMATS = frozenset({"jsonl", "parquet", "msgpack", "huggingface"})
 #: Those of them that store bytes, where file structs are decoded by default.
@@ -83,6 +85,31 @@ def _switch(value, option: str, default: bool) -> bool:
     raise InvalidArgumentError(f"reader option {option}: expected true or false, got {value!r}")
 
 
+def _roots(value) -> list[str]:
+    """``ref_root`` as directories: a list, or one string of directories joined by ``:``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.split(os.pathsep)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"reader option ref_root: expected directories, got {value!r}")
+    roots = [os.path.abspath(v) for v in value if v]
+    missing = [r for r in roots if not os.path.isdir(r)]
+    if missing:
+        raise InvalidArgumentError(f"reader option ref_root: {missing[0]} is not a directory")
+    return roots
+
+
+def _positive(value, option: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1:
+        raise InvalidArgumentError(f"reader option {option}: expected a whole number of bytes >= 1, got {value!r}")
+    return n
+
+
 def _b64(text: str) -> bytes:
     return binascii.a2b_base64(text, strict_mode=True)
 
@@ -116,9 +143,12 @@ class FieldDecoder:
         self.file_structs = _switch(options.get("decode_file_structs"), "decode_file_structs",
                                     source_format in FILE_STRUCT_FORMATS)
         base_dir = source_path if os.path.isdir(source_path) else os.path.dirname(source_path)
-        root = options.get("ref_root")
-        self.references = References(os.path.abspath(root) if root else base_dir,
-                                     int(options.get("max_open_tars", 16)))
+        roots = _roots(options.get("ref_root"))
+        self.references = References(roots or [os.path.abspath(base_dir or ".")],
+                                     int(options.get("max_open_tars", 16)),
+                                     max_bytes=_positive(options.get("ref_max_bytes", DEFAULT_MAX_REF_BYTES),
+                                                         "ref_max_bytes"),
+                                     anywhere=_switch(options.get("ref_anywhere"), "ref_anywhere", False))
         self.locate = _locator(reader, source_format, source_path)
         self.walk_fields = _arrow_walk_fields(reader, self.data_urls, self.file_structs)
         self.walks = (self.data_urls or self.file_structs) and self.walk_fields != frozenset()
