@@ -26,6 +26,7 @@ Values come back as:
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import struct
 import threading
@@ -469,15 +470,25 @@ class ColumnCodec:
         if shape is None:
             byte = data[pos]
             ndim, width = byte >> 2, byte & 3
-            shape = tuple(np.frombuffer(data, _SHAPE_DTYPES[width], ndim, pos + 1).tolist())
+            if ndim == 1:  # the common case, a token or feature vector: no array for one int
+                shape = (int.from_bytes(data[pos + 1 : pos + 1 + (1 << width)], "little"),)
+            else:
+                shape = tuple(np.frombuffer(data, _SHAPE_DTYPES[width], ndim, pos + 1).tolist())
             pos += 1 + ndim * (1 << width)
-        count = int(np.prod(shape))
+        count = math.prod(shape)
         if pos + count * dtype.itemsize != len(data):
             raise DecodeError(
                 f"array of shape {shape} and dtype {dtype.name} needs "
                 f"{pos + count * dtype.itemsize} bytes, the value has {len(data)}"
             )
-        return np.frombuffer(data, dtype.newbyteorder("<"), count, pos).reshape(shape).copy()
+        little = _LITTLE.get(dtype)
+        if little is None:
+            little = _LITTLE[dtype] = dtype.newbyteorder("<")
+        return np.frombuffer(data, little, count, pos).reshape(shape).copy()
+
+
+# dtype -> its little-endian form (newbyteorder builds a new dtype on every call)
+_LITTLE: dict = {}
 
 
 def _method_suffix(kind: str) -> str:
