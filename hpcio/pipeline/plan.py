@@ -366,31 +366,36 @@ def build_row(pieces: np.ndarray, samples: dict, positions: dict, planner: PackP
     at 0 in every sequence (and count on through the padding); ``doc_ids`` number the
     sequences, -1 on padding.
     """
-    max_len = planner.max_len
-    tokens = np.full(max_len, pad, dtype=np.int64)
-    doc_ids = np.full(max_len, -1, dtype=np.int64)
-    position_ids = np.empty(max_len, dtype=np.int64)
+    max_len, eos = planner.max_len, planner.eos
+    tokens = np.empty(max_len, dtype=np.int64)
     bounds = [0]
     held = []
+    at = 0
     for off, start, length in pieces.tolist():
         s = samples[off]
         if s is None:
             continue
-        t = np.asarray(s[field], dtype=np.int64)
-        if planner.eos is not None:
-            t = np.append(t, planner.eos)
-        if start + length > len(t) or (not planner.split_documents and length != len(t)):
-            raise _mismatch(length, len(t), field, positions[off])
-        at = bounds[-1]
-        tokens[at : at + length] = t[start : start + length]
-        doc_ids[at : at + length] = len(bounds) - 1
-        position_ids[at : at + length] = np.arange(length)
-        bounds.append(at + length)
+        t = s[field]
+        n = len(t) + (eos is not None)
+        if start + length > n or (not planner.split_documents and length != n):
+            raise _mismatch(length, n, field, positions[off])
+        body = min(start + length, len(t)) - start  # tokens of t in this piece; eos after them
+        tokens[at : at + body] = t[start : start + body]
+        if body < length:
+            tokens[at + body] = eos
+        at += length
+        bounds.append(at)
         held.append(s)
-    used = bounds[-1]
-    position_ids[used:] = np.arange(max_len - used)
-    row = {"tokens": tokens, "cu_seqlens": np.asarray(bounds, dtype=np.int32),
-           "position_ids": position_ids, "doc_ids": doc_ids, "length": used}
+    used = at
+    tokens[used:] = pad
+    cu = np.asarray(bounds, dtype=np.int32)
+    lengths = np.diff(cu)
+    doc_ids = np.full(max_len, -1, dtype=np.int64)
+    doc_ids[:used] = np.repeat(np.arange(len(lengths)), lengths)
+    position_ids = np.arange(max_len, dtype=np.int64)
+    position_ids[:used] -= np.repeat(cu[:-1].astype(np.int64), lengths)
+    position_ids[used:] -= used
+    row = {"tokens": tokens, "cu_seqlens": cu, "position_ids": position_ids, "doc_ids": doc_ids, "length": used}
     if provenance:
         from ..mixture import PROVENANCE_FIELDS
 
