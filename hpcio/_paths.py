@@ -13,7 +13,7 @@ import os
 
 from .errors import PathEscapeError
 
-__all__ = ["check_relative_name", "resolve_inside", "is_inside"]
+__all__ = ["check_relative_name", "resolve_inside", "is_inside", "listed_inside"]
 
 
 def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
@@ -62,3 +62,23 @@ def resolve_inside(root, name, *, what: str, source, follow_last: bool = True) -
     if not is_inside(real, real_root):
         raise PathEscapeError(f"{what} {name!r} resolves to {real}, outside {real_root}", path=source)
     return path
+
+
+def listed_inside(directory, names, *, what: str) -> list[str]:
+    """``directory``'s entries ``names`` as paths, refusing with PathEscapeError one that
+    is a symbolic link leading out of ``directory`` (a shard a listing finds is the
+    dataset's; a link to ``/etc`` or another user's file is not).  Only links are
+    resolved, so listing 10^5 plain shards costs no ``realpath``."""
+    directory = os.fspath(directory)
+    real_root = None
+    out = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.islink(path):
+            real_root = real_root or os.path.realpath(directory)
+            real = os.path.realpath(path)
+            if not is_inside(real, real_root):
+                raise PathEscapeError(f"{what} {name!r} is a symbolic link to {real}, outside {real_root}",
+                                      path=directory)
+        out.append(path)
+    return out

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .._paths import listed_inside
 from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
 from ._checksums import verify_files
 from .reports import InspectReport, VerifyReport, problem
@@ -98,11 +99,13 @@ def by_shard(starts: np.ndarray, indices: np.ndarray) -> Iterator[tuple[int, np.
 
 def shard_files(path, suffixes: tuple[str, ...], what: str) -> list[str]:
     """The files of a dataset: ``path`` itself when it is a file, else the files of the
-    directory ``path`` whose names end with one of ``suffixes``, sorted by name;
+    directory ``path`` whose names end with one of ``suffixes``, sorted by name (a
+    symbolic link out of the directory refused: :func:`~hpcio._paths.listed_inside`);
     ShardNotFoundError naming ``what`` (the format) when neither exists."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(suffixes))
+        names = sorted(n for n in os.listdir(path) if n.endswith(suffixes))
+        return listed_inside(path, names, what=f"{what} file")
     if os.path.isfile(path):
         return [path]
     raise ShardNotFoundError(f"no {what} file or directory", path=path)

@@ -17,6 +17,7 @@ from ... import codecs as _codecs_table
 from ..._core import _io, _jinx
 from ..._core._records import loads_exact
 from ..._hashing import DEFAULT_HASH, file_digest, new_hash
+from ..._paths import listed_inside
 from ...errors import (
     ChecksumMismatchError,
     CorruptShardError,
@@ -45,10 +46,10 @@ def sidecar_path(path) -> str:
 def shard_paths(path: str) -> list[str]:
     """The JINX files of ``path``: the file itself, or a directory's ``shard-*.jinx``."""
     if os.path.isdir(path):
-        files = sorted(str(p) for p in Path(path).glob(SHARD_GLOB))
-        if not files:
+        names = sorted(p.name for p in Path(path).glob(SHARD_GLOB))
+        if not names:
             raise ShardNotFoundError(f"no {SHARD_GLOB} files in the directory", path=path)
-        return files
+        return listed_inside(path, names, what="JINX shard")
     if not os.path.exists(path):
         raise ShardNotFoundError("no such JINX file or directory", path=path)
     return [path]

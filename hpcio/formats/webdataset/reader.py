@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..._paths import listed_inside
 from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from ..base import Reader as _Reader
@@ -23,7 +24,8 @@ def list_shards(path) -> list[str]:
         return [os.fspath(p) for p in path]
     path = os.fspath(path)
     if os.path.isdir(path):
-        return sorted(os.path.join(path, n) for n in os.listdir(path) if _is_shard_name(n))
+        names = sorted(n for n in os.listdir(path) if _is_shard_name(n))
+        return listed_inside(path, names, what="WebDataset shard")
     if os.path.exists(path):
         return [path]
     matches = sorted(glob.glob(path))
