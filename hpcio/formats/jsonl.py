@@ -237,13 +237,24 @@ class Reader(base.Reader):
         try:
             obj = loads_exact(self.buf[a : self._e[i]])
         except ValueError as exc:  # not JSON, or (decoded by Python's json) not UTF-8
-            raise CorruptShardError(f"garbled JSON line: {exc}", path=self.path, offset=a, sample=i) from None
+            raise CorruptShardError(f"garbled JSON on {self._where(a, exc)}", path=self.path, offset=a,
+                                    sample=i) from None
         if type(obj) is not dict:
             raise CorruptShardError(
                 f"JSON line holds a {type(obj).__name__}, expected an object",
                 path=self.path, offset=a, sample=i,
             )
         return obj if fields is None else base.project(obj, fields)
+
+    def _where(self, start: int, exc: ValueError) -> str:
+        """``line L, column C: reason`` of a parse error in the line starting at byte
+        ``start``: the file's line (blank lines counted), not the parser's line 1."""
+        step = 1 << 26  # counted a piece at a time: an error deep in a large file copies little
+        line = 1 + sum(bytes(self.buf[lo : min(lo + step, start)]).count(b"\n") for lo in range(0, start, step))
+        reason, col = getattr(exc, "msg", None), getattr(exc, "colno", None)
+        if reason is None or col is None:
+            return f"line {line}: {exc}"
+        return f"line {line}, column {col}: {reason}"
 
     def read_many(self, indices, fields=None) -> list:
         read = self.read

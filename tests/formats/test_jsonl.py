@@ -56,8 +56,8 @@ class TestJsonl(_JsonlTests):
                  "858dc76227bcc32d ({path}, byte offset 0)"}
     expected_problem = {
         "path": "{path}", "offset": 108, "sample": 3, "type": "CorruptShardError",
-        "error": "garbled JSON line: unexpected character, expected ',' or '}': line 1 column 34 "
-                 "(char 33) ({path}, byte offset 108, sample 3)"}
+        "error": "garbled JSON on line 4, column 34: unexpected character, expected ',' or '}' "
+                 "({path}, byte offset 108, sample 3)"}
 
 
 class TestJsonlZstd(_JsonlTests):
@@ -259,7 +259,7 @@ def test_sample_nbytes_windows(tmp_path, cached):
 def test_garbled_line_names_file_offset_sample(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"id": 0}\n{"id": \n')
-    with pytest.raises(CorruptShardError, match=r"garbled JSON line: .*x\.jsonl, byte offset 10, sample 1\)"):
+    with pytest.raises(CorruptShardError, match=r"garbled JSON on line 2, .*x\.jsonl, byte offset 10, sample 1\)"):
         hpcio.open(path)[1]
     path.write_bytes(b'{"id": 0}\n[1, 2]\n')
     with pytest.raises(CorruptShardError, match=r"JSON line holds a list, expected an object \(.*byte offset 10, sample 1\)"):
@@ -297,3 +297,15 @@ def test_verify_a_truncated_compressed_file(tmp_path):
     [mismatch, error] = report["errors"]
     assert mismatch["type"] == "ChecksumMismatchError" and mismatch["error"].startswith("file is ")
     assert error["path"] == path and error["type"] == "DecodeError", error
+
+
+def test_a_garbled_line_is_named_by_its_line_in_the_file(tmp_path):
+    """The parser sees one line at a time (its "line 1"); the error names the file's line,
+    blank lines counted, beside the sample index."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n{"a": 3, "b": }\n')
+    reader = hpcio.open(str(path)).reader
+    with pytest.raises(CorruptShardError) as err:
+        reader.read(2)
+    assert str(err.value) == (f"garbled JSON on line 4, column 15: unexpected character, expected a JSON value "
+                              f"({path}, byte offset 19, sample 2)")

@@ -138,5 +138,5 @@ def test_jsonl_line_with_a_wide_integer_and_bad_utf8_names_the_line(tmp_path):
     path = tmp_path / "ds.jsonl"
     path.write_bytes(b'{"a": 1}\n{"big": 18446744073709551616, "s": "\xff"}\n')
     ds = hpcio.open(str(path))
-    with pytest.raises(hpcio.errors.CorruptShardError, match=r"^garbled JSON line: .*\(.*ds\.jsonl, byte offset 9, sample 1\)$"):
+    with pytest.raises(hpcio.errors.CorruptShardError, match=r"^garbled JSON on line 2.*\(.*ds\.jsonl, byte offset 9, sample 1\)$"):
         ds[1]
