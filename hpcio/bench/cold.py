@@ -17,12 +17,15 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
+import warnings
 
 import numpy as np
 
-from ..errors import HpcioError
+from ..errors import BenchmarkError, HpcioError
 from ..demo.samples import IMAGES_PER_SAMPLE
 from .data import META_FIELDS, VLM_COLUMNS, BenchDataset, parquet_row_group_rows
 from .limits import dataset_files
@@ -183,8 +186,36 @@ def memory_cgroup(limit_bytes: int):
         with open(os.path.join(group, limit_file), "w") as f:
             f.write(str(int(limit_bytes)))
         yield os.path.join(group, "cgroup.procs")
-    finally:
-        os.rmdir(group)
+    except BaseException as err:
+        _remove_cgroup(group, err)
+        raise
+    else:
+        _remove_cgroup(group, None)
+
+
+def _remove_cgroup(group: str, in_flight: BaseException | None) -> None:
+    """Remove ``group``, first ending the processes still in it (a reader killed by a
+    Ctrl-C may leave its children); an exception in flight is never replaced."""
+    for _ in range(50):
+        try:
+            os.rmdir(group)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as err:  # EBUSY: processes are still members
+            failure = err
+        try:
+            pids = [int(p) for p in _read_text(os.path.join(group, "cgroup.procs")).split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    message = f"removing the benchmark's memory cgroup {group} failed: {failure.strerror}"
+    if in_flight is None:
+        raise BenchmarkError(message)
+    warnings.warn(f"{message} (while handling {type(in_flight).__name__})", RuntimeWarning, stacklevel=3)
 
 
 def _join(procs: str | None):

@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
+import warnings
 from importlib import resources
 
 from ..errors import MissingDependencyError, TierEmulatorError
@@ -133,11 +136,12 @@ class EmulatedTier:
         if proc.returncode != 0:
             self.mountpoint = None
             raise TierEmulatorError(f"mounting {self.source} through tierfs failed: {proc.stderr.strip()}")
+        self._catch_sigterm()
         if self.read_ahead_kb:
             try:
                 self._set_read_ahead_kb()
-            except BaseException:
-                self.__exit__(None, None, None)
+            except BaseException as err:
+                self.__exit__(type(err), err, None)
                 raise
         return self
 
@@ -151,16 +155,52 @@ class EmulatedTier:
             raise TierEmulatorError(f"setting the emulated tier's read-ahead window ({entry}) failed: "
                                     f"{exc.strerror} (it needs root)") from None
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type=None, exc=None, tb=None) -> None:
+        """Unmount, also after an exception, Ctrl-C or SIGTERM (see :meth:`__enter__`).
+        A mount a file keeps busy is detached lazily (``fusermount3 -u -z``): it goes
+        when the last file closes.  An exception in flight is never replaced: a failure
+        to clean up is then a warning."""
+        self._restore_sigterm()
         mountpoint, self.mountpoint = self.mountpoint, None
         if mountpoint is None:
             return
-        for _ in range(50):  # a file still open in this process keeps the mount busy briefly
+        failure = None
+        for attempt in range(20):  # a file still open in this process keeps the mount busy briefly
             proc = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
             if proc.returncode == 0:
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         else:
-            raise TierEmulatorError(f"unmounting {mountpoint} failed: {proc.stderr.strip()}")
-        if self._given_mountpoint is None:
-            os.rmdir(mountpoint)
+            lazy = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True)
+            if lazy.returncode != 0:
+                failure = f"unmounting {mountpoint} failed: {proc.stderr.strip()}; {lazy.stderr.strip()}"
+        if failure is None and self._given_mountpoint is None:
+            try:
+                os.rmdir(mountpoint)
+            except OSError as err:
+                failure = f"removing the mount point {mountpoint} failed: {err.strerror}"
+        if failure is not None:
+            if exc_type is None:
+                raise TierEmulatorError(failure)
+            warnings.warn(f"{failure} (while handling {exc_type.__name__})", RuntimeWarning, stacklevel=2)
+
+    def _catch_sigterm(self) -> None:
+        """Turn SIGTERM into SystemExit while mounted, so a ``with`` block unwinds and
+        unmounts; only when SIGTERM has its default action (nobody else handles it) and
+        in the main thread, and restored on exit."""
+        self._old_sigterm = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def terminate(signum, frame):
+            raise SystemExit(128 + signum)
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, terminate)
+
+    def _restore_sigterm(self) -> None:
+        old = getattr(self, "_old_sigterm", None)
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+            self._old_sigterm = None
