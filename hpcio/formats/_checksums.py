@@ -176,8 +176,10 @@ def validate_files(files, validate_hashes) -> int:
 
 def recorded_samples(files) -> list[int | None]:
     """The sample count the manifest records for each of ``files`` (WebDataset tars),
-    None where it records none or a size the file no longer has, or where the manifest
-    is garbled: a count is a shortcut for a scan, never a reason to fail."""
+    None where it records none or a size the file no longer has, where the manifest is
+    garbled, or where the count cannot describe a tar of that size: a count is a
+    shortcut for a scan, never a reason to fail, and never trusted beyond the file
+    (:func:`plausible_tar_samples`)."""
     recorded = _Recorded()
     counts: list[int | None] = []
     for file in files:
@@ -186,12 +188,41 @@ def recorded_samples(files) -> list[int | None]:
         except CorruptShardError:
             entry = None
         samples = None if entry is None else entry.get("samples")
-        if (isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0
-                and entry.get("bytes") == _size(file)):
+        size = _size(file)
+        if (isinstance(samples, int) and not isinstance(samples, bool) and entry.get("bytes") == size
+                and plausible_tar_samples(samples, size, file)):
             counts.append(samples)
         else:
             counts.append(None)
     return counts
+
+
+# A tar member takes a 512-byte header at least; an archive of no member is its end
+# blocks only, at most one 10,240-byte record.
+_TAR_BLOCK, _TAR_RECORD = 512, 10240
+
+
+def plausible_tar_samples(samples: int, size: int | None, file: str | None = None) -> bool:
+    """Whether a tar of ``size`` bytes can hold ``samples`` samples: each needs a member
+    (512 bytes at least), and no sample means no member: the file (when given) starts
+    with a zero block, the end of an archive.
+
+    >>> plausible_tar_samples(0, 10240), plausible_tar_samples(0, 20480), plausible_tar_samples(10**15, 20480)
+    (True, False, False)
+    """
+    if size is None or samples < 0:
+        return False
+    if samples == 0:
+        if size > _TAR_RECORD:
+            return False
+        if file is None:
+            return True
+        try:
+            with open(file, "rb") as f:
+                return not any(f.read(_TAR_BLOCK))
+        except OSError:
+            return False
+    return samples <= size // _TAR_BLOCK
 
 
 def _size(file: str) -> int | None:
