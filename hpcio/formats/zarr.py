@@ -376,6 +376,40 @@ class Writer(_Writer):
             base.remove_files([os.path.join(self.path, "zarr.json")])
 
 
+def _check_array(name: str, arr, dtype, meta_path: str) -> None:
+    """Refuse array metadata that would read back other values than the writer stored:
+    the data type the layout records, little-endian bytes, ``/``-separated chunk keys
+    and the sharding codec with non-empty chunks, as :class:`Writer` writes them.  An
+    edited ``zarr.json`` (another separator, type or byte order) otherwise reads the same
+    bytes as different values, or fails deep in zarr with a ZeroDivisionError."""
+    def refuse(what: str):
+        return CorruptShardError(f"array {name!r}: {what}; hpcio reads the layout its writer makes", path=meta_path)
+
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.load(f)
+        encoding = meta.get("chunk_key_encoding") or {}
+        separator = (encoding.get("configuration") or {}).get("separator", "/")
+        codecs = meta.get("codecs") or []
+        sharding = next((c for c in codecs if c.get("name") == "sharding_indexed"), None)
+        outer = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise refuse(f"unreadable metadata ({type(exc).__name__}: {exc})") from None
+    if encoding.get("name", "default") != "default" or separator != "/":
+        raise refuse(f"chunk keys {encoding.get('name')!r} with separator {separator!r}, not 'default' with '/'")
+    if sharding is None:
+        raise refuse("no sharding codec")
+    inner = (sharding.get("configuration") or {})
+    if not all(isinstance(v, int) and v > 0 for v in [*outer, *(inner.get("chunk_shape") or [0])]):
+        raise refuse(f"chunk shape {outer} / {inner.get('chunk_shape')} has an empty chunk")
+    endians = [(c.get("configuration") or {}).get("endian") for c in (inner.get("codecs") or [])
+               if c.get("name") == "bytes"]
+    if any(e not in (None, "little") for e in endians):
+        raise refuse(f"bytes stored {endians[0]}-endian, not little-endian")
+    if dtype is not None and np.dtype(arr.dtype).str != np.dtype(dtype).str:
+        raise refuse(f"data type {np.dtype(arr.dtype).str}, the layout records {np.dtype(dtype).str}")
+
+
 class _Part:
     """The arrays of one part, with ragged offsets held in memory."""
 
@@ -391,31 +425,33 @@ class _Part:
             raise ShardNotFoundError("Zarr part is missing", path=self.path)
         for field, spec in fields.items():
             if spec["storage"] == "fixed":
-                arr = self._open(zarr, field)
+                arr = self._open(zarr, field, spec.get("dtype"))
                 if arr.shape[0] != n:
                     raise CorruptShardError(
                         f"field {field!r}: array holds {arr.shape[0]} samples, layout says {n}",
                         path=self.path)
                 self.arrays[field] = arr
             else:
-                offsets = self._open(zarr, f"{field}/offsets")
-                data = self._open(zarr, f"{field}/data")
+                offsets = self._open(zarr, f"{field}/offsets", "<u8")
+                data = self._open(zarr, f"{field}/data", "|u1")
                 self._require(f"{field}/offsets", offsets, 0, offsets.shape[0])
                 table = self._get(f"{field}/offsets", offsets, slice(None), 0)
                 _layout.check_offsets(table, n, data.shape[0], field=field, path=self.path)
                 self.offsets[field] = table
                 self.arrays[field] = data
 
-    def _open(self, zarr, name):
+    def _open(self, zarr, name, dtype=None):
         where = resolve_inside(self.path, name, what="Zarr array name",
                                source=os.path.join(os.path.dirname(self.path), "zarr.json"))
         try:
-            return zarr.open_array(where, mode="r")
+            arr = zarr.open_array(where, mode="r")
         except FileNotFoundError:
             raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
         except _ZARR_ERRORS as exc:  # a damaged zarr.json: zarr raises json's, its own, ...
             raise CorruptShardError(f"array {name!r} cannot be opened: {type(exc).__name__}: {exc}",
                                     path=os.path.join(self.path, name, "zarr.json")) from None
+        _check_array(name, arr, dtype, os.path.join(where, "zarr.json"))
+        return arr
 
     def _require(self, name: str, arr, lo: int, hi: int, sample: int | None = None):
         """Every shard of ``arr`` holding rows ``lo..hi`` must exist: zarr would read a
