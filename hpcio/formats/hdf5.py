@@ -414,7 +414,10 @@ class Reader(_layout.LayoutReader):
     """Random-access reader of HDF5 shards written by :class:`Writer` (a directory of
     ``.h5`` files or one file)."""
 
-    def __init__(self, path, max_decoded_bytes: int | str | None = None, **options):
+    def __init__(self, path, max_decoded_bytes: int | str | None = None, validate_hashes: bool = False,
+                 **options):
+        # validate_hashes is accepted as every format takes it: HDF5's fletcher32 chunk
+        # checksums, where the writer stored them, are checked on every read whatever it says.
         super().__init__(path)
         h5py = _h5py()
         limit = max_decoded_bytes_option(max_decoded_bytes)

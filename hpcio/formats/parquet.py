@@ -314,7 +314,9 @@ class Reader(BatchReader):
     memory.
     """
 
-    def __init__(self, path, cache_bytes: int | None = None, **options):
+    def __init__(self, path, cache_bytes: int | None = None, validate_hashes: bool = False, **options):
+        # validate_hashes is accepted as every format takes it: page checksums are
+        # verified on every read whatever it says.
         super().__init__(path)
         pa, pq = _pa()
         self.files = []

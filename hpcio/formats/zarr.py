@@ -509,7 +509,9 @@ class _Part:
 class Reader(_layout.LayoutReader):
     """Random-access reader of a Zarr v3 store written by :class:`Writer`."""
 
-    def __init__(self, path, **options):
+    def __init__(self, path, validate_hashes: bool = False, **options):
+        # validate_hashes is accepted as every format takes it: each chunk's crc32c is
+        # checked on every read whatever it says.
         super().__init__(path)
         zarr = _zarr()
         layout = _read_layout(self.path)
