@@ -187,8 +187,8 @@ def print_summary(summary: dict, as_json: bool, stream=None) -> None:
 
 def run_guarded(fn, args) -> int:
     """Run ``fn()``; print hpcio errors (on rank 0 only) and return the exit code."""
-    from hpcio.convert._comm import launcher_world_size
     from hpcio.convert.jobstate import ConversionInterrupted, stop_on_signals
+    from hpcio.distributed.launcher import launcher_world_size
     from hpcio.errors import HpcioError
 
     try:
@@ -199,8 +199,7 @@ def run_guarded(fn, args) -> int:
             print(f"hpcio: {exc}", file=sys.stderr)
         return exc.exit_code
     except (HpcioError, ValueError, ImportError) as exc:
-        rank = _rank()
-        if rank == 0 or launcher_world_size() == 1:
+        if _rank() == 0 or launcher_world_size() == 1:
             print(f"hpcio: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, OptionError) else 1
     if _rank() == 0:
@@ -221,9 +220,12 @@ def _job_tuning():
 
 
 def _rank() -> int:
-    if "mpi4py.MPI" in sys.modules:
-        return sys.modules["mpi4py.MPI"].COMM_WORLD.Get_rank()
-    return 0
+    """This process's rank in an MPI the job started (0 without one); never starts MPI,
+    and never refuses a world, since a refusal may be the error being reported."""
+    from hpcio.distributed.comm import running_comm
+
+    world = running_comm()
+    return 0 if world is None else world.rank
 
 
 def run(args) -> int:

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable
 
 from ..distributed.context import cpus_per_task
-from ._comm import Comm
+from ..distributed.comm import Comm
 
 __all__ = ["cpu_share", "share_node_cpus"]
 

@@ -49,7 +49,7 @@ from ..sources.inputs import size_windows
 from ..units import ByteSizeError, format_bytes, parse_bytes
 from . import jobstate
 from . import plan as planning
-from ._comm import Comm, get_comm
+from ..distributed.comm import Comm, get_comm
 from .affinity import share_node_cpus
 from .clock import PhaseClock, peak_rss_bytes
 from .faults import write_report

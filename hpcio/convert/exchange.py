@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._comm import Comm
+from ..distributed.comm import Comm
 
 __all__ = ["exchange_parcels"]
 

@@ -13,7 +13,7 @@ import time
 
 from ..progress import ProgressDisplay, interval_from_env
 from ..units import format_bytes
-from ._comm import Comm
+from ..distributed.comm import Comm
 
 __all__ = ["Progress", "format_rate"]
 

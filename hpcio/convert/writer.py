@@ -25,7 +25,7 @@ from .._fileio import write_pieces
 from ..tuning import gc_paused
 from ..errors import BadSampleError, CorruptShardError, DecodeError, HpcioError
 from . import plan as planning
-from ._comm import Comm
+from ..distributed.comm import Comm
 from .exchange import exchange_parcels
 from .faults import BadSample, bad_sample_from
 from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill

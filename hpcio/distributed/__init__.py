@@ -3,7 +3,10 @@
 :mod:`~hpcio.distributed.context` finds the rank, world size and worker of the calling
 process; :mod:`~hpcio.distributed.order` computes epoch orders position by position;
 :mod:`~hpcio.distributed.split` holds the pure splitting functions;
-:mod:`~hpcio.distributed.mpi` is the only module that uses mpi4py, imported lazily.
+:mod:`~hpcio.distributed.launcher` reads what the launcher says about this process;
+:mod:`~hpcio.distributed.comm` holds the process group the converter, staging and the
+command line run in (:func:`~hpcio.distributed.comm.get_comm`) and is the only module that
+imports mpi4py, lazily (``hpcio info`` asks a child process for the MPI library's version).
 """
 
 from .context import RuntimeContext, cpus_per_task, infer_context, recommended_num_workers

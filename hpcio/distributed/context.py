@@ -116,12 +116,12 @@ def _env_int(env: Mapping[str, str], *names: str) -> int | None:
 
 
 def _from_mpi(env: Mapping[str, str]) -> dict | None:
-    from .mpi import initialized_comm
+    from .comm import running_comm
 
-    comm = initialized_comm()
+    comm = running_comm()
     if comm is None:
         return None
-    found = {"rank": comm.Get_rank(), "world_size": comm.Get_size(), "source": "mpi"}
+    found = {"rank": comm.rank, "world_size": comm.size, "source": "mpi"}
     # Launchers export the node-local rank; asking MPI would need a collective call.
     local = _env_int(env, "SLURM_LOCALID", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK")
     if local is not None:

@@ -37,7 +37,8 @@ from .._durable import fsync_dir
 from ..errors import HpcioError, InsufficientSpaceError, StagingError
 from ..progress import ProgressDisplay
 from ..units import format_bytes
-from . import _mpi
+from ..distributed.comm import SerialComm, get_comm
+from ..distributed.launcher import launcher_rank, launcher_world_size
 from .engine import CopyEngine, Item, assign_items, io_errors, split_items, unlink_quiet
 from .manifest import (
     MANIFEST_NAME,
@@ -134,7 +135,7 @@ def _on_root(comm, fn, *args, **kwargs):
 
 def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chunk_bytes: int,
          show_progress: bool, tmp_suffix: str | None, fsync: bool | None) -> StageResult:
-    """The staging run shared by one process (``SelfComm``) and by MPI ranks."""
+    """The staging run shared by one process (``SerialComm``) and by MPI ranks."""
     t0 = time.perf_counter()
     plan = _on_root(comm, plan_stage, *plan_args["pos"], **plan_args["kw"])
     result = StageResult(plan=plan, dry_run=dry_run)
@@ -152,7 +153,7 @@ def _run(plan_args: dict, comm, *, threads: int, dry_run: bool, method: str, chu
     to_copy = sorted(plan.to_copy + bad)
     items, chunked = split_items(plan, to_copy, chunk_bytes)
     _on_root(comm, _wrap_io(functools.partial(_prepare, engine, kept, chunked), plan.dst))
-    comm.Barrier()
+    comm.barrier()
 
     # 2. copy: whole files are published by the rank that copied them; chunked files by
     #    rank 0 once every chunk has landed.
@@ -380,8 +381,9 @@ def stage(
         Named tiers (default :func:`hpcio.staging.tiers.resolve_tiers`), for quotas.
     fs_stat : callable
         Stand-in for :func:`os.statvfs` (tests simulate a full tier with it).
-    comm : mpi4py communicator, optional
-        Default: ``COMM_WORLD`` when launched by mpiexec/srun with more than one process.
+    comm : mpi4py communicator or :class:`hpcio.distributed.comm.Comm`, optional
+        Default: ``COMM_WORLD`` when launched by mpiexec/srun with more than one process
+        (:func:`hpcio.distributed.comm.get_comm`).
     use_mpi : bool
         Set False to never import mpi4py; several processes then elect a copier from
         the launcher's variables (the first task, or the first of each node).
@@ -433,9 +435,12 @@ def stage(
     run_kw = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
                   show_progress=progress, tmp_suffix=tmp_suffix, fsync=fsync)
     if comm is None:
-        comm = _mpi.get_comm(use_mpi)
-    if comm is None:
-        return _stage_without_mpi(src, dst, plan_kw, run_kw)
+        # Without a communicator of more than one process, the launcher's variables tell
+        # several tasks apart.
+        comm = get_comm(use_mpi=use_mpi, missing_ok=True)
+        if comm.size == 1:
+            return _stage_without_mpi(src, dst, plan_kw, run_kw)
+    comm = get_comm(comm)
     if node_local is None:
         node_local = bool(comm.allgather(is_node_local(dst, tiers or resolve_tiers()))[0])
     plan_kw["node_local"] = node_local
@@ -447,25 +452,23 @@ def stage(
 def _stage_without_mpi(src, dst, plan_kw: dict, run_kw: dict) -> StageResult:
     """One process copies; of several tasks a launcher started without MPI, the first (of
     the job, or of each node for a node-local destination) copies and the others plan."""
-    if _mpi.launcher_world() > 1:
+    if launcher_world_size() > 1:
         # Several tasks but no MPI: elect copiers from the launcher so they do not race.
         node_local = plan_kw["node_local"]
         local = node_local if node_local is not None else is_node_local(dst, plan_kw["tiers"] or resolve_tiers())
-        if _mpi.launcher_rank(local=local) != 0:
+        if launcher_rank(local=local) != 0:
             plan = plan_stage(src, dst, **{**plan_kw, "node_local": local})
             return StageResult(plan=plan, dry_run=run_kw["dry_run"], copier=False)
-    return _run({"pos": (src, dst), "kw": plan_kw}, _mpi.SelfComm(), **run_kw)
+    return _run({"pos": (src, dst), "kw": plan_kw}, SerialComm(), **run_kw)
 
 
 def _stage_per_node(comm, src, dst, plan_kw: dict, run_kw: dict) -> StageResult:
     """Fill a node-local destination: the first rank of each node copies, alone."""
-    from mpi4py import MPI
-
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = comm.split_node()
     try:
-        leader = node.Get_rank() == 0
+        leader = node.rank == 0
         if leader:
-            result = _collective(comm, _run, {"pos": (src, dst), "kw": plan_kw}, _mpi.SelfComm(), **run_kw)
+            result = _collective(comm, _run, {"pos": (src, dst), "kw": plan_kw}, SerialComm(), **run_kw)
         else:
             result = _collective(comm, lambda: None)
         leader_result = node.bcast(result, root=0)
@@ -473,4 +476,4 @@ def _stage_per_node(comm, src, dst, plan_kw: dict, run_kw: dict) -> StageResult:
             leader_result.copier = False
         return leader_result
     finally:
-        node.Free()
+        node.free()

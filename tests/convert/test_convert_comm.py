@@ -8,7 +8,8 @@ import sys
 import pytest
 from convert_helpers import env
 
-from hpcio.convert._comm import SerialComm, get_comm, launcher_world_size
+from hpcio.distributed.comm import SerialComm, get_comm
+from hpcio.distributed.launcher import launcher_world_size
 
 
 @pytest.mark.parametrize(
@@ -46,9 +47,9 @@ def test_serial_comm_by_default():
 
 EXCHANGE = """
 import sys
-from hpcio.convert import _comm
-_comm._CHUNK_BYTES = 5  # several chunks per destination, and the remainders
-comm = _comm.get_comm()
+from hpcio.distributed import comm as comms
+comms._CHUNK_BYTES = 5  # several chunks per destination, and the remainders
+comm = comms.get_comm()
 def payload(src, dst):
     return bytes((src * 31 + dst * 7 + k) % 256 for k in range(src * 6 + dst * 4))
 def pieces(data):

@@ -117,7 +117,7 @@ def test_import_hpcio_does_not_import_mpi4py_or_torch():
         ("torch", "import hpcio.torch", "hpcio.torch needs PyTorch: pip install torch"),
         (
             "mpi4py",
-            "from hpcio.distributed.mpi import import_mpi; import_mpi()",
+            "from hpcio.distributed.comm import import_mpi; import_mpi()",
             "MPI support needs mpi4py and an MPI library: pip install mpi4py mpich",
         ),
     ],
