@@ -1,16 +1,37 @@
 """Writing shards on one rank, a round at a time.
 
 In a round every rank reads one contiguous share of the round's samples, maps and
-filters them, and either exchanges them (:mod:`.exchange`) so each rank holds the samples
-or records of the shards it owns and writes those, or, for formats with the
-placed-record hook, writes its records of every shard straight into the shard's file.
-Each shard is written into a private temporary directory, then published into the
-staging directory with its index part (:mod:`.resume`).
+filters them, and hands them to the shards' files by one of three routes
+(:class:`WriteRoute`), chosen for the round by the format's hooks, the rank count and
+``$HPCIO_CONVERT_PLACED_RUN_BYTES``:
+
+``SAMPLES``
+    The samples travel to each shard's owner (:mod:`.exchange`, pickled), whose format
+    ``Writer`` writes them.  On one rank, and for formats without the encoded-record hook
+    (``record_encoder``).
+``RECORDS``
+    Each rank encodes the samples it read as the shards' writers would store them; the
+    records travel to the owner as raw bytes and are appended with
+    ``Writer.write_record``.  Formats with the encoded-record hook, on several ranks.
+``PLACED``
+    Each rank writes its records straight to their offset in the shard's file and only
+    their lengths travel.  Formats with the placed-record hook too (``record_layout``),
+    while the mean run a rank writes into a shard is at least
+    ``$HPCIO_CONVERT_PLACED_RUN_BYTES``; a round whose shards the format does not store
+    as records in place (``record_layout`` returns None: compressed whole, hashed) takes
+    ``RECORDS`` instead.
+
+The routes write the same bytes: every shard's writer meets the same samples, or the
+records made of them with the same writer options, in the plan's order, so the output is
+the same at any rank count and through any route (``tests/convert/test_convert_mpi.py``
+converts one input by each).  Each shard is written into a private temporary directory,
+then published into the staging directory with its index part (:mod:`.resume`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import os
 import shutil
@@ -31,11 +52,20 @@ from .faults import BadSample, bad_sample_from
 from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
 
-__all__ = ["ShardWriter", "SLOW_SHARD_ENV"]
+__all__ = ["ShardWriter", "WriteRoute", "SLOW_SHARD_ENV"]
 
 # Test aid: seconds to sleep after publishing each shard, so a test can kill -9 a run
 # part-way through and check that --resume completes it.
 SLOW_SHARD_ENV = "HPCIO_CONVERT_SLOW_SHARD_SECONDS"
+
+
+class WriteRoute(enum.Enum):
+    """How a round's samples reach their shards' files (the module's docstring compares
+    them); every route writes the same bytes."""
+
+    SAMPLES = "samples"
+    RECORDS = "records"
+    PLACED = "placed"
 
 
 class ShardWriter:
@@ -169,9 +199,9 @@ class ShardWriter:
         share, owner = self.round_share(comm, round_shards, plan)
         parcels = [{k: {"samples": [], "filtered": 0, "dropped": [], "bad": []} for k in round_shards if owner[k] == r}
                    for r in range(comm.size)]
-        encoded = self.encodes and comm.size > 1
         run_bytes = sum(int(plan.shard_bytes[k]) for k in round_shards) / (comm.size * len(round_shards))
-        places = encoded and self.places and run_bytes >= self.placed_run_bytes
+        route = self.route(comm.size, run_bytes)
+        encoded = route is not WriteRoute.SAMPLES
         # A round's samples all stay alive until written: collections meanwhile would
         # scan them and free nothing.
         with gc_paused():
@@ -185,8 +215,8 @@ class ShardWriter:
                 self.clock.lap("encode")
             # Every rank writes its shards before any rank fsyncs: on a local file system
             # a write waits behind another process's fsync for the journal.
-            written = self._place(comm, round_shards, owner, parcels, fixed) if places else None
-            if written is None:
+            written = self._place(comm, round_shards, owner, parcels, fixed) if route is WriteRoute.PLACED else None
+            if written is None:  # SAMPLES or RECORDS
                 received = exchange_parcels(comm, parcels, encoded)
                 self.clock.lap("exchange")
                 written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
@@ -199,6 +229,15 @@ class ShardWriter:
             if self.slow > 0:
                 time.sleep(self.slow)
         self.clock.lap("publish")
+
+    def route(self, ranks: int, run_bytes: float) -> WriteRoute:
+        """The route of a round on ``ranks`` ranks in which a rank writes a mean run of
+        ``run_bytes`` into each shard (the same on every rank)."""
+        if not self.encodes or ranks == 1:
+            return WriteRoute.SAMPLES
+        if self.places and run_bytes >= self.placed_run_bytes:
+            return WriteRoute.PLACED
+        return WriteRoute.RECORDS
 
     def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
         """Turn every parcel's samples into ``records`` as the shards' writers would

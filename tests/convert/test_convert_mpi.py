@@ -340,3 +340,50 @@ def test_mds_records_made_on_every_rank_give_the_one_rank_shards_and_report(tmp_
                   if r["error_type"] == "SchemaError") == extra
     assert sorted(s["id"] for s in hpcio.open(tmp_path / "many")) == [
         i for i in range(130, 240) if i not in extra]
+
+
+# Converts argv[1:-1] into argv[-1] as MDS on every rank, noting the write route each
+# rank's ShardWriter took in each round.
+ROUTES = """
+import sys
+import linesfmt  # registers the sources' format
+import hpcio
+from hpcio.convert.writer import ShardWriter
+from hpcio.distributed.comm import get_comm
+
+chosen = ShardWriter.route
+taken = set()
+
+def route(self, *args):
+    got = chosen(self, *args)
+    taken.add(got.name)
+    return got
+
+ShardWriter.route = route
+hpcio.convert(sys.argv[1:-1], sys.argv[-1], to="mds", num_shards=4, round_bytes=8000, progress=False)
+print(get_comm().rank, *sorted(taken), flush=True)
+"""
+
+
+def test_every_write_route_writes_the_same_shards(tmp_path):
+    """The three routes of a round (:class:`hpcio.convert.writer.WriteRoute`): samples
+    sent to the shard's owner (one rank), records sent to it (two ranks, runs below
+    $HPCIO_CONVERT_PLACED_RUN_BYTES), records placed by the rank that made them (two
+    ranks, any run): the same bytes, in several rounds."""
+    from convert_helpers import write_sources
+
+    srcs = write_sources(tmp_path, nfiles=2, per_file=120)
+    runs = {"SAMPLES": (1, {}), "RECORDS": (2, {"HPCIO_CONVERT_PLACED_RUN_BYTES": "1GiB"}),
+            "PLACED": (2, PLACING)}
+    trees = {}
+    for name, (ranks, extra_env) in runs.items():
+        cmd = [sys.executable, "-c", ROUTES, *srcs, str(tmp_path / name)]
+        if ranks > 1:
+            cmd = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", *cmd[1:]]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**env(), **extra_env}, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(proc.stdout.split("\n")[:-1]) == [f"{rank} {name}" for rank in range(ranks)]
+        trees[name] = tree_bytes(tmp_path / name)
+    assert sum(name.endswith(".mds") for name in trees["SAMPLES"]) == 4
+    assert trees["RECORDS"] == trees["SAMPLES"]
+    assert trees["PLACED"] == trees["SAMPLES"]
