@@ -59,7 +59,7 @@ def run(args) -> int:
     from hpcio.convert import convert
     from hpcio.convert.driver import check_options
     from hpcio.sources import expand_sources, open_reader
-    from hpcio.sources.inputs import check_reader_options
+    from hpcio.sources.inputs import check_source_options
 
     if len(args.paths) < 2:
         print("hpcio: error: give at least one source and the output directory", file=sys.stderr)
@@ -69,7 +69,7 @@ def run(args) -> int:
     def work():
         fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
         split_selections(0, parts=args.parts, fractions=fractions)  # refuses bad --parts, --fractions
-        check_reader_options(dict(args.reader_options), args.from_format)
+        check_source_options(dict(args.reader_options), args.from_format)
         listed = expand_sources(sources, args.from_format)
         n = 0
         for src in listed:

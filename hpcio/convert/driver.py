@@ -43,7 +43,7 @@ from .._durable import fsync_dir
 from ..errors import CapabilityError, InvalidArgumentError, PlanError, ResumeError, WrongTypeError
 from ..options import check_writer_options
 from ..registry import get_format
-from ..sources.inputs import check_reader_options
+from ..sources.inputs import check_source_options
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.inputs import size_windows
 from ..units import ByteSizeError, format_bytes, parse_bytes
@@ -139,7 +139,7 @@ def check_options(to: str, writer_options: Mapping | None, reader_options: Mappi
     source format (or ``from_format``) takes: what :func:`convert` checks before it reads
     any input, for callers that read inputs before converting."""
     check_writer_options(get_format(to), _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
-    check_reader_options(reader_options, from_format)
+    check_source_options(reader_options, from_format)
 
 
 def _writer_options(writer_options: Mapping | None, compression: str | None) -> dict:

@@ -27,7 +27,7 @@ from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
 __all__ = ["Source", "expand_sources", "measure_source", "source_totals", "size_windows", "sample_sizes",
            "disk_bytes", "ReaderCache", "BLOCK_BYTES", "SIZE_WINDOW", "open_reader", "source_format",
-           "load_libraries", "check_reader_options"]
+           "load_libraries", "check_source_options"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
 _SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
@@ -46,9 +46,10 @@ def source_format(name: str):
         raise UnknownFormatError(f"unknown format {name!r}; known source formats: {known}") from None
 
 
-def check_reader_options(reader_options, format: str | None = None) -> None:
+def check_source_options(reader_options, format: str | None = None) -> None:
     """OptionError for a reader option that the reader of ``format`` (without it: of any
-    source format) does not take, checked before any source is read."""
+    source format) does not take, checked before any source is read.  (One format's
+    reader options, given its module: :func:`hpcio.options.check_reader_options`.)"""
     if format is not None:
         modules = [source_format(format)]
     else:
