@@ -1,22 +1,39 @@
 """Parcels between ranks: the samples (or encoded records) each rank read for the others.
 
-A parcel is ``{shard: {"samples" | "records", "filtered", "dropped", "bad"}}``, the part of one
-round that one rank read for the owner of those shards.
+In a round every rank fills one :class:`Parcel` per shard of the round with what it read
+of that shard; ``parcels[r]``, ``{shard: Parcel}``, holds those of the shards rank ``r``
+owns, and :func:`exchange_parcels` hands each owner its own.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from ..distributed.comm import Comm
 
-__all__ = ["exchange_parcels"]
+__all__ = ["Parcel", "exchange_parcels"]
 
 
-def exchange_parcels(comm: Comm, parcels: list[dict], encoded: bool) -> list[dict]:
+@dataclasses.dataclass(slots=True)
+class Parcel:
+    """What one rank read in a round for one shard, in the plan's order."""
+
+    # (global id, sample) pairs; None once encoded into ``records``.
+    samples: list | None = dataclasses.field(default_factory=list)
+    # The samples as the shard's writer stores them (bytes-like), when encoded where
+    # they were read; their lengths (an int64 array) while they travel.
+    records: list | np.ndarray | None = None
+    filtered: int = 0  # samples the map or the filter left out
+    dropped: list[int] = dataclasses.field(default_factory=list)  # their global ids
+    bad: list = dataclasses.field(default_factory=list)  # (global id, BadSample) of the samples that failed
+
+
+def exchange_parcels(comm: Comm, parcels: list[dict[int, Parcel]], encoded: bool) -> list[dict[int, Parcel]]:
     """Send ``parcels[r]`` to rank ``r``; returns the parcels every rank sent this one.
 
-    This rank's own parcel stays here rather than being pickled to itself.  Encoded
+    This rank's own parcels stay here rather than being pickled to itself.  Encoded
     parcels travel as pickled bookkeeping plus their records' raw bytes; the records
     received are memoryviews of one buffer per sender."""
     mine = parcels[comm.rank]
@@ -26,27 +43,27 @@ def exchange_parcels(comm: Comm, parcels: list[dict], encoded: bool) -> list[dic
         received[comm.rank] = mine
         return received
     pieces = [[] for _ in range(comm.size)]
-    for r, parcel in enumerate(parcels):
-        if parcel is not None:
-            pieces[r] = [rec for part in parcel.values() for rec in part["records"]]
-            for part in parcel.values():
-                part["records"] = np.array([len(rec) for rec in part["records"]], np.int64)
+    for r, theirs in enumerate(parcels):
+        if theirs is not None:
+            pieces[r] = [rec for parcel in theirs.values() for rec in parcel.records]
+            for parcel in theirs.values():
+                parcel.records = np.array([len(rec) for rec in parcel.records], np.int64)
     received = comm.alltoall(parcels)
     data = comm.exchange_bytes(pieces)
     del pieces
-    for r, parcel in enumerate(received):
+    for r, ours in enumerate(received):
         if r != comm.rank:
-            _split_records(parcel, data[r])
+            _split_records(ours, data[r])
     received[comm.rank] = mine
     return received
 
 
-def _split_records(parcel: dict, view: memoryview) -> None:
-    """Replace each part's record lengths by views of its records in ``view``."""
+def _split_records(parcels: dict[int, Parcel], view: memoryview) -> None:
+    """Replace each parcel's record lengths by views of its records in ``view``."""
     at = 0
-    for part in parcel.values():
+    for parcel in parcels.values():
         records = []
-        for length in part["records"].tolist():
+        for length in parcel.records.tolist():
             records.append(view[at : at + length])
             at += length
-        part["records"] = records
+        parcel.records = records

@@ -47,7 +47,7 @@ from ..tuning import gc_paused
 from ..errors import BadSampleError, CorruptShardError, DecodeError, HpcioError
 from . import plan as planning
 from ..distributed.comm import Comm
-from .exchange import exchange_parcels
+from .exchange import Parcel, exchange_parcels
 from .faults import BadSample, bad_sample_from
 from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
@@ -197,8 +197,7 @@ class ShardWriter:
         """Collective: every rank calls it with the same round (``number`` counts the
         rounds from 0)."""
         share, owner = self.round_share(comm, round_shards, plan)
-        parcels = [{k: {"samples": [], "filtered": 0, "dropped": [], "bad": []} for k in round_shards if owner[k] == r}
-                   for r in range(comm.size)]
+        parcels = [{k: Parcel() for k in round_shards if owner[k] == r} for r in range(comm.size)]
         run_bytes = sum(int(plan.shard_bytes[k]) for k in round_shards) / (comm.size * len(round_shards))
         route = self.route(comm.size, run_bytes)
         encoded = route is not WriteRoute.SAMPLES
@@ -219,7 +218,7 @@ class ShardWriter:
             if written is None:  # SAMPLES or RECORDS
                 received = exchange_parcels(comm, parcels, encoded)
                 self.clock.lap("exchange")
-                written = [self.write_shard(k, [parcel[k] for parcel in received], fixed.get(k, {}))
+                written = [self.write_shard(k, [theirs[k] for theirs in received], fixed.get(k, {}))
                            for k in round_shards if owner[k] == comm.rank]
         self.clock.lap("write")
         comm.barrier()
@@ -239,15 +238,15 @@ class ShardWriter:
             return WriteRoute.PLACED
         return WriteRoute.RECORDS
 
-    def _encode(self, comm: Comm, parcels: list[dict]) -> dict:
+    def _encode(self, comm: Comm, parcels: list[dict[int, Parcel]]) -> dict:
         """Turn every parcel's samples into ``records`` as the shards' writers would
         store them; returns ``{shard: writer options}`` fixed from each shard's first
         sample that fixes them, the same on every rank.  Collective."""
         first = {}  # shard -> (gid, options) of this rank's first sample that fixes them
         failed = {}  # gid -> the error of a sample that could not fix them
-        for parcel in parcels:
-            for k, part in parcel.items():
-                for gid, sample in part["samples"]:
+        for theirs in parcels:
+            for k, parcel in theirs.items():
+                for gid, sample in parcel.samples:
                     try:
                         first[k] = (gid, self.fmt.record_options(sample, **self.writer_options))
                         break
@@ -260,13 +259,13 @@ class ShardWriter:
             for k, (gid, options) in share.items():
                 if k not in chosen or gid < chosen[k][0]:
                     chosen[k] = (gid, options)
-        for parcel in parcels:
-            for k, part in parcel.items():
+        for theirs in parcels:
+            for k, parcel in theirs.items():
                 first_gid, options = chosen.get(k, (None, {}))
                 encoder = None if first_gid is None else self.fmt.record_encoder(
                     _shard_tmpdir(self.staging, k), **self.writer_options, **options)
                 records = []
-                samples = part["samples"]
+                samples = parcel.samples
                 for number, (gid, sample) in enumerate(samples):
                     samples[number] = None  # freed as encoded: its record reuses the memory
                     try:
@@ -278,11 +277,11 @@ class ShardWriter:
                     except Exception as exc:
                         if not _is_sample_error(exc):
                             raise
-                        part["bad"].append(self._bad(exc, gid, _write_stage(exc), k))
-                part.update(samples=None, records=records)
+                        parcel.bad.append(self._bad(exc, gid, _write_stage(exc), k))
+                parcel.samples, parcel.records = None, records
         return {k: options for k, (_gid, options) in chosen.items()}
 
-    def _place(self, comm: Comm, round_shards: list[int], owner: dict, parcels: list[dict],
+    def _place(self, comm: Comm, round_shards: list[int], owner: dict, parcels: list[dict[int, Parcel]],
                fixed: dict) -> list[tuple[int, dict]] | None:
         """Write this rank's records of every shard of the round into the shard's file at
         the offset where they belong, the owner adding the file's head; returns the
@@ -294,15 +293,15 @@ class ShardWriter:
         rank reads a contiguous share of the round, and a shard keeps source order), so
         each rank writes one contiguous run per shard, which needs every rank's record
         lengths but none of their bytes."""
-        mine = {k: part for parcel in parcels for k, part in parcel.items()}
+        mine = {k: parcel for theirs in parcels for k, parcel in theirs.items()}
         for k in round_shards:
             if owner[k] == comm.rank:
                 tmpdir = _shard_tmpdir(self.staging, k)
                 shutil.rmtree(tmpdir, ignore_errors=True)
                 os.makedirs(tmpdir)
         # After this every owner has made its shards' directories.
-        shares = comm.allgather({k: (np.fromiter(map(len, part["records"]), np.int64, len(part["records"])),
-                                     part["filtered"], part["bad"], part["dropped"]) for k, part in mine.items()})
+        shares = comm.allgather({k: (np.fromiter(map(len, parcel.records), np.int64, len(parcel.records)),
+                                     parcel.filtered, parcel.bad, parcel.dropped) for k, parcel in mine.items()})
         self.clock.lap("exchange")
         placed = {}  # shard -> (file, head, index part, where this rank's records start)
         for k in round_shards:
@@ -321,7 +320,7 @@ class ShardWriter:
             if k not in placed:
                 continue
             path, head, _index, start = placed[k]
-            records = mine[k]["records"]
+            records = mine[k].records
             if not records and owner[k] != comm.rank:
                 continue
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
@@ -374,18 +373,18 @@ class ShardWriter:
                         sample = self.map_fn(sample)
                     stage = "filter"
                     if sample is None or (self.filter_fn is not None and not self.filter_fn(sample)):
-                        parcel["filtered"] += 1
-                        parcel["dropped"].append(gid)
+                        parcel.filtered += 1
+                        parcel.dropped.append(gid)
                         continue
                 except Exception as exc:
-                    parcel["bad"].append(self._bad(exc, gid, stage, shard))
+                    parcel.bad.append(self._bad(exc, gid, stage, shard))
                     continue
-                parcel["samples"].append((gid, sample))
+                parcel.samples.append((gid, sample))
             for gid, rec in bad:
-                parcels[owner[rec.shard]][rec.shard]["bad"].append((gid, rec))
+                parcels[owner[rec.shard]][rec.shard].bad.append((gid, rec))
             self.progress.advance(len(gids), int(self.sizes[gids].sum()))
 
-    def write_shard(self, shard: int, parcels: list[dict], fixed: dict) -> tuple[int, dict]:
+    def write_shard(self, shard: int, parcels: list[Parcel], fixed: dict) -> tuple[int, dict]:
         """Write ``shard`` into its temporary directory from the parcels every rank read
         for it (in rank order, so its samples come in the plan's order): their samples, or
         their records made with the writer options ``fixed``.  Returns the shard and its
@@ -393,20 +392,20 @@ class ShardWriter:
         tmpdir = _shard_tmpdir(self.staging, shard)
         shutil.rmtree(tmpdir, ignore_errors=True)
         os.makedirs(tmpdir)
-        bad = [item for parcel in parcels for item in parcel["bad"]]
-        filtered = sum(parcel["filtered"] for parcel in parcels)
-        dropped = [gid for parcel in parcels for gid in parcel["dropped"]]
+        bad = [item for parcel in parcels for item in parcel.bad]
+        filtered = sum(parcel.filtered for parcel in parcels)
+        dropped = [gid for parcel in parcels for gid in parcel.dropped]
         written = 0
         writer = self.fmt.Writer(tmpdir, shard_id=shard, num_shards=self.num_shards,
                                  **self.writer_options, **fixed)
         with writer:
             for parcel in parcels:
-                if parcel["samples"] is None:
-                    for record in parcel["records"]:
+                if parcel.samples is None:
+                    for record in parcel.records:
                         writer.write_record(record)
-                    written += len(parcel["records"])
+                    written += len(parcel.records)
                     continue
-                samples = parcel["samples"]
+                samples = parcel.samples
                 for at, (gid, sample) in enumerate(samples):
                     samples[at] = None  # freed as written: the records reuse its memory
                     try:
