@@ -39,6 +39,10 @@ from .lineage import Location, locate
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
 from .tuning import tune
 
+# Bound after the package ``hpcio.convert`` is imported, so ``hpcio.convert`` is this
+# function (see :mod:`hpcio.convert.api`) and ``from hpcio.convert import ...`` the package.
+from .convert.api import convert
+
 __all__ = [
     "__version__",
     "Dataset",
@@ -80,17 +84,6 @@ __all__ = [
     "UnknownFormatError",
     "UnsupportedValueError",
 ]
-
-
-def convert(src, dst, to: str, **options):
-    """Convert ``src`` (paths or a dataset) into ``dst`` in format ``to``.
-
-    See :func:`hpcio.convert.convert` for the options (shard count, compression,
-    fault tolerance, resume); under MPI every rank calls it with the same arguments.
-    """
-    from .convert import checked_convert
-
-    return checked_convert(src, dst, to, **options)
 
 
 def stage(src, dst, **options):

@@ -125,9 +125,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seeded: spread samples over shards (default); source: keep the input order")
 
 
-def output_options(args) -> dict:
-    """Keyword arguments of :func:`hpcio.convert.convert` from the shared options."""
-    return dict(
+def output_options(args, **extra):
+    """The :class:`hpcio.convert.ConvertOptions` of the shared options, and ``extra``
+    (those of one command), for :func:`hpcio.convert.driver.run_conversion`."""
+    from hpcio.convert.spec import ConvertOptions
+
+    return ConvertOptions(
         from_format=args.from_format,
         compression=args.compression,
         shard_size=args.shard_size,
@@ -145,6 +148,7 @@ def output_options(args) -> dict:
         writer_options=dict(args.writer_options),
         reader_options=dict(args.reader_options),
         progress=not args.no_progress,
+        **extra,
     )
 
 
@@ -229,17 +233,14 @@ def _rank() -> int:
 
 
 def run(args) -> int:
-    from hpcio.convert import convert
+    from hpcio.convert.driver import run_conversion
 
     if len(args.paths) < 2:
         print("hpcio: error: give at least one source and the output directory", file=sys.stderr)
         return 2
     *sources, dst = args.paths
-    return run_guarded(
-        lambda: [convert(sources, dst, to=args.to, skip=args.skip, take=args.take, order=args.order,
-                         **output_options(args))],
-        args,
-    )
+    options = output_options(args, skip=args.skip, take=args.take, order=args.order)
+    return run_guarded(lambda: [run_conversion(sources, dst, args.to, options)], args)
 
 
 def main(argv=None) -> int:

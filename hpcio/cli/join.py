@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from hpcio.convert import convert
+    from hpcio.convert.driver import run_conversion
     from hpcio.sources import expand_sources
 
     if len(args.paths) < 2:
@@ -35,6 +35,6 @@ def run(args) -> int:
 
     def work():
         to = args.to or expand_sources(sources[:1], args.from_format)[0].format
-        return [convert(sources, dst, to=to, order="source", **output_options(args))]
+        return [run_conversion(sources, dst, to, output_options(args, order="source"))]
 
     return run_guarded(work, args)

@@ -56,8 +56,10 @@ def split_selections(n: int, *, parts: int | None = None, fractions=None, seed: 
 
 
 def run(args) -> int:
-    from hpcio.convert import convert
-    from hpcio.convert.driver import check_options
+    import dataclasses
+
+    from hpcio.convert.driver import run_conversion
+    from hpcio.registry import get_format
     from hpcio.sources import expand_sources, open_reader
     from hpcio.sources.inputs import check_source_options
 
@@ -80,10 +82,10 @@ def run(args) -> int:
         if len(names) != len(selections):
             raise OptionError(f"--names gives {len(names)} names for {len(selections)} parts")
         to = args.to or listed[0].format
-        opts = output_options(args)
-        check_options(to, opts["writer_options"], None, compression=opts["compression"])
+        options = output_options(args)
+        options.check_against(get_format(to))  # before any part is written
         os.makedirs(outdir, exist_ok=True)
-        return [convert(sources, os.path.join(outdir, name), to=to, selection=sel, **output_options(args))
+        return [run_conversion(sources, os.path.join(outdir, name), to, dataclasses.replace(options, selection=sel))
                 for name, sel in zip(names, selections)]
 
     return run_guarded(work, args)

@@ -1,21 +1,22 @@
 """Conversion: any readable dataset into sharded training data, on one or many ranks.
 
-``hpcio.convert(src, dst, to="mds", ...)`` (also ``hpcio convert`` and
-``hpcio-convert``) lists the sources, plans shards (:mod:`.plan`), writes them on every
-MPI rank (:mod:`.driver`), skips and reports bad samples (:mod:`.faults`), resumes after a
-crash (:mod:`.resume`) and shows one aggregated progress display (:mod:`.progress`).
+``hpcio.convert(src, dst, to="mds", ...)`` (:mod:`.api`; also ``hpcio convert`` and
+``hpcio-convert``) takes its options as one :class:`ConvertOptions` (:mod:`.spec`); the
+driver (:mod:`.driver`) lists the sources, plans shards (:mod:`.plan`), has every MPI
+rank write its shards (:mod:`.writer`), skips and reports bad samples (:mod:`.faults`),
+resumes after a crash (:mod:`.resume`) and shows one aggregated progress display
+(:mod:`.progress`).
 """
 
-import sys
-import types
-
 from ..errors import BadSampleError, PlanError, ResumeError
-from .driver import convert
+from .api import convert
 from .faults import BadSample
 from .plan import Recommendation, ShardPlan, assign_shards, recommend, shard_count
+from .spec import ConvertOptions
 
 __all__ = [
     "convert",
+    "ConvertOptions",
     "BadSample",
     "BadSampleError",
     "PlanError",
@@ -26,24 +27,3 @@ __all__ = [
     "recommend",
     "shard_count",
 ]
-
-
-def checked_convert(src, dst, to: str, **options):
-    """:func:`convert` with its keyword options checked first: an unknown one is an
-    OptionError listing the valid ones, raised before any source is read."""
-    from ..options import check_options, option_names
-
-    check_options(options, option_names(convert, skip=("src", "dst", "to")), "convert")
-    return convert(src, dst, to=to, **options)
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``hpcio.convert`` binds the package over the ``hpcio.convert`` function
-    (the import system sets the parent's attribute); calling the package calls the
-    checked function, so ``hpcio.convert(...)`` behaves the same either way."""
-
-    def __call__(self, *args, **kwargs):
-        return checked_convert(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

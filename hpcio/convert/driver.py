@@ -9,16 +9,19 @@
    the round's samples (:func:`.plan.read_shares`), so each block of the sources (a
    Parquet row group) is read by one rank once, not by every rank for every shard; in
    a seeded plan of several rounds the shares of every round are read once, ahead of
-   the rounds, into a file per round (:mod:`.spill`).  The rank maps and filters them, and the samples are exchanged so each rank holds its shards'
-   (as the records the shards' writers store, for formats with the encoded-record hook).
-   The format's writer puts each shard into a private temporary directory; or, for
-   formats with the placed-record hook too, every rank writes its records straight into
-   the shard's file there and only their lengths are exchanged (:mod:`.writer`).  The
-   files are fsynced and renamed into the staging directory, then the shard's index part
-   is written (:mod:`.resume`).
+   the rounds, into a file per round (:mod:`.spill`).  The rank maps and filters them,
+   and they reach their shards' files by one of three routes (:class:`.writer.WriteRoute`):
+   the samples, or the records the shards' writers store, are exchanged so each rank
+   holds its shards', whose format writer puts each shard into a private temporary
+   directory; or every rank writes its records straight into the shard's file there and
+   only their lengths are exchanged.  The files are fsynced and renamed into the staging
+   directory, then the shard's index part is written (:mod:`.resume`).
 4. Rank 0 merges the index parts into the format's dataset index, writes the bad-sample
-   report, and renames the staging directory to the destination: the dataset appears
-   whole or not at all.
+   report and the lineage record, and renames the staging directory to the destination:
+   the dataset appears whole or not at all.
+
+The options come as one :class:`.spec.ConvertOptions`, checked against the output format
+before any source is read.
 
 A rank that fails while writing prints the error and aborts every rank (``MPI_Abort``)
 rather than leaving the others waiting; errors found while planning are raised on every
@@ -28,125 +31,47 @@ rank alike.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
 from .._durable import fsync_dir
-from ..errors import CapabilityError, InvalidArgumentError, PlanError, ResumeError, WrongTypeError
-from ..options import check_writer_options
+from ..distributed.comm import Comm, get_comm
+from ..errors import CapabilityError, PlanError, ResumeError
 from ..registry import get_format
-from ..sources.inputs import check_source_options
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.inputs import size_windows
-from ..units import ByteSizeError, format_bytes, parse_bytes
+from ..units import format_bytes
 from . import jobstate
 from . import plan as planning
-from ..distributed.comm import Comm, get_comm
 from .affinity import share_node_cpus
 from .clock import PhaseClock, peak_rss_bytes
 from .faults import write_report
 from .progress import Progress
-from .sizes import SampleSizes
 from .resume import (
     array_fingerprint,
     fingerprint,
     load_part,
+    plan_file,
+    scan_dir,
     staging_path,
     state_dir,
     verify_part,
     write_json_atomic,
 )
+from .sizes import Measured, SampleSizes
+from .spec import PLACED_RUN_BYTES_ENV, ROUND_BYTES_ENV, ConvertOptions, placed_run_bytes, resolve_callable, spec_name
 from .writer import SLOW_SHARD_ENV, ShardWriter
 
-__all__ = ["convert", "check_options", "resolve_callable", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
+__all__ = ["run_conversion", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", "PLACED_RUN_BYTES_ENV"]
 
-# Bytes of samples a rank holds in one round when ``round_bytes`` is not given.
-ROUND_BYTES_ENV = "HPCIO_CONVERT_ROUND_BYTES"
-# The smallest mean run of records a rank writes into a shard's file for the ranks to
-# place their records (:class:`.writer.ShardWriter`) rather than send them to its owner.
-PLACED_RUN_BYTES_ENV = "HPCIO_CONVERT_PLACED_RUN_BYTES"
 _ABORT_GRACE_SECONDS = 0.5
-
-
-def resolve_callable(spec: str | Callable | None) -> Callable | None:
-    """``"package.module:function"`` (or a callable) as a callable."""
-    if spec is None or callable(spec):
-        return spec
-    module, sep, name = str(spec).partition(":")
-    if not sep or not module or not name:
-        raise InvalidArgumentError(f"expected module:function, got {spec!r}")
-    obj = importlib.import_module(module)
-    for attr in name.split("."):
-        obj = getattr(obj, attr)
-    if not callable(obj):
-        raise WrongTypeError(f"{spec} is not callable")
-    return obj
-
-
-def _spec_name(spec) -> str | None:
-    if spec is None:
-        return None
-    if callable(spec):
-        return f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
-    return str(spec)
-
-
-def _round_bytes(value: int | None) -> int:
-    """``round_bytes``, else ``$HPCIO_CONVERT_ROUND_BYTES``, else the default; positive."""
-    if value is None:
-        return _env_bytes(ROUND_BYTES_ENV, planning.DEFAULT_ROUND_BYTES, minimum=1)
-    if value < 1:
-        raise PlanError(f"round_bytes (--round-size) must be positive, got {value}")
-    return value
-
-
-def _env_bytes(name: str, default: int, minimum: int) -> int:
-    """The byte size in ``$name`` (``4096``, ``256MB``, ``1GiB``), else ``default``; at
-    least ``minimum``."""
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        # A plain integer first, so a negative count is refused as too small, not as
-        # unreadable.
-        value = int(text)
-    except ValueError:
-        try:
-            value = parse_bytes(text, what=f"${name}")
-        except ByteSizeError:
-            raise PlanError(f"${name} must be a number of bytes, got {text!r}") from None
-    if value < minimum:
-        raise PlanError(f"${name} must be {'positive' if minimum == 1 else f'at least {minimum}'}, "
-                        f"got {value}")
-    return value
-
-
-# Writer parameters the converter sets for every shard, which an option may not set.
-_SET_BY_CONVERT = ("path", "shard_id", "num_shards")
-
-
-def check_options(to: str, writer_options: Mapping | None, reader_options: Mapping | None, *,
-                  compression: str | None = None, from_format: str | None = None) -> None:
-    """OptionError for a writer option format ``to`` does not take, or a reader option no
-    source format (or ``from_format``) takes: what :func:`convert` checks before it reads
-    any input, for callers that read inputs before converting."""
-    check_writer_options(get_format(to), _writer_options(writer_options, compression), skip=_SET_BY_CONVERT)
-    check_source_options(reader_options, from_format)
-
-
-def _writer_options(writer_options: Mapping | None, compression: str | None) -> dict:
-    opts = dict(writer_options or {})
-    if compression is not None:
-        opts["compression"] = compression
-    return opts
 
 
 def _sharded_format(name: str):
@@ -207,121 +132,24 @@ def _arrow_memory_pool() -> Callable[[], None]:
     return switch_arrow_pool()
 
 
-def convert(
-    src,
-    dst,
-    to: str,
-    *,
-    from_format: str | None = None,
-    compression: str | None = None,
-    shard_size: int | None = None,
-    num_shards: int | None = None,
-    ngpus: int = 1,
-    nworkers: int = 1,
-    shards_multiple_of: int | None = None,
-    fields: list[str] | None = None,
-    map: str | Callable | None = None,
-    filter: str | Callable | None = None,
-    skip: int = 0,
-    take: int | None = None,
-    selection: np.ndarray | None = None,
-    order: str = "seeded",
-    skip_bad: bool = False,
-    resume: bool = False,
-    seed: int = 0,
-    round_bytes: int | None = None,
-    writer_options: Mapping | None = None,
-    reader_options: Mapping | None = None,
-    progress: bool = True,
-    comm=None,
-) -> dict:
-    """Convert the datasets ``src`` into the sharded dataset ``dst`` in format ``to``.
+def run_conversion(src, dst, to: str, options: ConvertOptions, comm=None) -> dict:
+    """Convert the datasets ``src`` into the sharded dataset ``dst`` in format ``to`` as
+    ``options`` say (:func:`hpcio.convert`, which builds them from keyword arguments).
 
-    Every MPI rank calls this with the same arguments (under ``mpiexec``/``srun`` the
-    ranks share the work; without a launcher one process does it all).  The output is
-    byte-identical whatever the number of ranks.
-
-    Parameters
-    ----------
-    src
-        A path or list of paths: files or directories of a readable format.
-    dst
-        The output directory; it must not exist (or be empty).
-    to
-        Output format name (``mds``, ``jinx``, ``webdataset``, ``zarr``, ``hdf5``).
-    from_format
-        Read every source as this format instead of sniffing.
-    compression
-        Passed to the output writer (e.g. ``sample::zstd`` for MDS).
-    shard_size, num_shards
-        Target bytes per shard, or an exact shard count.
-    ngpus, nworkers, shards_multiple_of
-        The shard count is a multiple of ``shards_multiple_of`` if given, else of
-        ``ngpus * nworkers``.
-    fields
-        Keep only these fields.
-    map, filter
-        ``module:function`` (or callables): ``map(sample)`` returns the sample to write
-        (or None to drop it); ``filter(sample)`` keeps the sample when true.
-    skip, take, selection
-        Convert samples ``skip .. skip+take`` of the sources in order, or exactly the
-        global sample ids ``selection``.
-    order
-        ``"seeded"`` (samples spread over shards by ``seed``) or ``"source"``.
-    skip_bad
-        Leave out samples that fail, listing them in ``<dst>.bad-samples.jsonl``.
-    resume
-        Continue an interrupted run: only missing or damaged shards are written.
-    seed
-        Seed of the sample-to-shard assignment.
-    round_bytes
-        Bytes of samples each rank reads, exchanges and holds in one round (default
-        ``$HPCIO_CONVERT_ROUND_BYTES``, else 512 MiB): smaller rounds use less memory.
-        A seeded conversion of several rounds reads the sources once, ahead of the
-        rounds, into a file per round in the staging directory (:mod:`.spill`).
-    writer_options
-        Further keyword arguments for the output format's writer.
-    reader_options
-        Keyword arguments for the sources' readers (e.g. which JSONL fields hold base64).
-    progress
-        Show progress on rank 0 (a bar on a terminal, plain lines otherwise).
-    comm
-        An mpi4py communicator to use instead of ``COMM_WORLD``.
-
-    Returns
-    -------
-    dict
-        The summary (same on every rank): shard and sample counts, bad samples,
-        bytes, ranks, and seconds from the moment every rank had the sources listed and
-        their formats' libraries imported; ``phases``, each rank's seconds in each
-        phase of that time (:class:`PhaseClock`); ``peak_rss_bytes``, each rank's
-        peak resident memory.
+    ``comm``: an mpi4py communicator or :class:`~hpcio.distributed.comm.Comm`, else the
+    group :func:`~hpcio.distributed.comm.get_comm` finds.  Every rank calls it with the
+    same arguments; the options are checked, and the functions and sizes they name
+    looked up, before any source is read.
     """
     comm = get_comm(comm)
     fmt = _sharded_format(to)
-    check_options(fmt.NAME, writer_options, reader_options, compression=compression, from_format=from_format)
-    dst = os.path.abspath(os.fspath(dst))
+    options.check_against(fmt)
     job = _Job(
-        comm=comm, fmt=fmt, src=src, dst=dst, staging=staging_path(dst), from_format=from_format,
-        shard_size=shard_size, num_shards=num_shards,
-        multiple=shards_multiple_of if shards_multiple_of is not None else ngpus * nworkers,
-        round_bytes=_round_bytes(round_bytes),
-        placed_run_bytes=_env_bytes(PLACED_RUN_BYTES_ENV, planning.DEFAULT_PLACED_RUN_BYTES, minimum=0),
-        map_spec=map, filter_spec=filter, map_fn=resolve_callable(map), filter_fn=resolve_callable(filter),
-        writer_options=_writer_options(writer_options, compression), reader_options=reader_options,
-        fields=fields, skip=skip, take=take, selection=selection, order=order, seed=seed,
-        skip_bad=skip_bad, resume=resume, progress=progress,
+        comm=comm, fmt=fmt, src=src, dst=os.path.abspath(os.fspath(dst)), options=options,
+        round_bytes=options.resolved_round_bytes(), placed_run_bytes=placed_run_bytes(),
+        map_fn=resolve_callable(options.map), filter_fn=resolve_callable(options.filter),
     )
     return job.run()
-
-
-@dataclasses.dataclass
-class _Measured:
-    """What measuring the sources found, the same on every rank."""
-
-    sizes: SampleSizes  # every sample's size, by global id
-    first_id: np.ndarray  # the global id of each source's first sample (and the total)
-    block_first: np.ndarray  # the global id of the first sample of every block, ascending
 
 
 # The version of the plan a seed gives (:mod:`.plan`), part of a resumed run's
@@ -331,39 +159,28 @@ PLAN_VERSION = 2
 
 @dataclasses.dataclass
 class _Job:
-    """One conversion as one rank runs it: its settings and its phases, in order."""
+    """One conversion as one rank runs it: its options, what they name looked up, and
+    its phases, in order."""
 
     comm: Comm
     fmt: object
     src: object
     dst: str
-    staging: str
-    from_format: str | None
-    shard_size: int | None
-    num_shards: int | None
-    multiple: int
-    round_bytes: int
-    placed_run_bytes: int
-    map_spec: object
-    filter_spec: object
+    options: ConvertOptions
+    round_bytes: int  # the options' or the environment's
+    placed_run_bytes: int  # the environment's (:class:`.writer.WriteRoute`)
     map_fn: Callable | None
     filter_fn: Callable | None
-    writer_options: dict
-    reader_options: Mapping | None
-    fields: list[str] | None
-    skip: int
-    take: int | None
-    selection: np.ndarray | None
-    order: str
-    seed: int
-    skip_bad: bool
-    resume: bool
-    progress: bool
+
+    @property
+    def staging(self) -> str:
+        return staging_path(self.dst)
 
     def run(self) -> dict:
         """Every phase, in order; returns the summary (the same on every rank)."""
         comm = self.comm
-        if self.resume and (finished := jobstate.finished_output(
+        opts = self.options
+        if opts.resume and (finished := jobstate.finished_output(
                 comm, self.dst, self.staging, self.fmt.NAME)) is not None:
             return finished  # a requeue of a job that had finished: nothing to write
         sources: list[Source] = _collective(comm, self.list_sources)
@@ -376,8 +193,8 @@ class _Job:
         started = time.monotonic()
         clock = PhaseClock(started)
         # The readers opened to measure stay open for writing (opening may scan a file).
-        readers = ReaderCache(sources, reader_options=self.reader_options,
-                              index_dir=os.path.join(_scan_dir(self.staging), "indexes"))
+        readers = ReaderCache(sources, reader_options=opts.reader_options,
+                              index_dir=os.path.join(scan_dir(self.staging), "indexes"))
         measured = None
         try:
             measured = self.measure(sources, readers)
@@ -389,18 +206,16 @@ class _Job:
             if measured is not None:
                 measured.sizes.close()
             restore_pool()
-            if comm.rank == 0 and not os.path.exists(_plan_file(self.staging)):
+            if comm.rank == 0 and not os.path.exists(plan_file(self.staging)):
                 shutil.rmtree(self.staging, ignore_errors=True)  # nothing in it to resume
             raise
         todo = sorted(set(range(plan.num_shards)) - set(kept))
         bar = Progress(comm, int(np.diff(plan.bounds)[todo].sum()),
-                       int(plan.shard_bytes[todo].sum()), enabled=self.progress)
+                       int(plan.shard_bytes[todo].sum()), enabled=opts.progress)
         writer = ShardWriter(
-            fmt=self.fmt, staging=self.staging, sources=sources, first_id=measured.first_id,
-            block_first=measured.block_first, sizes=measured.sizes, fields=self.fields, map_fn=self.map_fn,
-            filter_fn=self.filter_fn, skip_bad=self.skip_bad, writer_options=self.writer_options,
+            fmt=self.fmt, staging=self.staging, options=opts, map_fn=self.map_fn, filter_fn=self.filter_fn,
+            placed_run_bytes=self.placed_run_bytes, sources=sources, measured=measured,
             num_shards=plan.num_shards, progress=bar, readers=readers, clock=clock,
-            placed_run_bytes=self.placed_run_bytes,
         )
         try:
             self.write(writer, bar, plan, todo, decodes_parquet=any(s.format == "parquet" for s in sources))
@@ -418,24 +233,24 @@ class _Job:
         dst, staging = self.dst, self.staging
         if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
             raise ResumeError("the destination already exists; remove it or choose another", path=dst)
-        if os.path.exists(staging) and not self.resume:
+        if os.path.exists(staging) and not self.options.resume:
             raise ResumeError(
                 "an interrupted conversion left this partial output; pass --resume to "
                 "finish it, or delete it to start over",
                 path=staging,
             )
-        sources = expand_sources(self.src, self.from_format)
-        scan = _scan_dir(staging)
+        sources = expand_sources(self.src, self.options.from_format)
+        scan = scan_dir(staging)
         shutil.rmtree(scan, ignore_errors=True)
         os.makedirs(scan)
         return sources
 
-    def measure(self, sources: list[Source], readers: ReaderCache) -> _Measured:
+    def measure(self, sources: list[Source], readers: ReaderCache) -> Measured:
         """Every rank counts and sizes a share of the sources, writing the sizes into one
         file that every rank then maps (:mod:`.sizes`); the readers of JSON Lines keep
         their line indexes beside it, so that no other rank reads a source to build one."""
         comm = self.comm
-        path = os.path.join(_scan_dir(self.staging), "sizes.i64")
+        path = os.path.join(scan_dir(self.staging), "sizes.i64")
 
         def count_share():
             return {i: len(readers.get(i)) for i in range(comm.rank, len(sources), comm.size)}
@@ -454,7 +269,7 @@ class _Job:
         block_first = np.concatenate(
             [blocks[i] + first_id[i] for i in range(len(sources))] or [np.zeros(0, np.int64)]
         ).astype(np.int64)
-        return _Measured(SampleSizes(path, int(first_id[-1])), first_id, block_first)
+        return Measured(SampleSizes(path, int(first_id[-1])), first_id, block_first)
 
     @staticmethod
     def measure_source(source: Source, reader, path: str, first: int) -> np.ndarray:
@@ -466,14 +281,15 @@ class _Job:
             blocks.append(starts)
         return np.concatenate(blocks)
 
-    def make_plan(self, sources: list[Source], measured: _Measured) -> planning.ShardPlan:
+    def make_plan(self, sources: list[Source], measured: Measured) -> planning.ShardPlan:
         """The plan (rank 0); a fresh run makes the staging directory, a resumed one
         checks that it was made from the same inputs."""
         sizes = measured.sizes
+        opts = self.options
         first, count, sel = self.selected(len(sizes))
-        weighing = planning.weigh(sizes, self.seed, selection=sel, first=first, count=count, order=self.order)
-        shards = planning.shard_count(weighing.total_bytes, count, shard_size=self.shard_size,
-                                      num_shards=self.num_shards, multiple_of=self.multiple)
+        weighing = planning.weigh(sizes, opts.seed, selection=sel, first=first, count=count, order=opts.order)
+        shards = planning.shard_count(weighing.total_bytes, count, shard_size=opts.shard_size,
+                                      num_shards=opts.num_shards, multiple_of=opts.shards_multiple)
         plan = planning.cut(weighing, sizes, shards)
         sizes.drop_pages()
         self.prepare_staging(self.identity(sources, shards, plan))
@@ -482,13 +298,14 @@ class _Job:
     def selected(self, num_samples: int) -> tuple[int, int, np.ndarray | None]:
         """The samples to convert: ``(first, count, None)`` for the ids ``first ..
         first + count``, else ``(0, len(selection), selection)``."""
-        if self.selection is not None:
-            sel = np.asarray(self.selection, dtype=np.int64)
+        opts = self.options
+        if opts.selection is not None:
+            sel = np.asarray(opts.selection, dtype=np.int64)
             first, count = 0, len(sel)
         else:
             sel = None
-            first = min(self.skip, num_samples)
-            stop = num_samples if self.take is None else min(num_samples, self.skip + self.take)
+            first = min(opts.skip, num_samples)
+            stop = num_samples if opts.take is None else min(num_samples, opts.skip + opts.take)
             count = max(0, stop - first)
         if count == 0:
             raise PlanError("no samples selected to convert")
@@ -496,20 +313,21 @@ class _Job:
 
     def identity(self, sources: list[Source], count: int, plan: planning.ShardPlan) -> dict:
         """What a resumed run must share with the run it continues."""
+        opts = self.options
         return {
             "sources": [s.to_json() for s in sources],
             "to": self.fmt.NAME,
-            "writer_options": {k: repr(v) for k, v in sorted(self.writer_options.items())},
-            "reader_options": {k: repr(v) for k, v in sorted((self.reader_options or {}).items())},
+            "writer_options": {k: repr(v) for k, v in sorted(opts.output_writer_options.items())},
+            "reader_options": {k: repr(v) for k, v in sorted((opts.reader_options or {}).items())},
             "num_shards": count,
-            "seed": self.seed,
-            "order": self.order,
+            "seed": opts.seed,
+            "order": opts.order,
             "plan_version": PLAN_VERSION,
             "selection": ([plan.first, plan.num_samples] if plan.selection is None
                           else array_fingerprint(plan.selection)),
-            "fields": self.fields,
-            "map": _spec_name(self.map_spec),
-            "filter": _spec_name(self.filter_spec),
+            "fields": opts.fields,
+            "map": spec_name(opts.map),
+            "filter": spec_name(opts.filter),
         }
 
     def prepare_staging(self, identity: dict) -> None:
@@ -517,9 +335,9 @@ class _Job:
         the one a resumed run recorded; empty the shards' temporary directory."""
         staging = self.staging
         digest = fingerprint(identity)
-        plan_file = _plan_file(staging)
-        if self.resume and os.path.exists(plan_file):
-            with open(plan_file, encoding="utf-8") as f:
+        plan_path = plan_file(staging)
+        if self.options.resume and os.path.exists(plan_path):
+            with open(plan_path, encoding="utf-8") as f:
                 saved = json.load(f)
             if saved.get("fingerprint") != digest:
                 raise ResumeError(
@@ -529,9 +347,9 @@ class _Job:
                 )
         else:
             _empty_except(staging, state_dir(staging))
-            _empty_except(state_dir(staging), _scan_dir(staging))
+            _empty_except(state_dir(staging), scan_dir(staging))
             os.makedirs(os.path.join(state_dir(staging), "parts"))
-            write_json_atomic(plan_file, {"fingerprint": digest, "identity": identity})
+            write_json_atomic(plan_path, {"fingerprint": digest, "identity": identity})
         shutil.rmtree(os.path.join(state_dir(staging), "tmp"), ignore_errors=True)
         os.makedirs(os.path.join(state_dir(staging), "tmp"))
 
@@ -541,7 +359,7 @@ class _Job:
 
         def complete_share():
             done = []
-            if self.resume:
+            if self.options.resume:
                 for k in range(comm.rank, shards, comm.size):
                     part = load_part(self.staging, k)
                     if part is not None and part.get("shard") == k and verify_part(self.staging, part):
@@ -586,15 +404,16 @@ class _Job:
         the other ranks) with every rank's phases and peak memory.  The sources are
         hashed for the lineage record first, each rank a share."""
         comm = self.comm
-        digests = _collective(comm, lambda: _digest_share(sources, comm.rank, comm.size), root_only=False)
+        digests = _collective(comm, lambda: digest_share(sources, comm.rank, comm.size), root_only=False)
         comm.barrier()
         clock.lap("wait")
         summary = None
         if comm.rank == 0:
             try:
-                lineage = self.lineage(sources, first_id, plan, {i: d for share in digests for i, d in share.items()})
-                summary = _publish(self.fmt, self.staging, self.dst, plan.num_shards, self.writer_options, plan,
-                                   lineage)
+                lineage = lineage_record(self.fmt, self.src, self.options, sources, first_id, plan,
+                                         {i: d for share in digests for i, d in share.items()})
+                summary = publish_dataset(self.fmt, self.staging, self.dst, plan.num_shards,
+                                          self.options.output_writer_options, plan, lineage)
             except BaseException as exc:  # noqa: BLE001
                 _fail_rank(comm, exc)
             clock.lap("merge")
@@ -606,41 +425,44 @@ class _Job:
             summary["peak_rss_bytes"] = [rss for _p, rss in ranks]
         return summary
 
-    def lineage(self, sources: list[Source], first_id: np.ndarray, plan, digests: dict) -> dict:
-        """The lineage record (:mod:`hpcio.lineage.record`) but for what the shards'
-        parts add at publishing: inputs, options and plan, the same at any rank count."""
-        from .._version import __version__
-        from ..lineage.record import DIGEST_BYTES_ENV, LINEAGE_VERSION, digest_limit
 
-        given = [self.src] if isinstance(self.src, (str, os.PathLike)) else list(self.src)
-        hashed = all(digests.get(i) is not None for i in range(len(sources)))
-        return {
-            "lineage_version": LINEAGE_VERSION,
-            "hpcio_version": __version__,
-            "format": self.fmt.NAME,
-            "inputs": [os.fspath(p) if isinstance(p, (str, os.PathLike)) else repr(p) for p in given],
-            "sources": [{**s.to_json(), "resolved": os.path.realpath(s.path),
-                         "samples": int(first_id[i + 1] - first_id[i]), "first_id": int(first_id[i]),
-                         "xxh3_64": digests.get(i)} for i, s in enumerate(sources)],
-            "source_digests": "xxh3_64" if hashed else (
-                f"none: the sources exceed ${DIGEST_BYTES_ENV} ({digest_limit()} bytes)" if not digests
-                else "xxh3_64 of the sources still readable at publishing; null for the others"),
-            "options": {
-                "to": self.fmt.NAME, "from_format": self.from_format,
-                "writer_options": {k: _json_value(v) for k, v in sorted(self.writer_options.items())},
-                "reader_options": {k: _json_value(v) for k, v in sorted((self.reader_options or {}).items())},
-                "shard_size": self.shard_size, "num_shards": self.num_shards, "shards_multiple_of": self.multiple,
-                "fields": self.fields, "map": _spec_name(self.map_spec), "filter": _spec_name(self.filter_spec),
-                "skip": self.skip, "take": self.take, "selection": self.selection is not None,
-                "order": self.order, "seed": self.seed, "skip_bad": self.skip_bad,
-            },
-            "plan": {"plan_version": PLAN_VERSION, "order": plan.order, "seed": plan.seed,
-                     "num_samples": plan.num_samples, "first": plan.first, "selection": None,
-                     "bounds": plan.bounds.tolist()},
-        }
+def lineage_record(fmt, src, options: ConvertOptions, sources: list[Source], first_id: np.ndarray, plan,
+                   digests: dict) -> dict:
+    """The lineage record (:mod:`hpcio.lineage.record`) but for what the shards'
+    parts add at publishing: inputs, options and plan, the same at any rank count."""
+    from .._version import __version__
+    from ..lineage.record import DIGEST_BYTES_ENV, LINEAGE_VERSION, digest_limit
+
+    given = [src] if isinstance(src, (str, os.PathLike)) else list(src)
+    hashed = all(digests.get(i) is not None for i in range(len(sources)))
+    return {
+        "lineage_version": LINEAGE_VERSION,
+        "hpcio_version": __version__,
+        "format": fmt.NAME,
+        "inputs": [os.fspath(p) if isinstance(p, (str, os.PathLike)) else repr(p) for p in given],
+        "sources": [{**s.to_json(), "resolved": os.path.realpath(s.path),
+                     "samples": int(first_id[i + 1] - first_id[i]), "first_id": int(first_id[i]),
+                     "xxh3_64": digests.get(i)} for i, s in enumerate(sources)],
+        "source_digests": "xxh3_64" if hashed else (
+            f"none: the sources exceed ${DIGEST_BYTES_ENV} ({digest_limit()} bytes)" if not digests
+            else "xxh3_64 of the sources still readable at publishing; null for the others"),
+        "options": {
+            "to": fmt.NAME, "from_format": options.from_format,
+            "writer_options": {k: _json_value(v) for k, v in sorted(options.output_writer_options.items())},
+            "reader_options": {k: _json_value(v) for k, v in sorted((options.reader_options or {}).items())},
+            "shard_size": options.shard_size, "num_shards": options.num_shards,
+            "shards_multiple_of": options.shards_multiple,
+            "fields": options.fields, "map": spec_name(options.map), "filter": spec_name(options.filter),
+            "skip": options.skip, "take": options.take, "selection": options.selection is not None,
+            "order": options.order, "seed": options.seed, "skip_bad": options.skip_bad,
+        },
+        "plan": {"plan_version": PLAN_VERSION, "order": plan.order, "seed": plan.seed,
+                 "num_samples": plan.num_samples, "first": plan.first, "selection": None,
+                 "bounds": plan.bounds.tolist()},
+    }
 
 
-def _digest_share(sources: list[Source], rank: int, size: int) -> dict:
+def digest_share(sources: list[Source], rank: int, size: int) -> dict:
     """xxh3-64 of this rank's share of the sources, for the lineage record; none when
     the sources together exceed the digest limit (:func:`hpcio.lineage.record.digest_limit`)."""
     from ..lineage.record import digest_limit, source_digest
@@ -667,28 +489,7 @@ def _json_value(value):
         return repr(value)
 
 
-def _plan_file(staging: str) -> str:
-    return os.path.join(state_dir(staging), "plan.json")
-
-
-def _scan_dir(staging: str) -> str:
-    """Where a run keeps what it learnt of its sources: every sample's size, line indexes."""
-    return os.path.join(state_dir(staging), "scan")
-
-
-def _empty_except(directory: str, keep: str) -> None:
-    """Delete everything in ``directory`` but its entry ``keep``."""
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if path == keep:
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
-
-
-def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan, lineage: dict) -> dict:
+def publish_dataset(fmt, staging: str, dst: str, shards: int, opts: dict, plan, lineage: dict) -> dict:
     """Merge the shards' index parts, write the bad-sample report and the lineage record
     (``lineage`` completed with each shard's sample count and the ids it left out), and
     rename the staging directory to ``dst``; returns the summary of what was written."""
@@ -725,3 +526,15 @@ def _publish(fmt, staging: str, dst: str, shards: int, opts: dict, plan, lineage
         "report": report,
         "bytes_written": sum(f["bytes"] for p in parts for f in p["files"].values()),
     }
+
+
+def _empty_except(directory: str, keep: str) -> None:
+    """Delete everything in ``directory`` but its entry ``keep``."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if path == keep:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)

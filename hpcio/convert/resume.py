@@ -38,6 +38,8 @@ from .._hashing import file_digest
 __all__ = [
     "staging_path",
     "state_dir",
+    "plan_file",
+    "scan_dir",
     "part_path",
     "fingerprint",
     "array_fingerprint",
@@ -58,6 +60,16 @@ def staging_path(dst: str) -> str:
 
 def state_dir(staging: str) -> str:
     return os.path.join(staging, ".hpcio")
+
+
+def plan_file(staging: str) -> str:
+    """Where a run records its plan's fingerprint (what ``--resume`` checks first)."""
+    return os.path.join(state_dir(staging), "plan.json")
+
+
+def scan_dir(staging: str) -> str:
+    """Where a run keeps what it learnt of its sources: every sample's size, line indexes."""
+    return os.path.join(state_dir(staging), "scan")
 
 
 def part_path(staging: str, shard: int) -> str:

@@ -11,6 +11,7 @@ size (the pages stay in the page cache).
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from .._fileio import write_pieces
 
-__all__ = ["SampleSizes", "RESIDENT_BYTES"]
+__all__ = ["SampleSizes", "Measured", "RESIDENT_BYTES"]
 
 # Bytes of the sizes' map a rank keeps resident at most before letting its pages go.
 RESIDENT_BYTES = 8 << 20
@@ -100,3 +101,12 @@ class SampleSizes:
         if self._map is not None:
             self._map.close()
             self._map = None
+
+
+@dataclasses.dataclass
+class Measured:
+    """What measuring the sources found, the same on every rank."""
+
+    sizes: SampleSizes  # every sample's size, by global id
+    first_id: np.ndarray  # the global id of each source's first sample (and the total)
+    block_first: np.ndarray  # the global id of the first sample of every block, ascending

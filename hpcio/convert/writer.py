@@ -51,6 +51,8 @@ from .exchange import Parcel, exchange_parcels
 from .faults import BadSample, bad_sample_from
 from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
+from .sizes import Measured
+from .spec import ConvertOptions
 
 __all__ = ["ShardWriter", "WriteRoute", "SLOW_SHARD_ENV"]
 
@@ -72,19 +74,21 @@ class ShardWriter:
     """Writes shards on one rank, a round at a time: read this rank's share of the round's
     samples, map/filter them, exchange them, write this rank's shards and publish them."""
 
-    def __init__(self, *, fmt, staging, sources, first_id, block_first, sizes, fields, map_fn,
-                 filter_fn, skip_bad, writer_options, num_shards, progress, readers, clock, placed_run_bytes):
+    def __init__(self, *, fmt, staging: str, options: ConvertOptions, map_fn, filter_fn, placed_run_bytes: int,
+                 sources, measured: Measured, num_shards: int, progress, readers, clock):
+        """``options`` the conversion's, with the ``map_fn``, ``filter_fn`` and
+        ``placed_run_bytes`` they name looked up (:func:`.driver.run_conversion`)."""
         self.fmt = fmt
         self.staging = staging
         self.sources = sources
-        self.first_id = first_id
-        self.block_first = block_first
-        self.sizes = sizes
-        self.fields = fields
+        self.first_id = measured.first_id
+        self.block_first = measured.block_first
+        self.sizes = measured.sizes
+        self.fields = options.fields
         self.map_fn = map_fn
         self.filter_fn = filter_fn
-        self.skip_bad = skip_bad
-        self.writer_options = writer_options
+        self.skip_bad = options.skip_bad
+        self.writer_options = options.output_writer_options
         self.num_shards = num_shards
         self.progress = progress
         self.readers = readers

@@ -146,13 +146,13 @@ def test_resume_redoes_only_missing_or_damaged_shards(sources, tmp_path):
     staging = staging_path(out)
     # a run interrupted after writing every shard, before publishing the dataset
     with pytest.MonkeyPatch.context() as mp:
-        import hpcio.convert.driver as driver
+        from hpcio.convert import driver
 
-        real = driver._publish
-        mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        real = driver.publish_dataset
+        mp.setattr(driver, "publish_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
             hpcio.convert(sources, out, to="lines", num_shards=6, progress=False)
-        mp.setattr(driver, "_publish", real)
+        mp.setattr(driver, "publish_dataset", real)
     assert not os.path.exists(out) and os.path.isdir(staging)
     os.remove(os.path.join(staging, ".hpcio", "parts", "shard-000002.json"))  # never recorded
     with open(os.path.join(staging, "part-00004.lines"), "r+b") as f:  # damaged on disk
@@ -213,9 +213,9 @@ def test_summary_times_every_phase_of_the_job(sources, tmp_path):
 def test_resume_with_other_options_is_refused(sources, tmp_path, changed):
     out = tmp_path / "out"
     with pytest.MonkeyPatch.context() as mp:
-        import hpcio.convert.driver as driver
+        from hpcio.convert import driver
 
-        mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        mp.setattr(driver, "publish_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
             hpcio.convert(sources, out, to="lines", num_shards=6, selection=np.arange(20), progress=False)
     with pytest.raises(ResumeError, match="made from other inputs or options"):
@@ -394,12 +394,12 @@ def test_round_size_must_be_positive(sources, tmp_path, monkeypatch):
 
 
 def test_byte_sizes_from_the_environment_take_units(sources, tmp_path, monkeypatch):
-    from hpcio.convert.driver import PLACED_RUN_BYTES_ENV, ROUND_BYTES_ENV, _env_bytes
+    from hpcio.convert.spec import PLACED_RUN_BYTES_ENV, ROUND_BYTES_ENV, env_bytes
 
     monkeypatch.setenv(ROUND_BYTES_ENV, "256MiB")
     monkeypatch.setenv(PLACED_RUN_BYTES_ENV, "1.5k")
-    assert _env_bytes(ROUND_BYTES_ENV, 1, minimum=1) == 256 * 2**20
-    assert _env_bytes(PLACED_RUN_BYTES_ENV, 1, minimum=0) == 1500
+    assert env_bytes(ROUND_BYTES_ENV, 1, minimum=1) == 256 * 2**20
+    assert env_bytes(PLACED_RUN_BYTES_ENV, 1, minimum=0) == 1500
     summary = hpcio.convert(sources, tmp_path / "out", to="lines", num_shards=2, progress=False)
     assert summary["samples_written"] == 360
 

@@ -95,7 +95,7 @@ def test_ranks_write_the_same_bytes(converted, jsonl_sources, tmp_path, to, rank
 @pytest.mark.filterwarnings("ignore:compression=.sample..zstd. compresses each sample:UserWarning")
 def test_resume_completes_an_interrupted_conversion_byte_for_byte(converted, jsonl_sources, tmp_path, to,
                                                                   monkeypatch):
-    import hpcio.convert.driver as driver
+    from hpcio.convert import driver
     from hpcio.convert.resume import staging_path
 
     ref, _ = converted(to)
@@ -103,11 +103,11 @@ def test_resume_completes_an_interrupted_conversion_byte_for_byte(converted, jso
     options = dict(to=to, compression=FORMATS[to][1] if FORMATS[to] else None, ngpus=2, nworkers=2,
                    shard_size=20000, progress=False)
     # a run killed after writing every shard, before publishing the dataset
-    real = driver._publish
-    monkeypatch.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    real = driver.publish_dataset
+    monkeypatch.setattr(driver, "publish_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         hpcio.convert(jsonl_sources, out, **options)
-    monkeypatch.setattr(driver, "_publish", real)
+    monkeypatch.setattr(driver, "publish_dataset", real)
     staging = staging_path(out)
     parts_dir = os.path.join(staging, ".hpcio", "parts")
     parts = sorted(os.listdir(parts_dir))

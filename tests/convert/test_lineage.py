@@ -208,9 +208,9 @@ def test_reconversion_and_resume_keep_the_record(jsonl, tmp_path):
     assert tree_bytes(again / ".hpcio") == tree_bytes(ref / ".hpcio")
     staging = staging_path(out)
     with pytest.MonkeyPatch.context() as mp:
-        import hpcio.convert.driver as driver
+        from hpcio.convert import driver
 
-        mp.setattr(driver, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        mp.setattr(driver, "publish_dataset", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
             hpcio.convert(jsonl, out, **options)
     os.remove(os.path.join(staging, ".hpcio", "parts", "shard-000001.json"))
