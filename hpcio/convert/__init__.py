@@ -4,8 +4,8 @@
 ``hpcio-convert``) takes its options as one :class:`ConvertOptions` (:mod:`.spec`); the
 driver (:mod:`.driver`) lists the sources, plans shards (:mod:`.plan`), has every MPI
 rank write its shards (:mod:`.writer`), skips and reports bad samples (:mod:`.faults`),
-resumes after a crash (:mod:`.resume`) and shows one aggregated progress display
-(:mod:`.progress`).
+resumes after a crash (:mod:`.resume`), shows one aggregated progress display
+(:mod:`.progress`) and publishes the dataset (:mod:`.publish`).
 """
 
 from ..errors import BadSampleError, PlanError, ResumeError
