@@ -13,7 +13,7 @@ import os
 
 from .errors import PathEscapeError
 
-__all__ = ["check_relative_name", "resolve_inside", "is_inside", "listed_inside"]
+__all__ = ["check_relative_name", "encodable", "resolve_inside", "is_inside", "listed_inside"]
 
 
 def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
@@ -21,7 +21,7 @@ def check_relative_name(name, *, what: str, source, offset=None, sample=None) ->
     that the file system can encode (JSON can hold a lone surrogate); else
     PathEscapeError naming ``what`` and where it was read (file ``source``, byte
     ``offset``, ``sample``)."""
-    if not isinstance(name, str) or not name or "\0" in name or not _encodable(name):
+    if not isinstance(name, str) or not name or "\0" in name or not encodable(name):
         raise PathEscapeError(f"{what} {name!r} is not a file name", path=source, offset=offset, sample=sample)
     parts = name.replace("\\", "/").split("/")
     if os.path.isabs(name) or name.startswith(("/", "\\")) or ".." in parts:
@@ -29,7 +29,9 @@ def check_relative_name(name, *, what: str, source, offset=None, sample=None) ->
     return name
 
 
-def _encodable(name: str) -> bool:
+def encodable(name: str) -> bool:
+    """Whether the file system can encode ``name`` (JSON can hold a lone surrogate, a
+    file name cannot)."""
     try:
         os.fsencode(name)
     except UnicodeEncodeError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from ..._paths import encodable
 from ...errors import CorruptShardError, ShardNotFoundError
 from .compression import Compression, parse_compression
 from .encodings import column_codec
@@ -179,14 +180,6 @@ def _inside_name(name: str) -> bool:
     return all(part not in ("", ".", "..") for part in parts)
 
 
-def _encodable(name: str) -> bool:
-    try:
-        os.fsencode(name)
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_files(raw, zip_, bad) -> None:
     """The entry's ``raw_data`` and optional ``zip_data``: a name inside and a size."""
     for key, info in (("raw_data", raw), ("zip_data", zip_)):
@@ -197,7 +190,7 @@ def _check_files(raw, zip_, bad) -> None:
         name = info["basename"]
         if not _inside_name(name):
             raise bad(f"'{key}' basename {name!r} leaves the dataset directory")
-        if not _encodable(name):  # JSON can hold a lone surrogate, a file name cannot
+        if not encodable(name):
             raise bad(f"'{key}' basename {name!r} is not a file name")
         if not isinstance(info.get("bytes"), int) or info["bytes"] < 0:
             raise bad(f"'{key}' bytes is {info.get('bytes')!r}")
