@@ -156,7 +156,7 @@ def test_batches_from_cold_shards_ask_for_their_records_first(tmp_path, monkeypa
         extents = set()
         for i in order.tolist():
             k = int(np.searchsorted(reader._cum_list, i, side="right")) - 1
-            _sh, _l, lo, hi = reader._ranges(k, np.array([i - reader._cum_list[k]]))
+            _sh, _l, lo, hi = reader.cache.extents(k, np.array([i - reader._cum_list[k]]))
             extents.add((int(lo[0]), int(hi[0])))
     if read_path == "map":  # read through the mapping: every record asked for, nothing else
         assert set(asked_by_batch) == extents
@@ -217,9 +217,9 @@ def _written_blobs(path, count=60, size=30_000):
 
 def _batch_prefetches_only(monkeypatch) -> None:
     """No read of an announced pass ahead of it, whatever the memory available."""
-    from hpcio.formats.mds import batches
+    from hpcio.formats.mds import prefetch
 
-    monkeypatch.setattr(batches, "_PASS_READ_FRACTION", 0)
+    monkeypatch.setattr(prefetch, "_PASS_READ_FRACTION", 0)
 
 
 def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_order(tmp_path, monkeypatch):
@@ -227,7 +227,7 @@ def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_ord
     their records (under 64 KiB) ahead, merged into whole shards in storage order; the
     batches then prefetch nothing more, and once it ends its shards are read as cached.
     Cached shards, or shards that do not fit, leave the batches' own prefetches."""
-    from hpcio.formats.mds import batches
+    from hpcio.formats.mds import prefetch
 
     blobs = _written_blobs(tmp_path / "d", count=200)
     files = [f for f in dataset_files(tmp_path / "d") if f.endswith(".mds")]
@@ -236,27 +236,27 @@ def test_an_announced_pass_of_small_records_reads_its_cold_shards_in_storage_ord
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
         ds.will_read(order)
-        whole = ds.reader._pass_read
+        whole = ds.reader.prefetcher.pass_read
         assert whole.close(wait=True) >= sum(os.path.getsize(f) for f in files) - 4096 * len(files)
         assert pagecache.resident(files).fraction == 1.0
         # once it has ended, the next prefetch reads the shards as cached ones
         ds.prefetch(order[10:20])
-        assert not ds.reader._prefetches and ds.reader._pass_read is None
-        assert not any(sh.cold for sh in ds.reader._maps.values()) and ds.reader._maps
+        assert not ds.reader.prefetcher.prefetches and ds.reader.prefetcher.pass_read is None
+        assert not any(sh.cold for sh in ds.reader.cache.maps.values()) and ds.reader.cache.maps
         assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:  # cached now: nothing to read
         ds.will_read(order)
-        assert ds.reader._pass_read is None
-    monkeypatch.setattr(batches, "available_bytes", lambda: 2 * sum(os.path.getsize(f) for f in files) - 1)
+        assert ds.reader.prefetcher.pass_read is None
+    monkeypatch.setattr(prefetch, "available_bytes", lambda: 2 * sum(os.path.getsize(f) for f in files) - 1)
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
         ds.will_read(order)
-        assert ds.reader._pass_read is None
+        assert ds.reader.prefetcher.pass_read is None
         # too large to read ahead, but its shards' offset tables were read all at once
-        assert not ds.reader._maps and all(pagecache.resident_range(f, 0, 4096) for f in files)
+        assert not ds.reader.cache.maps and all(pagecache.resident_range(f, 0, 4096) for f in files)
         ds.prefetch(order[:10])
-        assert len(ds.reader._prefetches) == 1
-        assert 10 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 20 * 30_000
+        assert len(ds.reader.prefetcher.prefetches) == 1
+        assert 10 * 30_000 <= ds.reader.prefetcher.prefetches[0].close(wait=True) < 20 * 30_000
 
 
 def test_an_announced_pass_reads_only_the_records_it_names(tmp_path):
@@ -267,7 +267,7 @@ def test_an_announced_pass_reads_only_the_records_it_names(tmp_path):
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=2) as ds:
         ds.will_read(share)
-        got = ds.reader._pass_read.close(wait=True)
+        got = ds.reader.prefetcher.pass_read.close(wait=True)
         assert len(share) * 100_000 <= got < len(share) * 100_000 + len(share) * 4096 * 2
         assert [s["blob"] for s in ds.get_batch(share)] == [blobs[i] for i in share]
 
@@ -289,11 +289,11 @@ def test_an_announced_pass_of_large_records_reads_them_in_its_order(tmp_path):
             reader = ds.reader
             ds.will_read(order)
             time.sleep(0.1)
-            reader._stop_pass_read()  # the read in flight completes, the rest is skipped
+            reader.prefetcher.stop_pass_read()  # the read in flight completes, the rest is skipped
 
             def cached(i):
                 k = int(np.searchsorted(reader._cum, i, side="right")) - 1
-                sh = reader._shard(k)
+                sh = reader.cache.get(k)
                 _lidx, lo, hi = sh.extents([i - reader._cum_list[k]])
                 return pagecache.resident_range(sh.path, int(lo[0]), int(hi[0] - lo[0]))
 
@@ -322,11 +322,11 @@ def test_the_map_style_loader_reads_its_epoch_ahead(tmp_path, monkeypatch, fits)
         batches = iter(ht.DataLoader(source, collate_fn=list))
         first = next(batches)
         if fits:
-            assert ds.reader._pass_read.close(wait=True) > 0
+            assert ds.reader.prefetcher.pass_read.close(wait=True) > 0
             assert pagecache.resident(files).fraction == 1.0
         else:
-            assert ds.reader._pass_read is None and len(ds.reader._prefetches) == 1
-            assert 16 * 30_000 <= ds.reader._prefetches[0].close(wait=True) < 16 * (30_000 + 2 * 4096)
+            assert ds.reader.prefetcher.pass_read is None and len(ds.reader.prefetcher.prefetches) == 1
+            assert 16 * 30_000 <= ds.reader.prefetcher.prefetches[0].close(wait=True) < 16 * (30_000 + 2 * 4096)
         got = [s["blob"] for batch in [first, *batches] for s in batch]
     assert len(got) == len(blobs) and sorted(got) == sorted(blobs)
 
@@ -334,7 +334,7 @@ def test_the_map_style_loader_reads_its_epoch_ahead(tmp_path, monkeypatch, fits)
 def test_a_prefetch_keeps_the_bytes_of_read_ahead_reads_of_1_mib_in_flight():
     """Records read one request each get as many requests in flight as ``read_ahead``
     reads of 1 MiB would hold: more for smaller records, never more than 64."""
-    from hpcio.formats.mds.batches import _MAX_DEPTH, _bytes_depth
+    from hpcio.formats.mds.prefetch import _MAX_DEPTH, _bytes_depth
 
     assert _bytes_depth(8, 225_000) == 32
     assert _bytes_depth(8, 2_400) == _bytes_depth(8, 0) == _MAX_DEPTH == 64
@@ -389,12 +389,12 @@ def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
     order = np.random.default_rng(1).permutation(len(blobs))[:20]
     with hpcio.open(tmp_path / "d", read_ahead=4) as ds:  # just written: cached
         ds.prefetch(order)
-        assert not ds.reader.__dict__.get("_prefetches")
+        assert not ds.reader.prefetcher.prefetches
     files = dataset_files(tmp_path / "d")
     pagecache.evict(files)
     with hpcio.open(tmp_path / "d", read_ahead=4) as ds:
         ds.prefetch(order)
-        (running,) = ds.reader._prefetches
+        (running,) = ds.reader.prefetcher.prefetches
         got = running.close(wait=True)
         assert 20 * 30_000 <= got < pagecache.resident(files)[1]
         assert [s["blob"] for s in ds.get_batch(order)] == [blobs[i] for i in order]
@@ -404,7 +404,7 @@ def test_prefetch_reads_a_batch_of_cold_shards_ahead(tmp_path, monkeypatch):
     with hpcio.open(tmp_path / "d", read_ahead=0) as ds:
         ds.prefetch(order)
         assert len(asked) == 20 and min(asked) > 30_000
-        assert not ds.reader.__dict__.get("_prefetches")
+        assert not ds.reader.prefetcher.prefetches
 
 
 def test_prefetch_leaves_a_missing_shard_to_the_read(tmp_path):
@@ -497,7 +497,7 @@ def test_a_shuffled_pass_through_fuse_reads_batches_ahead_each_byte_once(tmp_pat
         with hpcio.open(tier.path("d")) as ds:
             assert len(order) > 2 * ds.reader.batch_size
             assert [s["blob"] for s in ds.shuffle(2)] == [blobs[i] for i in order]
-            assert ds.reader._prefetches
+            assert ds.reader.prefetcher.prefetches
         total = sum(os.path.getsize(p) for p in files)
         assert total <= tier.stats()["bytes"] <= 1.05 * total + 4096 * len(files)
 

@@ -61,7 +61,7 @@ def place(path: str, format: str, index: int, reader_options: dict | None = None
 def _mds(reader, i: int) -> Place:
     starts = np.concatenate([[0], np.cumsum(reader.shard_sizes())])
     k = int(np.searchsorted(starts, i, side="right")) - 1
-    shard = reader._shard(k)
+    shard = reader.cache.get(k)
     _lidx, starts, ends = shard.extents([i - shard.base])
     start, stop = int(starts[0]), int(ends[0])
     if shard.in_file:

@@ -39,7 +39,10 @@ from hpcio.errors import (
     UnsupportedValueError,
 )
 from hpcio.formats import mds
+from hpcio.formats.mds import columns as mds_columns
 from hpcio.formats.mds import shards as mds_shards
+from hpcio.formats.mds.batches import locate
+from hpcio.formats.mds.cache import ReadMode
 from hpcio.formats.mds.compression import DEFAULT_HASHES
 from hpcio.formats.mds import writer as mds_writer
 from hpcio.testing import FormatTests
@@ -428,7 +431,7 @@ def test_lru_bounds_open_shards(tmp_path, compression):
     for lo in range(0, len(idx), 50):
         got = reader.read_many(idx[lo : lo + 50])
         assert [g["id"] for g in got] == idx[lo : lo + 50].tolist()
-        assert len(reader._maps) <= 3 and len(reader._mem) <= 2
+        assert len(reader.cache.maps) <= 3 and len(reader.cache.mem) <= 2
     assert [reader.read(int(i))["text"] for i in idx[:20]] == [samples[i]["text"] for i in idx[:20]]
     reader.close()
 
@@ -789,9 +792,9 @@ def test_large_record_columns_are_read_from_the_file(large_records, zero_copy, m
 
     path, samples = large_records
     ds = hpcio.open(path, zero_copy=zero_copy)
-    assert ds.reader._shard(0).pread_values  # shards under 2 MiB: never in huge pages
+    assert ds.reader.cache.get(0).pread_values  # shards under 2 MiB: never in huge pages
     order = np.random.default_rng(2).permutation(len(samples))[:25]
-    assert len(ds.reader._shard_groups(order)[0]) > 1
+    assert len(locate(ds.reader.cache, order).groups()[0]) > 1
     small = ds.select(["meta", "a_id"]).get_columns(order)
     assert list(small) == ["meta", "a_id"]
     everything = ds.get_columns(order)
@@ -805,7 +808,7 @@ def test_large_record_columns_are_read_from_the_file(large_records, zero_copy, m
     def no_map_reads(*args):
         raise AssertionError("read through the mapping")
 
-    monkeypatch.setattr(mds.Reader, "_record_table", no_map_reads)
+    monkeypatch.setattr(mds_columns, "record_table", no_map_reads)
     assert ds.select(["meta"]).get_columns(order)["meta"].to_pylist() == [samples[i]["meta"] for i in order]
     if zero_copy:
         assert ds.get_columns(order) == everything
@@ -838,8 +841,8 @@ def test_large_records_in_huge_pages_are_read_through_the_mapping(large_records,
     assert cols["meta"].to_pylist() == [samples[i]["meta"] for i in order]
     assert [bytes(v) for v in cols["blob"].to_pylist()] == [samples[i]["blob"] for i in order]
     assert [s["a_id"] for s in ds.select(["a_id"])] == [s["a_id"] for s in samples]
-    assert all(not sh.pread_values for sh in ds.reader._maps.values())
-    assert all(sh._fd >= 0 for sh in ds.reader._maps.values()) == (not zero_copy)
+    assert all(not sh.pread_values for sh in ds.reader.cache.maps.values())
+    assert all(sh._fd >= 0 for sh in ds.reader.cache.maps.values()) == (not zero_copy)
 
 
 def _drop_from_page_cache(path) -> None:
@@ -867,13 +870,13 @@ def test_large_record_reads_follow_the_page_cache(tmp_path):
     finally:
         os.close(fd)
     ds = hpcio.open(path)
-    assert ds.reader._shard(0).pread_values
+    assert ds.reader.cache.get(0).pread_values
     assert ds.select(["meta"]).get_batch([5, 1])[1] == {"meta": {"n": 1}}
     ds.close()
     settle_page_cache(path)
     ds = hpcio.open(path)
-    if ds.reader._shard(0).pread_values:
-        sum(np.frombuffer(ds.reader._shard(0).buf, np.uint8)[:: 2 << 20])  # touch it all
+    if ds.reader.cache.get(0).pread_values:
+        sum(np.frombuffer(ds.reader.cache.get(0).buf, np.uint8)[:: 2 << 20])  # touch it all
         with open("/proc/self/smaps") as f:
             pmd_kib = sum(int(line.split()[1]) for line in f if line.startswith("FilePmdMapped:"))
         assert pmd_kib == 0, "the shard is in huge pages but its values are read with pread"
@@ -921,7 +924,7 @@ def test_large_records_read_through_the_map_when_out_of_descriptors(large_record
     path, samples = large_records
     ds = hpcio.open(path)
     for k in range(len(ds.reader.shards)):
-        ds.reader._shard(k)  # mapped while descriptors were left
+        ds.reader.cache.get(k)  # mapped while descriptors were left
 
     def exhausted(*args, **kwargs):
         raise OSError(errno.EMFILE, "Too many open files")
@@ -930,7 +933,7 @@ def test_large_records_read_through_the_map_when_out_of_descriptors(large_record
     assert list(ds.select(["a_id", "meta"])) == [{"a_id": s["a_id"], "meta": s["meta"]} for s in samples]
     order = np.arange(len(samples))[::-1]
     assert ds.select(["meta"]).get_columns(order)["meta"].to_pylist() == [samples[i]["meta"] for i in order]
-    assert all(sh._fd < 0 for sh in ds.reader._maps.values()) and ds.reader._maps
+    assert all(sh._fd < 0 for sh in ds.reader.cache.maps.values()) and ds.reader.cache.maps
 
 
 def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
@@ -944,7 +947,7 @@ def test_pread_sample_builder_reads_the_file_not_the_map(large_records):
     path, samples = large_records
     reader = mds.Reader(path)
     layout = reader._layout
-    sh, _lidx, starts, ends = reader._ranges(0, np.arange(reader.shards[0].samples))
+    sh, _lidx, starts, ends = reader.cache.extents(0, np.arange(reader.shards[0].samples))
     fd = os.open(sh.path, os.O_RDONLY)
     try:
         stand_in = bytes(sh.size)
@@ -983,11 +986,11 @@ def test_pread_sample_builder_reads_records_of_several_files(large_records):
     fds, wholes, file_of, starts, ends = [], [], [], [], []
     try:
         for k in range(len(reader.shards)):
-            sh = reader._shard(k)
+            sh = reader.cache.get(k)
             fds.append(os.open(sh.path, os.O_RDONLY))
             wholes.append(bytes(sh.size))  # stand-ins: values come from the descriptors
         for i, k in zip(order.tolist(), shard_of.tolist()):
-            sh, _lidx, lo, hi = reader._ranges(k, np.array([i - reader._cum_list[k]]))
+            sh, _lidx, lo, hi = reader.cache.extents(k, np.array([i - reader._cum_list[k]]))
             file_of.append(k)
             starts.append(int(lo[0]))
             ends.append(int(hi[0]))
@@ -1021,8 +1024,9 @@ def test_cached_large_records_batch_value_by_value(large_records, monkeypatch, r
     order = np.random.default_rng(6).permutation(len(samples))
     with hpcio.open(path, read_path=read_path) as ds:
         assert ds.get_batch(order) == [samples[i] for i in order]
-        assert ds.reader._read_columns(order, [2]) == [[samples[i]["meta"] for i in order]]
-        assert ds.reader._read_by_value.all() == (read_path == "auto")
+        assert ds.reader._read(order, [2]) == [[samples[i]["meta"] for i in order]]
+        modes = ds.reader.cache.modes
+        assert (modes[modes != 0] == ReadMode.VALUES).all() == (read_path == "auto")
         assert len(calls) == (2 if read_path == "auto" else 0)
 
 
@@ -1032,7 +1036,7 @@ def _first_shard_records(path, order):
     reader = mds.Reader(path)
     n = reader.shards[0].samples
     lidx = {"storage": np.arange(n), "every other": np.arange(0, n, 2), "reversed": np.arange(n)[::-1]}[order]
-    sh, _lidx, starts, ends = reader._ranges(0, lidx)
+    sh, _lidx, starts, ends = reader.cache.extents(0, lidx)
     return reader, reader._layout, lidx, sh, starts, ends
 
 
@@ -1097,7 +1101,7 @@ def test_pread_column_reader_reports_bad_records_and_short_files(large_records):
     path, _samples = large_records
     reader = mds.Reader(path)
     layout = reader._layout
-    sh, _lidx, starts, ends = reader._ranges(0, np.arange(3))
+    sh, _lidx, starts, ends = reader.cache.extents(0, np.arange(3))
     starts, ends = starts.astype(np.int64), ends.astype(np.int64)
     meta = (layout.names.index("meta"),)
     fd = os.open(sh.path, os.O_RDONLY)
@@ -1291,7 +1295,7 @@ def test_iteration_outlives_the_eviction_of_its_shard(tmp_path):
     it = reader.iter_range(0, 20)
     got = [next(it)]
     assert reader.read_many(np.array([19]))[0] == samples[19]  # evicts shard 0
-    assert not any(k == 0 for k in reader._maps)
+    assert not any(k == 0 for k in reader.cache.maps)
     got += list(it)
     assert got == samples and type(got[8]["meta"]["n"]) is int
 

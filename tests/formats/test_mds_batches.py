@@ -128,7 +128,7 @@ def test_planned_read_of_truncated_shard_names_shard_and_sample(tmp_path):
         shard_file = os.path.join(path, info.file_basename)
         # keep the header and offset table, lose the records' bytes
         os.truncate(shard_file, 8 + 4 * info.samples + 200)
-        reader._table = _RacingTable(reader._table)
+        reader.cache.table = _RacingTable(reader.cache.table)
         last = first + info.samples - 1
         with pytest.raises(TruncatedShardError) as caught:
             ds.get_batch([0, last])

@@ -15,26 +15,26 @@ into a ``cache_dir`` the caller names; the reader never writes beside the datase
 from __future__ import annotations
 
 import bisect
-import errno
 import functools
 import os
 import struct
-from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 
 import numpy as np
 
 from ... import codecs as _codec_table
-from ...errors import (CorruptShardError, InvalidArgumentError, ShardNotFoundError, TruncatedShardError,
-                       UnsupportedValueError)
+from ...errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError, UnsupportedValueError
 from .. import base
-from .batches import _MAX_DEPTH, READ_PATHS, _BatchReads, _Budget
+from . import columns as _columns
+from .batches import Budget, decode, decode_records, decode_slice, fetch, locate
+from .cache import READ_PATHS, ShardCache
 from .compact_index import COMPACT_NAME, _load_compact
-from .compression import _FAST_HASHES, _digest, _hash_functions, parse_compression
+from .compression import _hash_functions, parse_compression
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
-from .shards import _auto_read_ahead, _large_records, _check_count, _check_header, _OpenShard, _ReadAheads
+from .prefetch import _MAX_DEPTH, Prefetcher
+from .shards import _auto_read_ahead, _check_header, _large_records, _ReadAheads
 
 __all__ = ["Reader"]
 
@@ -58,11 +58,13 @@ _MAX_RATIO = 1 << 15
 _COLUMN_KEYS = ("column_names", "column_encodings", "column_sizes")
 
 
-class Reader(_BatchReads, base.Reader):
+class Reader(base.Reader):
     """Random-access and sequential reader of an MDS dataset.
 
-    The batch reads (``read_many``, ``read_field``, ``read_columns``, ``field_lengths``)
-    are those of :mod:`hpcio.formats.mds.batches`.
+    A batch read (``read_many``, ``read_field``, ``read_columns``, ``field_lengths``)
+    locates its samples once, fetches their records from the shards of ``cache``
+    (:mod:`~hpcio.formats.mds.cache`, :func:`~hpcio.formats.mds.batches.fetch`) and
+    decodes them (:func:`~hpcio.formats.mds.batches.decode`, :mod:`~hpcio.formats.mds.columns`).
 
     Parameters
     ----------
@@ -162,14 +164,14 @@ class Reader(_BatchReads, base.Reader):
             np.cumsum(counts, out=self._cum[1:])
             self._raw_bytes = np.array([s.raw_bytes for s in self.shards], np.int64)
             codecs = [s.compression for s in self.shards]
-            self._counted = 0  # shards before this one have had their counts checked
+            counted = 0  # shards before this one have had their counts checked
         else:
             self.shards = compact
             self._cum = np.array(compact.cum, np.uint64)
             self._raw_bytes = np.array(compact.raw_bytes, np.int64)
             codecs = [parse_compression(c.get("compression")) for c in compact.configs]
-            self._counted = len(compact)
-        self._any_whole = any(c is not None and not c.per_sample for c in codecs)
+            counted = len(compact)
+        any_whole = any(c is not None and not c.per_sample for c in codecs)
         self._any_per_sample = any(c is not None and c.per_sample for c in codecs)
         self._cum_list = self._cum.tolist()
         self._total = int(self._cum[-1])
@@ -191,10 +193,12 @@ class Reader(_BatchReads, base.Reader):
             raise InvalidArgumentError(f"read_ahead must be 'auto' or a number of reads from 0 to {_MAX_DEPTH}, "
                                        f"got {read_ahead!r}")
         self.read_ahead = _auto_read_ahead(self.directory) if read_ahead == "auto" else read_ahead
-        self._maps: OrderedDict[int, _OpenShard] = OrderedDict()
-        self._mem: OrderedDict[int, _OpenShard] = OrderedDict()
-        self._prefetches: deque = deque()  # Reader.prefetch's read-aheads, oldest first
-        self._pass_read = None  # the read-ahead of the pass announced by will_read
+        self.cache = ShardCache(self.directory, self.shards, self._cum, compact=self.compact, counted=counted,
+                                any_whole=any_whole, any_per_sample=self._any_per_sample,
+                                cache_dir=self.cache_dir, max_open=self.max_open,
+                                max_decompressed=self.max_decompressed, validate_hashes=validate_hashes,
+                                limit=self.limit, read_path=read_path)
+        self.prefetcher = Prefetcher(self.cache, self.read_ahead)
 
     def _common_layout(self) -> _Layout | None:
         if not self.shards:
@@ -243,134 +247,69 @@ class Reader(_BatchReads, base.Reader):
     def batch_size(self) -> int:
         return base.DEFAULT_BATCH if self._views_only else super().batch_size
 
-    # --- opening shards -----------------------------------------------------------------
-    def _file(self, info: _ShardInfo) -> str:
-        path = os.path.join(self.directory, info.file_basename)
-        if not os.path.isfile(path):
-            raise ShardNotFoundError(
-                f"shard file {info.file_basename} named by {info.source} is missing", path=path
-            )
-        if info.position > self._counted:
-            self._check_counts_before(info.position)
-        return path
+    # --- batches ---------------------------------------------------------------------
+    def read_many(self, indices, fields: Sequence[str] | None = None) -> list:
+        cols = self._layout.select(fields, self.path) if self._layout else []
+        samples = self._read(indices, cols, as_samples=True)
+        return [] if samples is None else samples
 
-    def _check_counts_before(self, k: int) -> None:
-        """Check the counts (and sizes) index.json gives the shards before shard ``k``
-        against their files, once: a wrong count there would shift the index of every
-        sample of shard ``k`` and after it onto another sample."""
-        for info in self.shards[self._counted : k]:
-            _check_count(info, os.path.join(self.directory, info.file_basename))
-            self._counted = info.position + 1
+    def read_field(self, indices, field: str) -> list:
+        values = self._read(indices, self._layout.select([field], self.path) if self._layout else [])
+        return [] if values is None else values[0]
 
-    def _check_hash(self, info: _ShardInfo, path: str, data=None) -> None:
-        hashes = info.zip_hashes if info.whole_shard else info.raw_hashes
-        algo = self.validate_hashes
-        if algo is True:
-            algo = next((a for a in _FAST_HASHES if a in hashes), next(iter(sorted(hashes)), None))
-            if algo is None:
-                return
-        if algo not in hashes:
-            raise CorruptShardError(
-                f"{info.source} records no {algo} hash for this shard (it has: {', '.join(sorted(hashes)) or 'none'})",
-                path=path,
-            )
-        if data is None:
-            with open(path, "rb") as f:
-                data = f.read()
-        got = _digest(algo, data, path)
-        if got != hashes[algo]:
-            raise CorruptShardError(
-                f"{algo} mismatch: {info.source} says {hashes[algo]}, the file hashes to {got}", path=path
-            )
+    def _read(self, indices, cols: list[int], as_samples: bool = False) -> list | None:
+        """Column value lists of samples ``indices`` (with ``as_samples``, the list of
+        sample dicts), in order; None for no sample."""
+        located = locate(self.cache, indices)
+        if not len(located.ids):
+            return None
+        batch = fetch(self.cache, located, zero_copy=self.zero_copy, threads=self.decode_threads)
+        return decode(batch, self._layout, cols, as_samples=as_samples, decode_images=self.decode_images,
+                      zero_copy=self.zero_copy)
 
-    def _shard(self, k: int) -> _OpenShard:
-        """Shard ``k`` opened (mmap or decompressed), most recently used; a mapped shard
-        is checked not to have shrunk since it was opened (one ``fstat``)."""
-        for cache in (self._maps, self._mem):
-            sh = cache.get(k)
-            if sh is not None:
-                cache.move_to_end(k)
-                sh.check_size()
-                return sh
-        info = self.shards[k]
-        base_id = self._cum_list[k]
-        path = self._file(info)
-        if info.whole_shard and self.cache_dir is None:
-            raw = self._decompress_shard(info, path)
-            sh = _OpenShard(info, path, memoryview(raw), None, base_id, in_file=False)
-            cache, bound = self._mem, self.max_decompressed
-        else:
-            from ..._core import _io
+    def read_columns(self, indices, fields: Sequence[str] | None = None) -> dict:
+        """Columns of samples ``indices`` (see :mod:`hpcio.columns`): numbers as numpy
+        arrays, ``str``/``bytes``/``json`` columns (and undecoded images) as VarColumns
+        sliced out of the records by one compiled call, other encodings as lists.  With
+        ``zero_copy``, bytes columns are ViewColumns of the records where they lie."""
+        cols = self._layout.select(fields, self.path) if self._layout else []
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        located = locate(self.cache, ids) if len(ids) else None
+        return _columns.read_columns(self.cache, self._layout, located, cols, decode_images=self.decode_images,
+                                     zero_copy=self.zero_copy, threads=self.decode_threads)
 
-            if info.whole_shard:
-                path = self._cached_raw(info, path)
-            elif self.validate_hashes:
-                self._check_hash(info, path)
-            mapped = self._map_file(path)
-            try:
-                sh = _OpenShard(info, path, mapped.buffer(), mapped, base_id, in_file=True)
-            except BaseException:
-                mapped.close()
-                raise
-            cache, bound = self._maps, self.max_open
-        cache[k] = sh
-        if len(cache) > bound:
-            self._close_one(cache, oldest=True)
-        self._attach(k, sh)
-        return sh
+    def field_lengths(self, indices, field: str) -> np.ndarray | None:
+        """``len()`` of a ``str`` or ``bytes`` field for samples ``indices`` (sort keys),
+        counted in the records by one compiled call without building the values; None for
+        other kinds.  A malformed record or a value that is not UTF-8 raises the error its
+        read would, naming the file, byte offset and sample."""
+        if not self._layout:
+            return None
+        (c,) = self._layout.select([field], self.path)
+        kind = self._layout.column_kind(c, self.decode_images)
+        if kind not in ("str", "bytes"):
+            return None
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(ids) == 0:
+            return np.empty(0, np.int64)
+        return _columns.field_lengths(self.cache, self._layout, locate(self.cache, ids), c, kind,
+                                      decode_images=self.decode_images, threads=self.decode_threads)
 
-    def _map_file(self, path: str):
-        """``path`` mapped; out of descriptors, the older half of the open shards are
-        closed and ``max_open`` lowered to what remains, once."""
-        from ..._core import _io
+    def prefetch(self, indices) -> None:
+        """Start reading the records of samples ``indices`` in the background (see
+        :meth:`Prefetcher.prefetch <hpcio.formats.mds.prefetch.Prefetcher.prefetch>`)."""
+        self.prefetcher.prefetch(indices)
 
-        try:
-            return _io.MappedShard(path)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or len(self._maps) < 2:
-                raise
-        self.max_open = len(self._maps) // 2
-        while len(self._maps) > self.max_open:
-            self._close_one(self._maps, oldest=True)
-        return _io.MappedShard(path)
-
-    def _decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
-        with open(path, "rb") as f:
-            data = f.read()
-        if self.compact and len(data) != info.zip_bytes:
-            # unprotected indexes had the size checked with the counts (_check_counts_before)
-            cls = TruncatedShardError if len(data) < info.zip_bytes else CorruptShardError
-            raise cls(f"shard is {len(data)} bytes, {info.source} says {info.zip_bytes}", path=path,
-                      offset=min(len(data), info.zip_bytes))
-        if self.validate_hashes:
-            self._check_hash(info, path, data)
-        raw = info.compression.decompress(data, min(self.limit, info.raw_bytes), path=path, offset=0)
-        if len(raw) != info.raw_bytes:
-            raise CorruptShardError(
-                f"decompressed shard is {len(raw)} bytes, {info.source} says {info.raw_bytes}", path=path
-            )
-        return raw
-
-    def _cached_raw(self, info: _ShardInfo, path: str) -> str:
-        """The decompressed shard in ``cache_dir`` (written once, atomically)."""
-        from ..tar_gzip import cache_key
-
-        key = cache_key(path)
-        target = os.path.join(self.cache_dir, f"{key}.{os.path.basename(info.raw_basename)}")
-        if not os.path.isfile(target) or os.path.getsize(target) != info.raw_bytes:
-            raw = self._decompress_shard(info, path)
-            os.makedirs(self.cache_dir, exist_ok=True)
-            tmp = f"{target}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(raw)
-            os.replace(tmp, target)
-        return target
+    def will_read(self, indices) -> None:
+        """Announce a pass over samples ``indices`` in this order (see
+        :meth:`Prefetcher.will_read <hpcio.formats.mds.prefetch.Prefetcher.will_read>`)."""
+        self.prefetcher.will_read(indices)
 
     # --- reading one sample -------------------------------------------------------------
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         i = self.check_index(int(i))
         k = bisect.bisect_right(self._cum_list, i) - 1
-        sh = self._shard(k)
+        sh = self.cache.get(k)
         begin, end = _PAIR.unpack_from(sh.buf, 4 + 4 * (i - sh.base))
         rec = sh.buf[begin:end]
         codec = sh.info.compression
@@ -401,7 +340,7 @@ class Reader(_BatchReads, base.Reader):
                 if hi > lo:
                     if self.read_ahead:
                         last = min(k + 2, len(self.shards)) if self._cum_list[k + 1] < stop else k + 1
-                        ahead.ahead_of(k, [self._file(info) for info in self.shards[k:last]])
+                        ahead.ahead_of(k, [self.cache.file(info) for info in self.shards[k:last]])
                     yield from self._scan_shard(k, lo, hi, cols)
                 k += 1
         finally:
@@ -415,7 +354,7 @@ class Reader(_BatchReads, base.Reader):
         # In memory or mapped already (zero-copy values must not view a reused read
         # buffer; large values are copied once from the map instead of twice through
         # the read buffer): slice batches straight out of the shard.
-        if info.whole_shard or self.zero_copy or large or k in self._maps:
+        if info.whole_shard or self.zero_copy or large or k in self.cache.maps:
             return self._scan_in_place(k, lo, hi, cols, large)
         return self._scan_file(k, lo, hi, cols)
 
@@ -435,7 +374,8 @@ class Reader(_BatchReads, base.Reader):
             step = _LARGE_COPY_STEP
         for a in range(lo, hi, step):
             b = min(a + step, hi)
-            yield self._columns_of(k, np.arange(a, b, dtype=np.int64), cols, as_samples=True)
+            sh, lidx, starts, ends = self.cache.extents(k, np.arange(a, b, dtype=np.int64))
+            yield self._shard_samples(sh, lidx, starts, ends, cols)
 
     def _scan_file(self, k: int, lo: int, hi: int, cols: list[int]) -> Iterator[list[dict]]:
         """Samples of a shard read through one buffered file: records come in merged
@@ -444,9 +384,9 @@ class Reader(_BatchReads, base.Reader):
 
         info = self.shards[k]
         base_id = self._cum_list[k]
-        path = self._file(info)
+        path = self.cache.file(info)
         if self.validate_hashes:
-            self._check_hash(info, path)
+            self.cache.check_hash(info, path)
         with _io.ShardFile(path) as f:
             size = f.size
             n = _check_header(info, path, size, f.pread, base_id)
@@ -471,7 +411,8 @@ class Reader(_BatchReads, base.Reader):
         consumed while the record bytes are still in cache."""
         codec = info.compression
         if codec is not None and codec.per_sample:
-            buf, pos = self._decode_records(buf, pos[:-1], pos[1:], codec, path, where, _Budget(self.limit))
+            buf, pos = decode_records(buf, pos[:-1], pos[1:], codec, path, self.limit, self.decode_threads,
+                                      Budget(self.limit), where)
         pos = np.asarray(pos, dtype=np.int64)
         for a in range(0, count, _SCAN_BATCH):
             b = min(a + _SCAN_BATCH, count)
@@ -495,7 +436,7 @@ class Reader(_BatchReads, base.Reader):
         if (codec is not None and codec.per_sample) or not self._layout.direct(cols, self.decode_images,
                                                                                  self.zero_copy):
             return None
-        sh, _lidx, starts, ends = self._ranges(k, np.arange(lo, hi, dtype=np.int64))
+        sh, _lidx, starts, ends = self.cache.extents(k, np.arange(lo, hi, dtype=np.int64))
         if sh.pread_values:
             return None
 
@@ -506,23 +447,33 @@ class Reader(_BatchReads, base.Reader):
         return self._layout.sample_iterator(memoryview(sh.buf), starts, ends, cols, self.decode_images,
                                             locate, self.zero_copy)
 
-    def _close_one(self, cache, oldest: bool = False) -> None:
-        """Close one open shard of ``cache`` and take it out of the batch table first: its
-        descriptor is reused by the next open, which the table must never read."""
-        k, sh = cache.popitem(last=not oldest)
-        self._detach(k)
-        sh.close()
+    def _shard_samples(self, sh, lidx, starts, ends, cols: list[int]) -> list[dict]:
+        """The records ``[starts[j], ends[j])`` of open shard ``sh`` (its records ``lidx``)
+        as sample dicts, decompressed if need be."""
+        def where(j):
+            return sh.path, int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])
+
+        codec = sh.info.compression
+        fd = None
+        if codec is None or not codec.per_sample:
+            buf, lo, hi = sh.buf, starts, ends
+            if sh.pread_values:
+                fd = sh.read_fd()
+        else:
+            buf, pos = decode_records(sh.buf, starts, ends, codec, sh.path, self.limit, self.decode_threads,
+                                      Budget(self.limit),
+                                      lambda j: (int(starts[j]) if sh.in_file else None, sh.base + int(lidx[j])))
+            pos = pos.astype(np.int64, copy=False)
+            lo, hi = pos[:-1], pos[1:]
+        return decode_slice(self._layout, buf, lo, hi, cols, True, self.decode_images, self.zero_copy, fd, where)
 
     def drop_pages(self) -> None:
         """Close the mapped shards (a later read maps its shard again)."""
-        while self._maps:
-            self._close_one(self._maps)
+        self.cache.drop_pages()
 
     def close(self) -> None:
-        self._stop_prefetches()
-        for cache in (self._maps, self._mem):
-            while cache:
-                self._close_one(cache)
+        self.prefetcher.stop()
+        self.cache.close()
         if self.compact:
             self.shards.close()
 

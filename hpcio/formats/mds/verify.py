@@ -107,7 +107,7 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> Verif
         for k, info in enumerate(reader.shards):
             try:
                 report["hashes_checked"] += _verify_hashes(reader, info)
-                sh = reader._shard(k)
+                sh = reader.cache.get(k)
             except HpcioError as exc:
                 fail(exc)
                 continue
@@ -118,7 +118,7 @@ def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> Verif
 
 def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
     """How many hashes index.json records for shard ``info``; raises at one that differs."""
-    path = reader._file(info)
+    path = reader.cache.file(info)
     with open(path, "rb") as f:
         data = f.read()
     checked = 0
@@ -129,7 +129,7 @@ def _verify_hashes(reader: Reader, info: _ShardInfo) -> int:
             raise CorruptShardError(f"{algo} mismatch: {info.source} says {want}, the file hashes to {got}", path=path)
         checked += 1
     if info.whole_shard:
-        raw = reader._decompress_shard(info, path)
+        raw = reader.cache.decompress_shard(info, path)
         for algo, want in sorted(info.raw_hashes.items()):
             got = _digest(algo, raw, path)
             if got != want:

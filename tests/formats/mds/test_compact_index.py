@@ -43,7 +43,7 @@ def big(tmp_path_factory):
 
 
 def open_shards(reader) -> list[int]:
-    return sorted([*reader._maps, *reader._mem])
+    return sorted([*reader.cache.maps, *reader.cache.mem])
 
 
 def test_a_huge_index_opens_without_looking_at_a_shard(big):
