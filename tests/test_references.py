@@ -115,3 +115,11 @@ def test_a_file_struct_naming_an_outside_path_is_refused_with_no_option_given(la
     good = layout / "good"
     assert main(["convert", str(layout / "src" / "data.parquet"), str(good), "--to", "mds", "--no-progress"]) == 0
     assert [bytes(s["image"]) for s in hpcio.open(good)] == [b"\x89PNG"]
+
+
+def test_ref_root_is_repeatable_on_the_command_line(layout):
+    path = jsonl(layout / "src" / "refs.jsonl", ["a.bin", "b.bin"])
+    out = layout / "out"
+    assert main(["convert", path, str(out), "--to", "mds", "--no-progress", "-I", "ref_fields=img",
+                 "-I", f"ref_root={layout / 'src'}", "-I", f"ref_root={layout / 'other'}"]) == 0
+    assert sorted(bytes(s["img"]) for s in hpcio.open(out)) == [b"inside", b"other root"]

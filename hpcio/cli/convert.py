@@ -68,6 +68,22 @@ def _option(text: str):
         return key, value
 
 
+# Reader options that may be given several times, their values gathered into a list.
+_REPEATABLE = ("ref_root",)
+
+
+def reader_options(pairs) -> dict:
+    """``-I KEY=VALUE`` pairs as options: the last value of a key wins, but the values
+    of a repeatable key (``-I ref_root=A -I ref_root=B``) are all kept, in order."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in _REPEATABLE:
+            out.setdefault(key, []).append(value)
+        else:
+            out[key] = value
+    return out
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool = True) -> None:
     """The options every command that writes shards shares (convert, split, join)."""
     out = parser.add_argument_group("output")
@@ -78,7 +94,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")
     out.add_argument("--read-option", "-I", dest="reader_options", action="append", type=_option, default=[],
                      metavar="KEY=VALUE", help="source reader option (VALUE parsed as JSON when it can be), e.g. "
-                          "base64_fields=images, ref_fields=image, decode_data_urls=false; repeatable")
+                          "base64_fields=images, ref_fields=image, ref_root=DIR (given again: another "
+                          "directory references may name), decode_data_urls=false; repeatable")
     out.add_argument("--option", "-O", dest="writer_options", action="append", type=_option, default=[],
                      metavar="KEY=VALUE", help="extra writer option (VALUE parsed as JSON when it can be); repeatable")
     shards = parser.add_argument_group("shards")
@@ -146,7 +163,7 @@ def output_options(args, **extra):
         seed=args.seed,
         round_bytes=args.round_bytes,
         writer_options=dict(args.writer_options),
-        reader_options=dict(args.reader_options),
+        reader_options=reader_options(args.reader_options),
         progress=not args.no_progress,
         **extra,
     )

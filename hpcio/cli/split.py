@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from ..errors import OptionError
-from .convert import add_output_arguments, output_options, run_guarded
+from .convert import add_output_arguments, output_options, reader_options, run_guarded
 
 HELP = "split datasets into parts (e.g. train/val/test) by a seeded random assignment"
 
@@ -71,11 +71,11 @@ def run(args) -> int:
     def work():
         fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
         split_selections(0, parts=args.parts, fractions=fractions)  # refuses bad --parts, --fractions
-        check_source_options(dict(args.reader_options), args.from_format)
+        check_source_options(reader_options(args.reader_options), args.from_format)
         listed = expand_sources(sources, args.from_format)
         n = 0
         for src in listed:
-            with open_reader(src, dict(args.reader_options)) as reader:
+            with open_reader(src, reader_options(args.reader_options)) as reader:
                 n += len(reader)
         selections = split_selections(n, parts=args.parts, fractions=fractions, seed=args.split_seed)
         names = (args.names.split(",") if args.names else [f"part-{i:04d}" for i in range(len(selections))])
