@@ -21,8 +21,10 @@ HTML comments directly above a fence tell the test what a reader need not see:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -149,9 +151,19 @@ def _run_page(page: Path, tier: str, tmp_path: Path) -> None:
     env = dict(os.environ, HPCIO_REPO=str(ROOT),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-X", "faulthandler", str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1800 if tier != "default" else 300)
-    assert proc.returncode == 0, f"{page.name} ({tier}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    # its own session, so a timeout ends the page's DataLoader workers and servers too
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=1800 if tier != "default" else 300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{page.name} ({tier}) timed out:\n{out[-6000:]}\n{err[-6000:]}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the page left running
+    assert proc.returncode == 0, f"{page.name} ({tier}):\n{out[-6000:]}\n{err[-6000:]}"
 
 
 @pytest.mark.parametrize("page, tier", list(_cases()))
