@@ -13,7 +13,6 @@ import decimal
 import hashlib
 import io
 import json
-import os
 import shutil
 import struct
 import sys
@@ -32,6 +31,7 @@ FUZZ = Path(__file__).resolve().parent
 CORPUS = FUZZ / "corpus"
 sys.path.insert(0, str(FUZZ / "python"))
 import targets  # noqa: E402  (fuzz/python/targets.py: how a Python target packs its files)
+
 COLUMNS = {"id": "int", "text": "str", "meta": "json", "blob": "bytes", "score": "float32"}
 
 

@@ -12,13 +12,11 @@ split across ranks and dataloader workers.
 from ._version import __version__
 from .columns import ListColumn, VarColumn, ViewColumn
 from .dataset import Dataset, open, open_writer
-from .mixture import Mixture, mix
 from .errors import (
     CapabilityError,
     ChecksumMismatchError,
     CorruptShardError,
     DecodeError,
-    OutOfMemoryError,
     DecompressionLimitError,
     FormatSniffError,
     HpcioError,
@@ -27,6 +25,7 @@ from .errors import (
     LineageNotFoundError,
     MissingDependencyError,
     OptionError,
+    OutOfMemoryError,
     SchemaError,
     ShardChangedError,
     ShardNotFoundError,
@@ -36,6 +35,7 @@ from .errors import (
     UnsupportedValueError,
 )
 from .lineage import Location, locate
+from .mixture import Mixture, mix
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
 from .tuning import tune
 

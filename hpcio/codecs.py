@@ -11,11 +11,17 @@ install.  Every ``decompress`` takes a ``limit`` so a hostile value cannot exhau
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .errors import (DecodeError, DecompressionLimitError, HpcioError, InvalidArgumentError, MissingDependencyError,
-                     OutOfMemoryError)
+from .errors import (
+    DecodeError,
+    DecompressionLimitError,
+    HpcioError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    OutOfMemoryError,
+)
 from .units import parse_bytes
 
 __all__ = ["Codec", "get_codec", "codec_names", "split_level", "DEFAULT_LIMIT", "MAX_DECODED_ENV",

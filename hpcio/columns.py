@@ -97,7 +97,7 @@ class VarColumn(_Column):
         self.locate = None
 
     @classmethod
-    def from_values(cls, kind: str, values: Sequence) -> "VarColumn":
+    def from_values(cls, kind: str, values: Sequence) -> VarColumn:
         """A column holding ``values`` (str, bytes-like, or JSON-able objects)."""
         if kind == "str":
             encoded = [v.encode("utf-8") for v in values]

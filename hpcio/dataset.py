@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .tuning import apply_freed_heap, gc_paused
 from .columns import VarColumn
+from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, at, take
 from .errors import DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgumentError, WrongTypeError
 from .formats.base import DEFAULT_BATCH, Reader
 from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
-from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, at, take
+from .tuning import apply_freed_heap, gc_paused
 
 # A computed pass of at most this many samples is announced whole to the reader
 # (``will_read``), materialised for that once; beyond it, only its batches are.
@@ -186,7 +186,7 @@ class Dataset(Sequence):
             yield from self.reader.iter_many(batch, self.fields)
 
     # --- views -----------------------------------------------------------------------
-    def _view(self, positions: np.ndarray | IndexMap) -> "Dataset":
+    def _view(self, positions: np.ndarray | IndexMap) -> Dataset:
         """The view reading this one's ``positions``: arrays compose into an array, a
         computed map stays computed."""
         if self.indices is None:
@@ -199,7 +199,7 @@ class Dataset(Sequence):
             idx = np.ascontiguousarray(idx, dtype=np.int64)
         return Dataset(self.reader, idx, self.fields)
 
-    def shuffle(self, seed: int, *, mode: str = "global", window: int = 1) -> "Dataset":
+    def shuffle(self, seed: int, *, mode: str = "global", window: int = 1) -> Dataset:
         """A shuffled view.
 
         ``mode="global"``: a keyed bijection of ``[0, n)``, any sample after any other,
@@ -228,7 +228,7 @@ class Dataset(Sequence):
         reverse: bool = False,
         *,
         field: str | None = None,
-    ) -> "Dataset":
+    ) -> Dataset:
         """A stable sort view.
 
         ``ds.sort("text")`` sorts by a field's value; ``ds.sort(len, field="messages")``
@@ -260,13 +260,13 @@ class Dataset(Sequence):
                 raise WrongTypeError("sort() needs a field name or a key function")
         return self._view(_stable_argsort(keys, descending=reverse))
 
-    def select(self, fields: Sequence[str]) -> "Dataset":
+    def select(self, fields: Sequence[str]) -> Dataset:
         """A projection view holding only ``fields``."""
         if isinstance(fields, str):
             fields = [fields]
         return Dataset(self.reader, self.indices, fields)
 
-    def split(self, rank: int, world_size: int) -> "Dataset":
+    def split(self, rank: int, world_size: int) -> Dataset:
         """Part ``rank`` of ``world_size`` contiguous, equal-length parts.
 
         Each part has ``len(self) // world_size`` samples; the last

@@ -433,7 +433,7 @@ class Mixture(Dataset):
         return dict(zip(self.reader.schedule.names, counts))
 
     def with_weights(self, weights, *, at: int, sources: Mapping[str, Dataset] | None = None,
-                     block: int | None = None) -> "Mixture":
+                     block: int | None = None) -> Mixture:
         """The mixture whose schedule is this one before stream position ``at`` and
         ``weights`` from ``at`` on (``at`` a block boundary of the segment it falls in).
 

@@ -34,6 +34,21 @@ import numpy as np
 from .dataset import Dataset, batches_read_ahead
 from .decoding import sample_decoder
 from .distributed.context import RuntimeContext, infer_context
+from .distributed.epochs import (
+    EpochPlan,
+    check_mixture_shuffle,
+    check_schedule,
+    epoch_plan,
+    is_mixture,
+    with_provenance,
+)
+from .distributed.order import ORDER_ALGORITHM, Arange, Composed, IndexMap
+from .distributed.ranges import (
+    Kept as _Kept,
+    epoch_skip as _epoch_skip,
+    merged_ranges as _skip_ranges,
+    subtract as _subtract,
+)
 from .distributed.split import (
     REMAINDERS,
     ConsumerOrder,
@@ -43,10 +58,6 @@ from .distributed.split import (
     per_consumer,
     shuffle_mode,
 )
-from .distributed.order import ORDER_ALGORITHM, Arange, Composed, IndexMap
-from .distributed.epochs import (EpochPlan, check_mixture_shuffle, check_schedule, epoch_plan, is_mixture,
-                              with_provenance)
-from .distributed.ranges import Kept as _Kept, epoch_skip as _epoch_skip, merged_ranges as _skip_ranges, subtract as _subtract
 from .errors import InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 try:
@@ -422,7 +433,7 @@ class MapDataset(_EpochCursor, torch_data.Dataset):
         plan = EpochPlan(self.dataset, None, 0, False)
         return self._read(plan, indices, indices)
 
-    def batch_sampler(self) -> "BatchSampler":
+    def batch_sampler(self) -> BatchSampler:
         """A sampler of this rank's index batches for the current epoch and position."""
         return BatchSampler(self)
 

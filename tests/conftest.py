@@ -81,7 +81,7 @@ def interop_python() -> str:
     return INTEROP_PYTHON
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _demo(profile: str, n: int, seed: int) -> tuple:
     from hpcio.demo import generate
 

@@ -8,8 +8,17 @@ import pathlib
 
 import pytest
 
-from hpcio.bench.plots import (_figure, _loader_figure, _pyplot, best_au, best_per_library, loader_figures, main,
-                               plot_data, throughput_figures)
+from hpcio.bench.plots import (
+    _figure,
+    _loader_figure,
+    _pyplot,
+    best_au,
+    best_per_library,
+    loader_figures,
+    main,
+    plot_data,
+    throughput_figures,
+)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -250,7 +250,7 @@ def test_verify_exit_codes(run_hpcio, small_msgpack):
     assert proc.stdout == "FAILED (2 problems listed): 3 samples in 2 shards, 2 records decoded, 2 hashes checked\n"
     mismatch, bad = proc.stderr.splitlines()
     assert mismatch.startswith("BAD  xxh3_64 mismatch: hashes.json says ")
-    assert bad.startswith(f"BAD  invalid MessagePack data: 'utf-8' codec can't decode byte 0xff")
+    assert bad.startswith("BAD  invalid MessagePack data: 'utf-8' codec can't decode byte 0xff")
     assert proc.stderr.endswith(f"({shard}, byte offset 0, sample 2)\n")
     proc = run_hpcio("verify", "--json", small_msgpack)
     report = json.loads(proc.stdout)

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import hpcio
 from hpcio.columns import ListColumn, VarColumn, ViewColumn, columns_from_values

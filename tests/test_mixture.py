@@ -10,10 +10,10 @@ import pytest
 
 import hpcio
 from hpcio.dataset import Dataset
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import InvalidArgumentError, WrongTypeError
 from hpcio.formats.base import Reader, project
 from hpcio.mixture import block_counts, from_schedule, source_seed
-from hpcio.distributed import GlobalOrder
 
 
 class TaggedReader(Reader):

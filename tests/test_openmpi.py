@@ -17,10 +17,9 @@ import sys
 
 import pytest
 
-from hpcio.testing.environment import missing
-
 from hpcio.distributed.launcher import mismatch_message
 from hpcio.staging import MANIFEST_NAME
+from hpcio.testing.environment import missing
 
 pytestmark = pytest.mark.openmpi
 

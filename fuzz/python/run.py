@@ -10,7 +10,6 @@ allowed hpcio error is reported as a crash and its input kept (``-artifact_prefi
 process, without atheris, and fails on the first that breaks the contract.
 """
 
-import os
 import sys
 from pathlib import Path
 

@@ -25,8 +25,8 @@ import warnings
 
 import numpy as np
 
-from ..errors import BenchmarkError, HpcioError
 from ..demo.samples import IMAGES_PER_SAMPLE
+from ..errors import BenchmarkError, HpcioError
 from .data import META_FIELDS, VLM_COLUMNS, BenchDataset, parquet_row_group_rows
 from .limits import dataset_files
 from .pagecache import evict, resident

@@ -119,7 +119,9 @@ def _peer_formats(profile, n, root, seed, samples, formats, log) -> list[BenchDa
     """Parquet (one file written by pyarrow, row groups as Hugging Face writes them): the
     input of the Arrow/HF peers and of the conversion figures."""
     out = []
-    want = (lambda name: formats is None or name in formats)
+    def want(name):
+        return formats is None or name in formats
+
     if want("parquet"):
         path = os.path.join(root, "parquet")
         if not os.path.exists(path):

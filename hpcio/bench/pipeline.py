@@ -201,10 +201,12 @@ def staging_figures(datasets, profile: str, repeats: int = PIPELINE_REPEATS, log
             continue
         size = d.bytes
         t = _alternating([
-            ("cp", lambda dst: ["cp", "-r", d.path, dst], None),
-            ("cp_sync", lambda dst: ["sh", "-c", 'cp -r "$0" "$1" && sync', d.path, dst], None),
-            ("stage", lambda dst: [sys.executable, "-c", _STAGE_SCRIPT, d.path, dst, "no-fsync"], stage_seconds),
-            ("stage_fsync", lambda dst: [sys.executable, "-c", _STAGE_SCRIPT, d.path, dst, "fsync"], stage_seconds),
+            ("cp", lambda dst, src=d.path: ["cp", "-r", src, dst], None),
+            ("cp_sync", lambda dst, src=d.path: ["sh", "-c", 'cp -r "$0" "$1" && sync', src, dst], None),
+            ("stage", lambda dst, src=d.path: [sys.executable, "-c", _STAGE_SCRIPT, src, dst, "no-fsync"],
+             stage_seconds),
+            ("stage_fsync", lambda dst, src=d.path: [sys.executable, "-c", _STAGE_SCRIPT, src, dst, "fsync"],
+             stage_seconds),
         ], repeats, env, log)
         failed = {label: r["error"] for label, r in t.items() if "error" in r}
         if failed:

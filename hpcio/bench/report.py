@@ -152,7 +152,7 @@ def pipeline_markdown(rows: list[dict]) -> str:
             if r.get("error"):
                 out.write(f"| {r['profile']} | {r['dataset']} | {r['error']} | | | | | | |\n")
                 continue
-            mb = lambda seconds: f"{r['bytes'] / seconds / 1e6:,.0f}"  # noqa: E731
+            mb = lambda seconds, r=r: f"{r['bytes'] / seconds / 1e6:,.0f}"  # noqa: E731
             out.write(f"| {r['profile']} | {r['dataset']} | {r['bytes']:,} | {mb(r['stage_s'])} "
                       f"({mb(r['stage_process_s'])}) | {mb(r['cp_s'])} | {r['ratio']:.2f} ({r['ratio_best']:.2f}) | "
                       f"{mb(r['stage_fsync_s'])} ({mb(r['stage_fsync_process_s'])}) | {mb(r['cp_sync_s'])} | "

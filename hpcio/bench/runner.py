@@ -101,7 +101,7 @@ def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> l
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _byte_compile(root: str) -> None:
     """Byte-compile the hpcio under test once, as installing a package does: run from a
     source tree with PYTHONDONTWRITEBYTECODE set, every fresh process would otherwise

@@ -20,8 +20,8 @@ def add_arguments(parser) -> None:
 def dataset_hook(args, hook: str):
     """The ``hook`` of the format of ``args.path`` (``--format`` or sniffed), or None
     after saying on stderr that the format has none."""
-    from ..registry import format_hook, get_format, sniff_format
     from ..errors import CapabilityError
+    from ..registry import format_hook, get_format, sniff_format
 
     module = get_format(args.format) if args.format else sniff_format(args.path)
     try:

@@ -9,12 +9,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
+from .. import tuning
 from ..distributed.order import GlobalOrder
-
 from ..errors import CapabilityError
 from .jsonl import write_jsonl
-from .. import tuning
 from .samples import BYTES_FIELDS, _check_profile, generate
 
 __all__ = ["TOUR_FORMATS", "DEFAULT_COUNTS", "FormatResult", "TourReport", "tour", "format_report"]

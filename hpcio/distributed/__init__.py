@@ -14,8 +14,8 @@ from .order import ORDER_ALGORITHM, BlockOrder, GlobalOrder, IndexMap
 from .split import (
     ConsumerOrder,
     circular_shift,
-    consumer_order,
     consumed_position,
+    consumer_order,
     contiguous_part,
     epoch_order,
     per_consumer,

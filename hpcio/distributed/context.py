@@ -99,7 +99,7 @@ class RuntimeContext:
         """True on one rank per data-parallel group (``tp_rank == 0``)."""
         return self.tp_rank == 0
 
-    def replace(self, **changes) -> "RuntimeContext":
+    def replace(self, **changes) -> RuntimeContext:
         """A copy with ``changes`` applied (validated like the constructor)."""
         return dataclasses.replace(self, **changes)
 
@@ -111,7 +111,7 @@ def _env_int(env: Mapping[str, str], *names: str) -> int | None:
             try:
                 return int(value)
             except ValueError:
-                raise InvalidArgumentError(f"environment variable {name}={value!r} is not an integer")
+                raise InvalidArgumentError(f"environment variable {name}={value!r} is not an integer") from None
     return None
 
 

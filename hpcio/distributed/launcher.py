@@ -21,7 +21,7 @@ mpi4py; callers pass the size their communicator reports.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import MPIWorldMismatchError
 

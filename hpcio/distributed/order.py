@@ -124,7 +124,7 @@ class IndexMap(abc.ABC):
         return f"<{type(self).__name__} {self.spec()}>"
 
 
-def as_index_map(indices) -> "IndexMap | np.ndarray":
+def as_index_map(indices) -> IndexMap | np.ndarray:
     """``indices`` as given when lazy, else as a contiguous int64 array."""
     if isinstance(indices, IndexMap):
         return indices

@@ -25,8 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .._paths import resolve_inside
-from ..codecs import MAX_DECODED_ENV
-from ..codecs import max_decoded_bytes as max_decoded_bytes_option
+from ..codecs import MAX_DECODED_ENV, max_decoded_bytes as max_decoded_bytes_option
 from ..errors import (
     CapabilityError,
     CorruptShardError,
@@ -44,9 +43,16 @@ from ..errors import (
 from ..registry import Capabilities
 from ..units import format_bytes
 from . import _layout
-from .base import (PendingFiles, files_bytes, first_file_head, inspect_report,
-                   sample_starts, shard_files, verify_samples)
-from .base import Writer as _Writer
+from .base import (
+    PendingFiles,
+    Writer as _Writer,
+    files_bytes,
+    first_file_head,
+    inspect_report,
+    sample_starts,
+    shard_files,
+    verify_samples,
+)
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries",
            "inspect", "verify"]

@@ -18,7 +18,6 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
-
 from .._paths import check_relative_name, resolve_inside
 from ..errors import (
     InvalidArgumentError,
@@ -30,10 +29,8 @@ from ..errors import (
     UnsupportedValueError,
 )
 from ..registry import Capabilities
-from .base import Reader as _Reader
-from .base import Verification, files_bytes, inspect_report, remove_files
-from .base import Writer as _Writer
-from .webdataset import member_field, decode_member, member_suffix, split_name
+from .base import Reader as _Reader, Verification, Writer as _Writer, files_bytes, inspect_report, remove_files
+from .webdataset import decode_member, member_field, member_suffix, split_name
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "IMAGE_EXTS", "inspect", "verify"]
 

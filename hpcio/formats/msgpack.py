@@ -26,10 +26,17 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _values
 from ._checksums import Manifest, manifest_path, validate_files
-from .base import BatchReader
-from .base import (PendingFiles, files_bytes, inspect_report, locate,
-                   sample_starts, shard_files, verify_samples)
-from .base import FileWriter
+from .base import (
+    BatchReader,
+    FileWriter,
+    PendingFiles,
+    files_bytes,
+    inspect_report,
+    locate,
+    sample_starts,
+    shard_files,
+    verify_samples,
+)
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
            "inspect", "verify"]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from .. import tuning
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -31,12 +32,21 @@ from ..errors import (
     SchemaError,
 )
 from ..registry import Capabilities
-from .. import tuning
 from . import _values
-from .base import BatchReader
-from .base import (PendingFiles, by_shard, files_bytes, first_file_head, inspect_report,
-                   inverse_permutation, locate, sample_starts, shard_files, verify_samples)
-from .base import FileWriter
+from .base import (
+    BatchReader,
+    FileWriter,
+    PendingFiles,
+    by_shard,
+    files_bytes,
+    first_file_head,
+    inspect_report,
+    inverse_permutation,
+    locate,
+    sample_starts,
+    shard_files,
+    verify_samples,
+)
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
            "inspect", "verify"]

@@ -39,8 +39,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _layout, base
-from .base import files_bytes, inspect_report, sample_starts, verify_samples
-from .base import Writer as _Writer
+from .base import Writer as _Writer, files_bytes, inspect_report, sample_starts, verify_samples
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
            "inspect", "verify"]

@@ -33,18 +33,18 @@ import json
 import os
 from collections.abc import Callable, Iterator
 
-
 from ..dataset import Dataset
 from ..decoding import SampleDecoder
 from ..distributed.context import RuntimeContext, infer_context
+from ..distributed.epochs import check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
+from ..distributed.order import Arange, IndexMap, take
 from ..distributed.split import (
     circular_shift as rotate,
-    dataset_shard_sizes,
-    shuffle_mode,
     consumer_order,
+    dataset_shard_sizes,
     per_consumer,
+    shuffle_mode,
 )
-from ..distributed.order import Arange, IndexMap, take
 from ..errors import (
     CacheTimeoutError,
     InvalidArgumentError,
@@ -54,7 +54,6 @@ from ..errors import (
     UsageError,
     WrongTypeError,
 )
-from ..distributed.epochs import check_mixture_shuffle, epoch_plan, is_mixture, with_provenance
 from ..mixture import MixtureReader
 from .cache import CacheBoundary, materialise
 from .fixed import PassReads, Watermarked, watermark_stages
@@ -63,8 +62,8 @@ from .stages import (
     AssembleStage,
     BatchStage,
     DecodeStage,
-    PackStage,
     MapStage,
+    PackStage,
     SelectStage,
     SequencePacker,
     ShuffleStage,
@@ -188,18 +187,18 @@ class Pipeline:
         self.explicit = dict(context or {})
         self.stages: tuple[Stage, ...] = ()
 
-    def _then(self, stage: Stage) -> "Pipeline":
+    def _then(self, stage: Stage) -> Pipeline:
         new = object.__new__(Pipeline)
         new.__dict__.update(self.__dict__)
         new.stages = self.stages + (stage,)
         return new
 
     # --- stages ----------------------------------------------------------------------
-    def map(self, fn: Callable) -> "Pipeline":
+    def map(self, fn: Callable) -> Pipeline:
         """Apply ``fn`` to every sample."""
         return self._then(MapStage(fn))
 
-    def decode(self, decode="torchrgb8", *, backend: str = "auto") -> "Pipeline":
+    def decode(self, decode="torchrgb8", *, backend: str = "auto") -> Pipeline:
         """Decode images (or what ``decode`` names) in every sample, in the consumer.
 
         ``decode`` is a name such as ``"torchrgb8"``, ``"rgb8"`` or ``"pil"``, a callable
@@ -210,7 +209,7 @@ class Pipeline:
         decoder = decode if isinstance(decode, SampleDecoder) else SampleDecoder(decode, backend)
         return self._then(DecodeStage(decoder))
 
-    def select(self, predicate: Callable, *, lengths: str | None = None) -> "Pipeline":
+    def select(self, predicate: Callable, *, lengths: str | None = None) -> Pipeline:
         """Keep the samples for which ``predicate(sample)`` is true.
 
         With ``lengths`` (a source field), ``predicate`` takes that field's length
@@ -222,7 +221,7 @@ class Pipeline:
 
     def batch(self, size: int | None = None, *, max_bytes: int | None = None,
               max_tokens: int | None = None, token_field: str | None = None,
-              drop_last: bool = False, lengths=None, buckets=None) -> "Pipeline":
+              drop_last: bool = False, lengths=None, buckets=None) -> Pipeline:
         """Lists of samples, closed at ``size`` samples and/or before a budget is exceeded.
 
         ``max_bytes`` bounds the summed :func:`sample_nbytes`; ``max_tokens`` bounds the
@@ -243,7 +242,7 @@ class Pipeline:
         return self._then(BatchStage(size, max_bytes, max_tokens, token_field, drop_last, lengths, buckets))
 
     def pack(self, max_len: int, *, field: str = "tokens", eos: int | None = None, pad: int = 0,
-             split_documents: bool = False, lengths=None) -> "Pipeline":
+             split_documents: bool = False, lengths=None) -> Pipeline:
         """Rows of at most ``max_len`` tokens of ``field``, planned from lengths.
 
         Documents (each followed by ``eos`` when given) are packed by best-fit decreasing
@@ -256,11 +255,11 @@ class Pipeline:
         """
         return self._then(PackStage(max_len, field, eos, pad, split_documents, lengths))
 
-    def unbatch(self) -> "Pipeline":
+    def unbatch(self) -> Pipeline:
         """The samples of each list, one by one."""
         return self._then(UnbatchStage())
 
-    def shuffle(self, buffer_size: int, seed: int | None = None) -> "Pipeline":
+    def shuffle(self, buffer_size: int, seed: int | None = None) -> Pipeline:
         """Shuffle within windows of ``buffer_size``, seeded by (seed or the context's seed,
         epoch).  Where only maps and selects come before it, or before a planned stage,
         it permutes epoch positions before reading (stateless, checkpointed as
@@ -268,13 +267,13 @@ class Pipeline:
         items, seeded per consumer too, which a checkpoint cannot hold."""
         return self._then(ShuffleStage(buffer_size, seed))
 
-    def assemble(self, factory: Callable[[RuntimeContext], object]) -> "Pipeline":
+    def assemble(self, factory: Callable[[RuntimeContext], object]) -> Pipeline:
         """A stateful many-to-many step: ``factory(context)`` makes an object with
         ``push(sample) -> iterable`` and ``flush() -> iterable`` (at the end of the part)."""
         return self._then(AssembleStage(factory))
 
     def cache(self, directory, *, format: str = "mds", timeout: float = 3600.0,
-              **writer_options) -> "Pipeline":
+              **writer_options) -> Pipeline:
         """Materialise everything upstream once, as ``format`` shards under ``directory``.
 
         The key is a fingerprint of the source listing and every stage before; each

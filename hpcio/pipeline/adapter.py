@@ -32,11 +32,11 @@ import torch
 import torch.utils.data as torch_data
 
 from ..distributed.context import infer_context
+from ..distributed.epochs import check_schedule, is_mixture
 from ..distributed.order import ORDER_ALGORITHM
 from ..distributed.ranges import Kept, kept_to_epoch, merged_ranges
 from ..distributed.split import per_consumer
 from ..errors import InvalidArgumentError, UsageError, WrongTypeError
-from ..distributed.epochs import check_schedule, is_mixture
 from . import position_shuffles
 from .fixed import PassReads, watermark_stages
 from .stages import BatchStage, ShuffleStage, UnbatchStage
@@ -54,7 +54,7 @@ _MAX_WORKERS, _RING = 256, 64
 _READS_CAPACITY = 1 << 20
 
 
-def gather_states(dataset: "PipelineDataset") -> list[dict]:
+def gather_states(dataset: PipelineDataset) -> list[dict]:
     """Every rank's ``dataset.state_dict()``, gathered with
     ``torch.distributed.all_gather_object`` when a process group is initialised (a
     collective: call it on every rank), else this process's state alone."""

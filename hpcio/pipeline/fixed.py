@@ -48,7 +48,7 @@ class PassReads:
             kept = Composed(Unread(len(kept), counts), kept)
         return kept
 
-    def after(self, n: int, consumers: int, remainder: str, totals: Sequence[int]) -> "PassReads":
+    def after(self, n: int, consumers: int, remainder: str, totals: Sequence[int]) -> PassReads:
         """These reads plus a run of ``consumers`` whose consumer ``c`` used up the first
         ``totals[c]`` items of its stream (its part of each pass, pass after pass)."""
         left = [int(t) for t in totals]
@@ -81,7 +81,7 @@ class PassReads:
         return out
 
     @classmethod
-    def decode(cls, values: Sequence[int]) -> "PassReads":
+    def decode(cls, values: Sequence[int]) -> PassReads:
         it = iter(int(v) for v in values)
         layers = []
         for _ in range(next(it)):

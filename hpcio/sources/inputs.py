@@ -81,7 +81,7 @@ def load_libraries(names) -> None:
     registry.load_libraries(names - set(_SOURCE_ONLY))
 
 
-def open_reader(source: "Source", reader_options: dict | None = None):
+def open_reader(source: Source, reader_options: dict | None = None):
     """A reader of ``source``: its format's reader given the reader options, wrapped in a
     :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
     field_options, options = split_options(reader_options)

@@ -6,8 +6,8 @@
 from .manifest import MANIFEST_NAME, Digest, FileRecord, Manifest, read_manifest
 from .plan import StagePlan, plan_stage
 from .stage import StageResult, default_threads, stage
-from .unstage import unstage
 from .tiers import Tier, bench_tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
+from .unstage import unstage
 
 __all__ = [
     "stage",

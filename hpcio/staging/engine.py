@@ -13,8 +13,8 @@ import dataclasses
 import errno
 import os
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 
 import xxhash
 

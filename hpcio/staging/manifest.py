@@ -94,13 +94,13 @@ class Digest:
     chunk_bytes: int | None = None
 
     @classmethod
-    def compute_bytes(cls, data: bytes, algo: str) -> "Digest":
+    def compute_bytes(cls, data: bytes, algo: str) -> Digest:
         h = new_hasher(algo)
         h.update(data)
         return cls(algo, h.hexdigest())
 
     @classmethod
-    def from_tree(cls, chunk_digests: list[bytes], chunk_bytes: int) -> "Digest":
+    def from_tree(cls, chunk_digests: list[bytes], chunk_bytes: int) -> Digest:
         """Combine per-chunk ``xxh3_64().digest()`` values in file order."""
         return cls(TREE_ALGO, xxhash.xxh3_64(b"".join(chunk_digests)).hexdigest(), chunk_bytes)
 
@@ -111,7 +111,7 @@ class Digest:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "Digest":
+    def from_json(cls, data: dict) -> Digest:
         chunk_bytes = data.get("chunk_bytes")
         if chunk_bytes is not None:
             chunk_bytes = _json_int(data, "chunk_bytes")
@@ -136,7 +136,7 @@ class FileRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "FileRecord":
+    def from_json(cls, data: dict) -> FileRecord:
         return cls(_json_str(data, "path"), _json_int(data, "size"), Digest.from_json(data),
                    _json_int(data, "source_mtime_ns"))
 
@@ -152,7 +152,7 @@ class LinkRecord:
         return {"path": self.path, "target": self.target}
 
     @classmethod
-    def from_json(cls, data: dict) -> "LinkRecord":
+    def from_json(cls, data: dict) -> LinkRecord:
         if not isinstance(data.get("path"), str) or not isinstance(data.get("target"), str):
             raise TypeError(f"link record {data!r} needs a str path and target")
         return cls(data["path"], data["target"])
@@ -195,7 +195,7 @@ def write_manifest(directory: str | os.PathLike, manifest: Manifest, tmp_suffix:
 
     With ``durable=False`` nothing is fsynced: the rename alone makes it visible whole.
     """
-    manifest.created = manifest.created or datetime.datetime.now(datetime.timezone.utc).isoformat()
+    manifest.created = manifest.created or datetime.datetime.now(datetime.UTC).isoformat()
     manifest.host = manifest.host or socket.gethostname()
     final = os.path.join(directory, MANIFEST_NAME)
     tmp = f"{final}{TMP_MARK}{tmp_suffix}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import HpcioError, ShardNotFoundError, StagingError
 from ..units import format_bytes

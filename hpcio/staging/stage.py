@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from .._durable import fsync_dir
 from ..errors import HpcioError, InsufficientSpaceError, StagingError

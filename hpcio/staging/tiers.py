@@ -34,8 +34,8 @@ import os
 import re
 import time
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ..errors import HpcioError, StagingError
 from ..units import parse_bytes

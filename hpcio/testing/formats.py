@@ -19,7 +19,6 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
-from ..distributed.order import GlobalOrder
 import pytest
 
 import hpcio
@@ -27,6 +26,8 @@ from hpcio.errors import CapabilityError, HpcioError, IndexOutOfRangeError
 from hpcio.formats._checksums import MANIFEST_NAME
 from hpcio.formats.reports import InspectReport, VerifyProblem, VerifyReport
 from hpcio.registry import check_format, format_hook
+
+from ..distributed.order import GlobalOrder
 
 __all__ = ["FormatTests", "normalize", "assert_sample_equal", "replace_bytes", "stored_bytes"]
 
@@ -213,7 +214,7 @@ class FormatTests:
 
     def test_verify_truncated_shard(self, written):
         verify = self.hook("verify")
-        victim = self.truncate_largest_shard(written)
+        self.truncate_largest_shard(written)
         report = verify(written, max_errors=3)
         assert report["ok"] is False
         assert 1 <= len(report["errors"]) <= 3

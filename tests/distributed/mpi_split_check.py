@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 
+import json_format
 import numpy as np
 from mpi4py import MPI
 
@@ -17,8 +18,6 @@ from hpcio.dataset import Dataset
 from hpcio.distributed import epoch_order, infer_context, split_indices
 from hpcio.formats.base import Reader
 from hpcio.pipeline import Pipeline
-
-import json_format
 
 json_format.register()
 SQUARED = []

@@ -12,8 +12,9 @@ from hpcio.distributed import epoch_order, split_indices
 from hpcio.pipeline import Pipeline
 
 torch = pytest.importorskip("torch", reason="torch is the optional [torch] extra")
-import hpcio.torch as ht  # noqa: E402
 from test_mpi import run_mpi  # noqa: E402
+
+import hpcio.torch as ht  # noqa: E402
 
 N = 150
 

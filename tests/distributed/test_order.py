@@ -7,8 +7,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import hpcio
 from hpcio.distributed import BlockOrder, GlobalOrder, consumer_order, epoch_order, split_indices

@@ -6,10 +6,10 @@ import functools
 import os
 import threading
 
+import json_format
 import numpy as np
 import pytest
 
-import json_format
 from hpcio.distributed import RuntimeContext, epoch_order, split_indices
 from hpcio.pipeline import (
     CacheTimeoutError,

@@ -45,7 +45,7 @@ def loaders(kind, ds, world, workers):
 def run(pairs, steps=None):
     """Every rank takes ``steps`` steps (all of the epoch when None), in step."""
     got = []
-    for data, loader in pairs:
+    for _data, loader in pairs:
         got.append([positions(b) for b in itertools.islice(loader, steps)])
     assert len({len(g) for g in got}) == 1  # ranks in step
     return [p for g in got for b in g for p in b]

@@ -383,7 +383,7 @@ def test_provenance_names_the_dataset_index_and_position(make_dataset, cls):
     parts = [cls(ds, batch_size=4, seed=3, provenance=True, context={"rank": r, "world_size": 2})
              for r in range(2)]
     records = []
-    for p, batches in zip(parts, run(parts, workers=2)):
+    for _p, batches in zip(parts, run(parts, workers=2)):
         for b in batches:
             assert b["__source__"] == ["memory://list"] * len(b["id"])
             for sample_id, index in zip(b["id"].tolist(), b["__index__"].tolist()):

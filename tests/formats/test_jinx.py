@@ -14,11 +14,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from hpcio.distributed import GlobalOrder
 import orjson
 import pytest
 
 import hpcio
+from hpcio._core import _jinx
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import (
     CorruptShardError,
     DecodeError,
@@ -26,7 +27,6 @@ from hpcio.errors import (
     TruncatedShardError,
     UnsupportedValueError,
 )
-from hpcio._core import _jinx
 from hpcio.formats import jinx
 from hpcio.formats.jinx import shard as jinx_shard
 from hpcio.formats.reports import InspectReport, VerifyReport

@@ -3,10 +3,10 @@ truncated and invalid streams."""
 
 import msgpack
 import numpy as np
-from hpcio.distributed import GlobalOrder
 import pytest
 
 import hpcio
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import CorruptShardError, TruncatedShardError
 from hpcio.formats import msgpack as mfmt
 from hpcio.testing import FormatTests, assert_sample_equal

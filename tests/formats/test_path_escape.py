@@ -15,9 +15,7 @@ import pytest
 
 import hpcio
 from hpcio.errors import ExternalStorageError, PathEscapeError
-from hpcio.formats import hdf5 as h5fmt
-from hpcio.formats import webdataset as wdsfmt
-from hpcio.formats import zarr as zfmt
+from hpcio.formats import hdf5 as h5fmt, webdataset as wdsfmt, zarr as zfmt
 
 
 def write(path, fmt, samples, **options):

@@ -8,10 +8,10 @@ import os
 import tarfile
 
 import numpy as np
-from hpcio.distributed import GlobalOrder
 import pytest
 
 import hpcio
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import CorruptShardError, TruncatedShardError, UnsupportedValueError
 from hpcio.formats import webdataset as wdsfmt
 from hpcio.testing import FormatTests, assert_sample_equal

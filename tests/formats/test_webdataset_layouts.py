@@ -11,7 +11,6 @@ import os
 
 import pytest
 import webdataset as wds
-
 from test_webdataset import tar_bytes  # tests/formats is on sys.path, as for mds_helpers
 
 import hpcio

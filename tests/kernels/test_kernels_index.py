@@ -6,8 +6,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpcio._core import _index
 from hpcio.errors import CorruptShardError, IndexOutOfRangeError, TruncatedShardError

@@ -6,8 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpcio._core import _io
 from hpcio.errors import CorruptShardError, ShardNotFoundError, TruncatedShardError

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..._core import _jinx
 from ...errors import UnsupportedValueError
 from .sample import JinxSample
 from .values import COMPRESSIONS, NUMPY_SCALARS, TYPE_EXTS, TYPED_LIST, canonical_compression, compress

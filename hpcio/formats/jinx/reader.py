@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ... import codecs as _codecs_table
-from ..._core import _codecs as _zstd_kernels
-from ..._core import _jinx
+from ..._core import _codecs as _zstd_kernels, _jinx
 from ...errors import CorruptShardError, DecompressionLimitError
 from .. import base
 from .sample import JinxSample

@@ -10,11 +10,8 @@ import binascii
 import io
 import pickle
 
-import numpy as np
-
 from ... import codecs as _codecs_table
-from ..._core import _codecs as _zstd_kernels
-from ..._core import _jinx
+from ..._core import _codecs as _zstd_kernels, _jinx
 from ...errors import DecodeError, InvalidArgumentError, MissingDependencyError
 from .._values import load_npy  # noqa: F401  (the .npy loader, shared with the other formats)
 

@@ -12,11 +12,11 @@ import numpy as np
 from ..._paths import listed_inside
 from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
-from ..base import Reader as _Reader
 from .._checksums import MANIFEST_NAME, recorded_samples, validate_files
-from ..base import locate, project, sample_starts
+from ..base import Reader as _Reader, locate, project, sample_starts
 from ..tar_gzip import is_gzip_name, open_decompressed
 from .members import _member_key, decode_member
+
 
 def list_shards(path) -> list[str]:
     """The tar files of ``path``: a directory, one file, a glob pattern, or a list."""

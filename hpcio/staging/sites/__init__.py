@@ -14,8 +14,8 @@ import fnmatch
 import os
 import socket
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ...errors import HpcioError
 
