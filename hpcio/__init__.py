@@ -15,6 +15,7 @@ from .dataset import Dataset, open, open_writer
 from .errors import (
     CapabilityError,
     ChecksumMismatchError,
+    ClosedError,
     CorruptShardError,
     DecodeError,
     DecompressionLimitError,
@@ -22,6 +23,8 @@ from .errors import (
     HpcioError,
     IndexOutOfRangeError,
     InsufficientSpaceError,
+    InvalidArgumentError,
+    KeyNotFoundError,
     LineageNotFoundError,
     MissingDependencyError,
     OptionError,
@@ -33,6 +36,7 @@ from .errors import (
     TruncatedShardError,
     UnknownFormatError,
     UnsupportedValueError,
+    WrongTypeError,
 )
 from .lineage import Location, locate
 from .mixture import Mixture, mix
@@ -66,6 +70,7 @@ __all__ = [
     "HpcioError",
     "CapabilityError",
     "ChecksumMismatchError",
+    "ClosedError",
     "CorruptShardError",
     "DecodeError",
     "OutOfMemoryError",
@@ -73,6 +78,8 @@ __all__ = [
     "FormatSniffError",
     "IndexOutOfRangeError",
     "InsufficientSpaceError",
+    "InvalidArgumentError",
+    "KeyNotFoundError",
     "LineageNotFoundError",
     "MissingDependencyError",
     "OptionError",
@@ -83,6 +90,7 @@ __all__ = [
     "TruncatedShardError",
     "UnknownFormatError",
     "UnsupportedValueError",
+    "WrongTypeError",
 ]
 
 

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from .errors import DecodeError, MissingDependencyError
+from .errors import DecodeError, InvalidArgumentError, MissingDependencyError, WrongTypeError
 
 __all__ = ["IMAGE_SPECS", "IMAGE_EXTENSIONS", "BACKENDS", "image_kind", "ImageDecoder", "SampleDecoder",
            "sample_decoder"]
@@ -116,9 +116,9 @@ class ImageDecoder:
 
     def __init__(self, spec: str = "torchrgb8", backend: str = "auto"):
         if spec not in IMAGE_SPECS:
-            raise ValueError(f"unknown image decoding {spec!r}; choose one of {', '.join(IMAGE_SPECS)}")
+            raise InvalidArgumentError(f"unknown image decoding {spec!r}; choose one of {', '.join(IMAGE_SPECS)}")
         if backend not in BACKENDS:
-            raise ValueError(f"unknown decoding backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+            raise InvalidArgumentError(f"unknown decoding backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.spec, self.backend = spec, backend
         self.container, self.dtype, self.mode = IMAGE_SPECS[spec]
         if self.container == "torch" and not _installed("torch"):
@@ -224,7 +224,7 @@ class SampleDecoder:
         if isinstance(choice, str):
             return ImageDecoder(choice, self.backend)
         if not callable(choice):
-            raise TypeError(f"decode= takes a name, a callable or a mapping of them, got {type(choice).__name__}")
+            raise WrongTypeError(f"decode= takes a name, a callable or a mapping of them, got {type(choice).__name__}")
         return choice
 
     def fingerprint(self) -> str:
@@ -238,7 +238,7 @@ class SampleDecoder:
         if isinstance(sample, (list, tuple)):
             return [self(s) for s in sample]
         if not isinstance(sample, Mapping):
-            raise TypeError(f"decoding needs samples that are mappings, got {type(sample).__name__}")
+            raise WrongTypeError(f"decoding needs samples that are mappings, got {type(sample).__name__}")
         out = {}
         for field in sample:
             value = sample[field]

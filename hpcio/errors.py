@@ -36,6 +36,7 @@ __all__ = [
     "SymlinkError",
     "SourceChangedError",
     "WriterSpaceError",
+    "PathExistsError",
     "PlanError",
     "ResumeError",
     "BadSampleError",
@@ -58,6 +59,8 @@ __all__ = [
     "UsageError",
     "ClosedError",
     "BenchmarkError",
+    "ToolNotFoundError",
+    "SelfCheckError",
     "CollateError",
     "where",
 ]
@@ -169,6 +172,16 @@ class CapabilityError(HpcioError, NotImplementedError):
 class ShardReadError(HpcioError, OSError):
     """A system call reading a shard failed; ``errno`` holds the operating system's code."""
 
+    @classmethod
+    def from_errno(cls, code: int, strerror: str, path=None):
+        """The error ``OSError(code, strerror, path)`` would be: the same message,
+        ``errno``, ``strerror`` and ``filename``."""
+        exc = cls.__new__(cls)
+        OSError.__init__(exc, code, strerror, path)
+        exc.path = None if path is None else str(path)
+        exc.offset = exc.sample = None
+        return exc
+
 
 class ShardChangedError(ShardReadError):
     """A shard file shrank while a reader had it mapped (replaced or truncated under a
@@ -213,6 +226,10 @@ class ExternalStorageError(PathEscapeError):
 
 
 # --- writing ---------------------------------------------------------------------------
+
+
+class PathExistsError(HpcioError, FileExistsError):
+    """A file or directory a writer would create is already there."""
 
 
 class WriterSpaceError(HpcioError, OSError):
@@ -274,6 +291,17 @@ class FormatPluginError(HpcioError, ImportError):
 
 class TierEmulatorError(HpcioError, OSError):
     """The emulated storage tier (``hpcio.bench.tier``) could not be built, mounted or unmounted."""
+
+
+class ToolNotFoundError(HpcioError, FileNotFoundError):
+    """An external program hpcio runs (``mpiexec``, ...) is not on ``PATH``."""
+
+
+class SelfCheckError(HpcioError, AssertionError, RuntimeError):
+    """hpcio's own end-to-end checks (the demo tour, the mutation suite's pristine
+    datasets) found a result other than the one they know to be right: a bug in hpcio
+    or in the environment, not in the caller's data.  Both built-in bases: the checks
+    raised AssertionError, their child-process failures RuntimeError."""
 
 
 class BenchmarkError(HpcioError, RuntimeError):

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+from ..errors import ToolNotFoundError
 from ..units import parse_bytes
 from .cold import _join, memory_cgroup
 from .limits import dataset_files
@@ -38,7 +39,7 @@ _SECTOR = 512
 def _mpiexec() -> str:
     found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if found is None:
-        raise FileNotFoundError("mpiexec not found (pip install 'hpcio[mpich]' or a system MPI)")
+        raise ToolNotFoundError("mpiexec not found (pip install 'hpcio[mpich]' or a system MPI)")
     return found
 
 

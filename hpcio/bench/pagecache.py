@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..errors import ShardReadError
+
 __all__ = ["evict", "resident", "Residency"]
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -86,13 +88,13 @@ def _resident_bytes(path: str, offset: int = 0, length: int | None = None) -> tu
         addr = _libc.mmap(None, end - start, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
         if addr in (None, _MAP_FAILED):
             err = ctypes.get_errno()
-            raise OSError(err, f"mmap for mincore: {os.strerror(err)}", path)
+            raise ShardReadError.from_errno(err, f"mmap for mincore: {os.strerror(err)}", path)
         try:
             pages = (end - start + _PAGE - 1) // _PAGE
             vec = ctypes.create_string_buffer(pages)
             if _libc.mincore(addr, end - start, vec) != 0:
                 err = ctypes.get_errno()
-                raise OSError(err, f"mincore: {os.strerror(err)}", path)
+                raise ShardReadError.from_errno(err, f"mincore: {os.strerror(err)}", path)
             cached = int(np.count_nonzero(np.frombuffer(vec.raw, np.uint8) & 1))
         finally:
             _libc.munmap(addr, end - start)

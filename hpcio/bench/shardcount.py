@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from ..errors import InvalidArgumentError
 from .cold import _samples, measure_cold
 from .data import VLM_COLUMNS, BenchDataset
 from .limits import settle_page_cache
@@ -36,7 +37,7 @@ def _writer_options(fmt: str, profile: str, shards: int, n: int, nbytes: int) ->
         return {"max_count": -(-n // shards)}
     if fmt == "jinx":
         return {"shard_size": nbytes // shards + 1}
-    raise ValueError(f"no shard-count option for {fmt}")
+    raise InvalidArgumentError(f"no shard-count option for {fmt}")
 
 
 def sharded_datasets(profile: str, n: int, root: str, *, formats=("mds",), multiples=MULTIPLES,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .. import tuning
 from ..distributed.order import GlobalOrder
-from ..errors import CapabilityError
+from ..errors import CapabilityError, SelfCheckError
 from .jsonl import write_jsonl
 from .samples import BYTES_FIELDS, _check_profile, generate
 
@@ -82,15 +82,15 @@ def _same(got, expected) -> bool:
 def _check_by_id(got: list, by_id: dict, what: str) -> None:
     """Every generated sample exactly once, each equal byte for byte, in any order."""
     if len(got) != len(by_id):
-        raise AssertionError(f"{what}: {len(got)} samples, expected {len(by_id)}")
+        raise SelfCheckError(f"{what}: {len(got)} samples, expected {len(by_id)}")
     seen = set()
     for i, sample in enumerate(got):
         key = sample.get("id")
         if key not in by_id or key in seen:
-            raise AssertionError(f"{what}: sample {i} has an unknown or repeated id {key!r}")
+            raise SelfCheckError(f"{what}: sample {i} has an unknown or repeated id {key!r}")
         seen.add(key)
         if not _same(sample, by_id[key]):
-            raise AssertionError(f"{what}: sample {i} (id {key!r}) differs from the generated one")
+            raise SelfCheckError(f"{what}: sample {i} (id {key!r}) differs from the generated one")
 
 
 def _disk_usage(path: str) -> int:
@@ -156,7 +156,7 @@ def _tour_format(name: str, samples: list, out: str, source: str | None, log) ->
         result.size_bytes = _disk_usage(dst)
         sniffed = hpcio.sniff_format(dst).NAME
         if sniffed != name:
-            raise AssertionError(f"hpcio.open would read {dst} as {sniffed}, not {name}")
+            raise SelfCheckError(f"hpcio.open would read {dst} as {sniffed}, not {name}")
 
         with hpcio.open(dst) as ds:
             t0 = time.perf_counter()
@@ -170,20 +170,20 @@ def _tour_format(name: str, samples: list, out: str, source: str | None, log) ->
             got = list(shuffled)
             result.shuffle_rate = n / (time.perf_counter() - t0)
             if [s["id"] for s in got] != [stored[int(i)]["id"] for i in perm]:
-                raise AssertionError("shuffle(seed=42) is not GlobalOrder(n, seed=42)")
+                raise SelfCheckError("shuffle(seed=42) is not GlobalOrder(n, seed=42)")
             _check_by_id(got, by_id, "shuffle(seed=42)")
 
             t0 = time.perf_counter()
             ordered = shuffled.sort("id")
             result.sort_seconds = time.perf_counter() - t0
             if [s["id"] for s in ordered.select(["id"])] != sorted(by_id):
-                raise AssertionError("shuffle(42).sort('id') is not in id order")
+                raise SelfCheckError("shuffle(42).sort('id') is not in id order")
 
             world = 4
             parts = [shuffled.split(rank, world).select(["id"]) for rank in range(world)]
             seen = [s["id"] for part in parts for s in part]
             if seen != [s["id"] for s in got[: world * (n // world)]]:
-                raise AssertionError("split(rank, 4) parts do not tile the shuffled order")
+                raise SelfCheckError("split(rank, 4) parts do not tile the shuffled order")
             result.split = f"{world} x {n // world}"
         log(f"  {name}: ok ({how})")
         return result

@@ -227,17 +227,17 @@ _NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, tokenize.TokenError, R
 
 
 def load_npy(data) -> np.ndarray:
-    """The array in .npy bytes, never unpickled; ValueError names what is wrong.
+    """The array in .npy bytes, never unpickled; a DecodeError (a ValueError) names what is wrong.
 
     The size the header declares is checked against the bytes that follow it before
     anything is allocated: a 4 TiB shape in a small value is refused, not handed to
     numpy's allocator."""
     mv = memoryview(data)
     if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
-        raise ValueError("not a .npy value (bad magic)")
+        raise DecodeError("not a .npy value (bad magic)")
     hlen = (10 + int.from_bytes(mv[8:10], "little")) if mv[6] == 1 else (12 + int.from_bytes(mv[8:12], "little"))
     if hlen > len(mv):
-        raise ValueError(f".npy header of {hlen} bytes in a value of {len(mv)}")
+        raise DecodeError(f".npy header of {hlen} bytes in a value of {len(mv)}")
     header = bytes(mv[:hlen])
     parsed = _npy_headers.get(header)
     if parsed is None:
@@ -246,7 +246,7 @@ def load_npy(data) -> np.ndarray:
             _npy_headers[header] = parsed
     shape, fortran, dtype, count = parsed
     if len(mv) - hlen < count * dtype.itemsize:
-        raise ValueError(f".npy header declares shape {shape} of {dtype} ({count * dtype.itemsize} bytes); "
+        raise DecodeError(f".npy header declares shape {shape} of {dtype} ({count * dtype.itemsize} bytes); "
                          f"the value holds {len(mv) - hlen} data bytes")
     arr = np.frombuffer(mv, dtype=dtype, count=count, offset=hlen).copy()
     return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
@@ -262,16 +262,16 @@ def _parse_npy_header(header: bytes) -> tuple:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
     except _NPY_HEADER_ERRORS:
         text = header[10 if header[6] == 1 else 12 :].decode("latin-1").strip()
-        raise ValueError(f"garbled .npy header {text!r}") from None
+        raise DecodeError(f"garbled .npy header {text!r}") from None
     if dtype.hasobject:
-        raise ValueError(".npy value holds Python objects (pickles are refused)")
+        raise DecodeError(".npy value holds Python objects (pickles are refused)")
     if not all(type(dim) is int for dim in shape):  # numpy's parser lets True through
-        raise ValueError(f".npy header declares shape {shape}, with a dimension that is not an integer")
+        raise DecodeError(f".npy header declares shape {shape}, with a dimension that is not an integer")
     if any(dim < 0 for dim in shape):
-        raise ValueError(f".npy header declares shape {shape}, with a negative dimension")
+        raise DecodeError(f".npy header declares shape {shape}, with a negative dimension")
     count = math.prod(shape)  # Python ints: a huge shape cannot wrap
     if count > _MAX_ITEMS:  # only items of 0 bytes get this far with a small value
-        raise ValueError(f".npy header declares shape {shape}: more items than an array holds")
+        raise DecodeError(f".npy header declares shape {shape}: more items than an array holds")
     return shape, fortran, dtype, count
 
 

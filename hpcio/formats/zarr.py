@@ -34,6 +34,7 @@ from ..errors import (
     InvalidArgumentError,
     MissingDependencyError,
     OptionError,
+    PathExistsError,
     SchemaError,
     ShardNotFoundError,
 )
@@ -255,7 +256,7 @@ class Writer(_Writer):
         self.created_root = False
         self.part_path = os.path.join(self.path, self.part_name)
         if os.path.exists(self.part_path):
-            raise FileExistsError(f"{self.part_path} already exists")
+            raise PathExistsError(f"{self.part_path} already exists")
         self.chunk_samples, self.shard_samples = chunk_samples, shard_samples
         self.chunk_bytes, self.shard_bytes = chunk_bytes, shard_bytes
         if compression is None:

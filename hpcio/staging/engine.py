@@ -228,14 +228,13 @@ class CopyEngine:
         being copied; a source that changes again, or changes size, is refused, so a
         torn copy is never published with a digest that matches it."""
         rel, sf = item.rel, self.files[item.rel]
-        for attempt in (1, 2):
-            try:
-                return self._copy_whole_once(rel, sf)
-            except SourceChangedError as exc:
-                if attempt == 2 or exc.now is None or exc.now.st_size != sf.size:
-                    raise
-                sf = dataclasses.replace(sf, mtime_ns=exc.now.st_mtime_ns)
-        raise AssertionError("unreachable")
+        try:
+            return self._copy_whole_once(rel, sf)
+        except SourceChangedError as exc:
+            if exc.now is None or exc.now.st_size != sf.size:
+                raise
+            sf = dataclasses.replace(sf, mtime_ns=exc.now.st_mtime_ns)
+        return self._copy_whole_once(rel, sf)
 
     def _copy_whole_once(self, rel: str, sf: SourceFile) -> FileRecord:
         algo, _ = digest_scheme(sf.size, self.plan.reference.get(rel), 1 << 62)

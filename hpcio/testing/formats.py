@@ -32,6 +32,10 @@ from ..distributed.order import GlobalOrder
 __all__ = ["FormatTests", "normalize", "assert_sample_equal", "replace_bytes", "stored_bytes"]
 
 
+class _UserCodeError(RuntimeError):
+    """Stands for an error of the caller's code inside a ``with open_writer(...)`` block."""
+
+
 def normalize(value):
     """A value in a comparable canonical form (bytes-likes become bytes, arrays lists)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -358,9 +362,9 @@ class FormatTests:
 
     def test_failed_write_leaves_nothing(self, tmp_path):
         path = self.dataset_path(tmp_path)
-        with pytest.raises(RuntimeError, match="boom"):
+        with pytest.raises(_UserCodeError, match="boom"):
             with hpcio.open_writer(path, format=self.format_name, **self.writer_options) as w:
                 w.write(self.make_sample(0))
-                raise RuntimeError("boom")
+                raise _UserCodeError("boom")
         leftovers = os.listdir(path) if os.path.isdir(path) else [path] * os.path.exists(path)
         assert leftovers == [], f"a failed write left {leftovers}"

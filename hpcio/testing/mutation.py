@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..errors import SelfCheckError
+
 __all__ = ["FORMATS", "OUTCOMES", "Case", "Result", "make_cases", "run_suite", "summarize", "table"]
 
 OUTCOMES = ("detected", "identical", "silent", "crash", "hang", "untyped", "overalloc")
@@ -364,7 +366,7 @@ def _expected(root: str, variant: str) -> list:
     got = _read_all(_opened(_dataset(root, variant), variant), FORMATS[variant].format)
     want = [_plain(_sample(i, FORMATS[variant].binary)) for i in range(_SAMPLES)]
     if [dict(sorted(s.items())) for s in got] != [dict(sorted(s.items())) for s in want]:
-        raise AssertionError(f"the pristine {variant} dataset does not read back as written")
+        raise SelfCheckError(f"the pristine {variant} dataset does not read back as written")
     return got
 
 
@@ -382,7 +384,7 @@ def run_suite(root: str, *, variants=None, truncations: int = 8, flips: int = 8,
         finally:
             os._exit(code)
     if os.waitpid(pid, 0)[1] != 0:
-        raise RuntimeError("writing the pristine datasets failed")
+        raise SelfCheckError("writing the pristine datasets failed")
     scratch = os.path.join(root, "scratch")
     os.makedirs(scratch, exist_ok=True)
     results = []
@@ -417,7 +419,7 @@ def _expected_in_child(root: str, variant: str) -> list:
         data += chunk
     os.close(read_fd)
     if os.waitpid(pid, 0)[1] != 0:
-        raise RuntimeError(f"reading the pristine {variant} dataset failed")
+        raise SelfCheckError(f"reading the pristine {variant} dataset failed")
     return pickle.loads(data)
 
 
