@@ -1,8 +1,11 @@
 """Shard file access: buffered pread and mmap (compiled)."""
 import os
 
+import mmap
+
 import numpy as np
 from numpy.typing import NDArray
+from typing_extensions import disjoint_base
 
 DEFAULT_BUFFER_SIZE: int  # 8 MiB
 
@@ -19,6 +22,7 @@ def start_writeback(target: str | os.PathLike | int, offset: int = 0, length: in
     end) to storage without waiting (Linux ``sync_file_range``; elsewhere nothing is
     done); a later fsync waits only for the rest.  ``target``: a path or an open fd."""
 
+@disjoint_base
 class ShardFile:
     """A file opened for reading with pread into a reusable buffer (default 8 MiB).
 
@@ -41,9 +45,14 @@ class ShardFile:
     def __enter__(self) -> ShardFile: ...
     def __exit__(self, *exc) -> None: ...
 
+def map_file(fd: int) -> mmap.mmap:
+    """A read-only mmap of the whole (non-empty) file open on ``fd``; 2 MiB or more is
+    advised for huge pages (``MADV_HUGEPAGE``)."""
+
 def check_mapped_size(fd: int, size: int, path: str | None) -> None:
     """Raise ShardChangedError when the file open on ``fd`` is now shorter than ``size``."""
 
+@disjoint_base
 class MappedShard:
     """A read-only mmap of a whole file, kept open; zero-copy record views."""
     path: str
@@ -80,6 +89,7 @@ def kernel_reads_ahead_alone(fd: int) -> bool:
     """Whether the kernel's read-ahead of the file open on ``fd`` keeps a single request
     in flight (FUSE)."""
 
+@disjoint_base
 class ReadAhead:
     """Bytes ``[offset, offset + length)`` of the file open on ``fd`` read into the page cache
     in the background, ``depth`` MiB-sized reads at once; :meth:`close` stops the reads not
@@ -88,16 +98,26 @@ class ReadAhead:
     bytes_read: int
 
     def __init__(self, fd: int, offset: int, length: int, depth: int = 8) -> None: ...
+    @property
+    def done(self) -> bool:
+        """Whether every read has ended (closed, or never started, counts as ended)."""
     def close(self, wait: bool = False) -> int: ...
+
+def read_ahead_extents(fds, file_of, starts, ends, depth: int = 8, max_gap: int = 16384,
+                       ranks=None) -> ReadAhead:
+    """Records ``[starts[j], ends[j])`` of the files open on ``fds[file_of[j]]`` read into
+    the page cache in the background, neighbours within ``max_gap`` bytes as one range,
+    ``depth`` reads at once; with ``ranks``, in order of ``ranks[j]``."""
 
 def read_extents(fds, paths, file, offsets, lengths, out, dst, *, max_gap: int = 0,
                  max_request: int = 0, depth: int = 1) -> tuple[int, int]: ...
 
+@disjoint_base
 class ShardTable:
     """The open shards of a dataset as C arrays, for batch reads across shards in one
     GIL-free call (records copied from their bytes, or read as planned requests)."""
     nshards: int
-    def __init__(self, nshards: int) -> None: ...
+    def __new__(cls, nshards: int) -> ShardTable: ...
     def attach(self, k: int, buf, count: int, fd: int, path: str | None, planned: bool) -> None:
         """Shard ``k``: its bytes (count, offset table, records), descriptor and path."""
     def detach(self, k: int) -> None:

@@ -4,6 +4,8 @@ read into them, and the plain values they return (compiled)."""
 
 from collections.abc import Iterator, KeysView, Sequence
 
+from typing_extensions import disjoint_base
+
 ENCODINGS: dict[str, int]  # "a85" -> 0, "b64" -> 1, "hex" -> 2
 
 def decode(data: str | bytes, encoding: int, *, path: str | None = None, offset: int = -1,
@@ -22,6 +24,7 @@ def plain_value(value, sep: str, lazy, shard, sample: int):
     suffixed key become ``lazy(object, shard, sample)``, the lists and objects holding one
     are copied down to it, anything else is the value itself."""
 
+@disjoint_base
 class LazySample:
     """Base of ``hpcio.formats.jinx.JinxSample``: the stored object, its shard and line,
     the decoded values asked for, and whether a mutable value was handed out."""
@@ -30,8 +33,8 @@ class LazySample:
     _sample: int
     _lent: bool
     def __init__(self, raw: dict, shard, sample: int) -> None: ...
-    def __getitem__(self, key: str): ...
-    def __contains__(self, key: object) -> bool: ...
+    def __getitem__(self, key: str, /): ...
+    def __contains__(self, key: object, /) -> bool: ...
     def __iter__(self) -> Iterator[str]: ...
     def keys(self) -> KeysView[str]: ...
     def __len__(self) -> int: ...

@@ -3,6 +3,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from numpy.typing import NDArray
+from typing_extensions import disjoint_base
 
 KIND_STR: int
 KIND_BYTES: int
@@ -19,16 +20,18 @@ def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: 
     """Dicts of columns ``cols`` of the records ``buf[starts[j]:ends[j]]``; ``(samples, -1)``,
     or ``(None, j)`` when record j is malformed or a value cannot be built."""
 
+@disjoint_base
 class RecordSamples(Iterator[dict]):
     """The sample dicts of the records ``buf[starts[j]:ends[j]]`` built one at a time (the
     arguments of :func:`mds_samples`); record j, when the kernel cannot build it, is
     ``fallback(j)``."""
-    def __init__(self, buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
-                 sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable,
-                 fallback: Callable[[int], dict]) -> None: ...
+    def __new__(cls, buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
+                sizes: tuple, kinds: tuple, cols: tuple, json_loads: Callable,
+                fallback: Callable[[int], dict]) -> RecordSamples: ...
     def __iter__(self) -> RecordSamples: ...
     def __next__(self) -> dict: ...
 
+@disjoint_base
 class RecordPacker:
     """Packs the MDS record of a sample dict of plain values (``str``/``int``/``json``
     columns of those types, ``bytes`` values in any column); ``pack`` returns None for
