@@ -356,7 +356,6 @@ def io_read_bytes():
 
 def run(spec):
     system, op, profile = spec["system"], spec["op"], spec["profile"]
-    meta = spec.get("meta_fields")
     opener = LOADERS[system]()
     anon = AnonymousPeak() if spec.get("anon_peak") else None
     if op == "dataloader":
@@ -369,81 +368,7 @@ def run(spec):
     t_open = time.perf_counter()
     waited = runqueue_wait_s()
     n = spec.get("n") or len(ds)
-    checksum = 0
-    if op in ("iterate", "iterate-meta") or (op == "shuffle-buffer" and system == "webdataset"):
-        fields = meta if op == "iterate-meta" else None
-        if system == "arrow":
-            for s in ds.iter_batches(fields):
-                checksum += touch(s, None)
-        elif system == "hpcio" and fields is not None:
-            for s in ds.select(fields):
-                checksum += touch(s, None)
-        elif system == "webdataset":
-            if op == "shuffle-buffer":
-                ds = ds.shuffle(SHUFFLE_BUFFER)
-            # A webdataset sample names its entries by member suffix ("meta.json") and adds
-            # its own "__key__", "__url__"...; touch the dataset's fields only.
-            wanted = None if fields is None else set(fields)
-            for s in ds:
-                checksum += touch(s, [k for k in s if not k.startswith("__")
-                                      and (wanted is None or k.split(".", 1)[0] in wanted)])
-        else:
-            for s in ds:
-                checksum += touch(s, fields)
-    elif system == "hpcio" and op == "dataloader":
-        import hpcio.torch
-
-        source = hpcio.torch.IterableDataset(ds, batch_size=LOADER_BATCH, shuffle=True, seed=42, collate_fn=list,
-                                             context={"rank": 0, "world_size": 1})
-        for batch in hpcio.torch.DataLoader(source, num_workers=0):
-            for s in batch:
-                checksum += touch(s, None)
-    elif system == "hpcio":
-        # hpcio's own API: views are index arrays read back in vectorised batches.
-        if op == "sort":
-            view = ds.sort(len, field="messages" if profile == "vlm" else "text")
-        elif op == "shuffle-block":
-            view = ds.shuffle(seed=42, mode="block", window=SHUFFLE_WINDOW)
-        elif op == "shuffle-buffer":
-            from hpcio.pipeline import Pipeline
-
-            view = Pipeline(ds, shuffle="none", context={"rank": 0, "world_size": 1}).shuffle(SHUFFLE_BUFFER, seed=42)
-        else:
-            view = ds.shuffle(seed=42)
-        if op == "batch":
-            order = view.indices
-            for lo in range(0, n, BATCH):
-                for s in ds.get_batch(order[lo : lo + BATCH]):
-                    checksum += touch(s, None)
-        elif op == "columns":
-            order = view.indices
-            for lo in range(0, n, BATCH):
-                checksum += touch_columns(ds.get_columns(order[lo : lo + BATCH]))
-        else:
-            for s in view:
-                checksum += touch(s, None)
-    elif op in ("shuffle", "sort"):
-        if op == "sort":
-            if system == "arrow":
-                import pyarrow.compute as pc
-
-                col = ds.table["messages" if profile == "vlm" else "text"]
-                lens = pc.list_value_length(col) if profile == "vlm" else pc.utf8_length(col)
-                order = np.argsort(lens.to_numpy(zero_copy_only=False), kind="stable")
-            else:
-                key = sort_key(profile)
-                order = np.argsort([key(ds[i]) for i in range(n)], kind="stable")
-        else:
-            order = np.random.default_rng(42).permutation(n)
-        if system == "arrow":
-            for lo in range(0, n, BATCH):
-                for s in ds.take(order[lo : lo + BATCH]):
-                    checksum += touch(s, None)
-        else:
-            for i in order:
-                checksum += touch(ds[int(i)], None)
-    else:
-        raise SystemExit(f"unknown operation {op!r}")
+    checksum = _run_op(ds, system, op, profile, n, spec.get("meta_fields"))
     t_end = time.perf_counter()
     waited = None if waited is None else runqueue_wait_s() - waited
     return {
@@ -460,6 +385,107 @@ def run(spec):
         "io_read_bytes": io_read_bytes(),
     }
 
+
+def _run_op(ds, system, op, profile, n, meta):
+    """Run operation ``op`` of ``system`` over ``n`` samples of ``ds``; the checksum of
+    what was touched."""
+    if op in ("iterate", "iterate-meta") or (op == "shuffle-buffer" and system == "webdataset"):
+        return _iterate(ds, system, op, meta if op == "iterate-meta" else None)
+    if system == "hpcio" and op == "dataloader":
+        return _dataloader(ds)
+    if system == "hpcio":
+        return _hpcio_view(ds, op, profile, n)
+    if op in ("shuffle", "sort"):
+        return _peer_order(ds, system, op, profile, n)
+    raise SystemExit(f"unknown operation {op!r}")
+
+
+def _iterate(ds, system, op, fields):
+    checksum = 0
+    if system == "arrow":
+        for s in ds.iter_batches(fields):
+            checksum += touch(s, None)
+    elif system == "hpcio" and fields is not None:
+        for s in ds.select(fields):
+            checksum += touch(s, None)
+    elif system == "webdataset":
+        if op == "shuffle-buffer":
+            ds = ds.shuffle(SHUFFLE_BUFFER)
+        # A webdataset sample names its entries by member suffix ("meta.json") and adds
+        # its own "__key__", "__url__"...; touch the dataset's fields only.
+        wanted = None if fields is None else set(fields)
+        for s in ds:
+            checksum += touch(s, [k for k in s if not k.startswith("__")
+                                  and (wanted is None or k.split(".", 1)[0] in wanted)])
+    else:
+        for s in ds:
+            checksum += touch(s, fields)
+    return checksum
+
+
+def _dataloader(ds):
+    import hpcio.torch
+
+    checksum = 0
+    source = hpcio.torch.IterableDataset(ds, batch_size=LOADER_BATCH, shuffle=True, seed=42, collate_fn=list,
+                                         context={"rank": 0, "world_size": 1})
+    for batch in hpcio.torch.DataLoader(source, num_workers=0):
+        for s in batch:
+            checksum += touch(s, None)
+    return checksum
+
+
+def _hpcio_view(ds, op, profile, n):
+    """hpcio's own API: views are index arrays read back in vectorised batches."""
+    if op == "sort":
+        view = ds.sort(len, field="messages" if profile == "vlm" else "text")
+    elif op == "shuffle-block":
+        view = ds.shuffle(seed=42, mode="block", window=SHUFFLE_WINDOW)
+    elif op == "shuffle-buffer":
+        from hpcio.pipeline import Pipeline
+
+        view = Pipeline(ds, shuffle="none", context={"rank": 0, "world_size": 1}).shuffle(SHUFFLE_BUFFER, seed=42)
+    else:
+        view = ds.shuffle(seed=42)
+    checksum = 0
+    if op == "batch":
+        order = view.indices
+        for lo in range(0, n, BATCH):
+            for s in ds.get_batch(order[lo : lo + BATCH]):
+                checksum += touch(s, None)
+    elif op == "columns":
+        order = view.indices
+        for lo in range(0, n, BATCH):
+            checksum += touch_columns(ds.get_columns(order[lo : lo + BATCH]))
+    else:
+        for s in view:
+            checksum += touch(s, None)
+    return checksum
+
+
+def _peer_order(ds, system, op, profile, n):
+    """A peer's random or sorted pass, one sample (arrow: one batch) at a time."""
+    if op == "sort":
+        if system == "arrow":
+            import pyarrow.compute as pc
+
+            col = ds.table["messages" if profile == "vlm" else "text"]
+            lens = pc.list_value_length(col) if profile == "vlm" else pc.utf8_length(col)
+            order = np.argsort(lens.to_numpy(zero_copy_only=False), kind="stable")
+        else:
+            key = sort_key(profile)
+            order = np.argsort([key(ds[i]) for i in range(n)], kind="stable")
+    else:
+        order = np.random.default_rng(42).permutation(n)
+    checksum = 0
+    if system == "arrow":
+        for lo in range(0, n, BATCH):
+            for s in ds.take(order[lo : lo + BATCH]):
+                checksum += touch(s, None)
+    else:
+        for i in order:
+            checksum += touch(ds[int(i)], None)
+    return checksum
 
 if __name__ == "__main__":
     result = run(json.loads(sys.argv[1]))
