@@ -55,7 +55,7 @@ def ragged_collate(samples: Sequence, *, pad: bool | Collection[str] = False, pa
     pad_value : number
         The value padded positions hold.
     """
-    padded = (lambda name: True) if pad is True else (lambda name: bool(pad) and name in pad)
+    padded = (lambda name: True) if pad is True else (lambda name: bool(pad) and name in pad)  # type: ignore[operator]
     values = [_prepare(s) for s in samples]
     return _collate(values, None, padded, pad_value)
 

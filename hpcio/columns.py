@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class VarColumn(_Column):
         self.kind = kind
         self.data = data
         self.offsets = offsets
-        self.locate = None
+        self.locate: Callable | None = None
 
     @classmethod
     def from_values(cls, kind: str, values: Sequence) -> VarColumn:
@@ -116,7 +116,7 @@ class VarColumn(_Column):
 
     def value_bytes(self, j: int) -> memoryview:
         """The stored bytes of value ``j`` (a view of :attr:`data`)."""
-        return memoryview(self.data)[self.offsets[j] : self.offsets[j + 1]]
+        return memoryview(self.data)[self.offsets[j] : self.offsets[j + 1]]  # type: ignore[arg-type]
 
     def _value(self, j: int):
         return self._decode_at(j, self.value_bytes(j))
@@ -157,7 +157,7 @@ class VarColumn(_Column):
                                                 orjson.loads)
             if values is not None:
                 return values
-        view = memoryview(self.data)
+        view = memoryview(self.data)  # type: ignore[arg-type]
         bounds = self.offsets.tolist()
         decode = self._decode_at
         return [decode(j, view[a:b]) for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]

@@ -313,7 +313,7 @@ def _sample_error(reader: Reader, positions: np.ndarray, field: str) -> Callable
     return locate
 
 
-def _stable_argsort(keys: Sequence, descending: bool = False) -> np.ndarray:
+def _stable_argsort(keys: Sequence | np.ndarray, descending: bool = False) -> np.ndarray:
     """Stable argsort of comparable Python keys; descending keeps ties in order.
 
     Descending is an ascending stable sort of the reversed keys, mapped back and

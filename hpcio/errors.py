@@ -9,6 +9,7 @@ found, and where: file, byte offset and sample index when they are known.
 from __future__ import annotations
 
 import json
+import os
 
 __all__ = [
     "HpcioError",
@@ -204,7 +205,7 @@ class SourceChangedError(StagingError):
     """A source file changed (size or modification time) while it was being copied;
     ``now`` holds its ``os.stat_result`` when known."""
 
-    now = None
+    now: os.stat_result | None = None
 
 
 class SymlinkError(StagingError):

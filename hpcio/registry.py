@@ -149,7 +149,7 @@ def _load_entry_point(name: str, ep) -> ModuleType:
     try:
         module = ep.load()
     except Exception as exc:  # a broken plugin must say which one it is, whatever it raised
-        error = FormatPluginError(f"{_describe(ep)} fails to import: {type(exc).__name__}: {exc}")
+        error: HpcioError = FormatPluginError(f"{_describe(ep)} fails to import: {type(exc).__name__}: {exc}")
         _plugin_errors[name] = error
         raise error from exc
     problems = check_format(module)

@@ -116,7 +116,7 @@ class _EpochCursor:
         self.mixture = is_mixture(dataset)
         self.mode = check_mixture_shuffle(shuffle) if self.mixture else shuffle_mode(shuffle)
         # a mixture's order is keyed by its own seed
-        self.seed = dataset.reader.schedule.seed if self.mixture else int(seed)
+        self.seed = dataset.reader.schedule.seed if self.mixture else int(seed)  # type: ignore[attr-defined]
         if self.mixture and int(seed) not in (0, self.seed):
             raise InvalidArgumentError(
                 f"a mixture's order is keyed by its own seed ({self.seed}, given to hpcio.mix); "
@@ -278,7 +278,7 @@ class _EpochCursor:
             "order": ORDER_ALGORITHM,
             "remainder": self.remainder,
             "skip": [list(r) for r in self.skip],
-            "mixture": self.dataset.reader.schedule.spec() if self.mixture else None,
+            "mixture": self.dataset.reader.schedule.spec() if self.mixture else None,  # type: ignore[attr-defined]
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -325,7 +325,7 @@ class _EpochCursor:
                 f"skip range {list(early[0])} starts before stream position {at}, where the saved "
                 "state stopped: a range must start at or after it")
         if self.mixture:
-            check_schedule(state.get("mixture"), self.dataset.reader.schedule.spec(), at)
+            check_schedule(state.get("mixture"), self.dataset.reader.schedule.spec(), at)  # type: ignore[attr-defined]
         elif state.get("mixture") is not None:
             raise InvalidArgumentError("state was saved reading a mixture; this dataset is not one")
         self._shared[0] = epoch
@@ -532,10 +532,10 @@ class DataLoader(torch_data.DataLoader):
 
     def state_dict(self) -> dict:
         """The dataset's state: where the next iteration starts."""
-        return self.dataset.state_dict()
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.dataset.load_state_dict(state)
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
 
     def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)
+        self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]

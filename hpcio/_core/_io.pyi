@@ -1,7 +1,6 @@
 """Shard file access: buffered pread and mmap (compiled)."""
-import os
-
 import mmap
+import os
 
 import numpy as np
 from numpy.typing import NDArray

@@ -3,6 +3,7 @@ footer locator, and the hot part of lazy samples: their base class, runs of samp
 read into them, and the plain values they return (compiled)."""
 
 from collections.abc import Iterator, KeysView, Sequence
+from typing import Any
 
 from typing_extensions import disjoint_base
 
@@ -29,7 +30,7 @@ class LazySample:
     """Base of ``hpcio.formats.jinx.JinxSample``: the stored object, its shard and line,
     the decoded values asked for, and whether a mutable value was handed out."""
     _raw: dict
-    _shard: object
+    _shard: Any
     _sample: int
     _lent: bool
     def __init__(self, raw: dict, shard, sample: int) -> None: ...

@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 import sys
+from typing import Any
 
 from .data import prepare
 from .report import write_reports
@@ -87,7 +88,7 @@ def _limits(profile: str, datasets, n_floor: int = 5000) -> dict:
     samples = list(demo.generate(profile, min(n_floor, 800 if profile == "vlm" else n_floor)))
     raw = []
     for s in samples:
-        fields = {}
+        fields: dict[str, tuple[str, Any]] = {}
         for k, v in s.items():
             if isinstance(v, bytes):
                 fields[k] = ("bytes", v)

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -314,7 +315,7 @@ def cold_systems(datasets: list[BenchDataset], include_interop: bool = True) -> 
 
 
 def run(profile: str, target_bytes: int, root: str, *, ops=COLD_OPS, memory_limit: int | None = None,
-        only=None, include_interop: bool = True, tier: dict | None = None, log=print) -> list[dict]:
+        only=None, include_interop: bool = True, tier: Any = None, log=print) -> list[dict]:
     """Cold runs of every system on synthetic datasets of ``target_bytes``; ``tier``: read
     them through :class:`~hpcio.bench.tier.EmulatedTier` with these keyword arguments."""
     datasets = synthetic_datasets(profile, target_bytes, root, write=(), log=log)

@@ -164,7 +164,7 @@ def run_dataloader_sweep(
     if cache not in ("cold", "warm"):
         raise InvalidArgumentError(f"cache must be 'cold' or 'warm', got {cache!r}")
     tiers = dict(tier_roots() if tiers is None else tiers)
-    emulation = {name: None for name in tiers}
+    emulation: dict[str, dict | None] = {name: None for name in tiers}
     if emulated_tier is not None:
         tiers["emulated"], emulation["emulated"] = tempfile.gettempdir(), emulated_tier
     computes = (compute_per_sample,) if isinstance(compute_per_sample, (int, float)) else tuple(compute_per_sample)

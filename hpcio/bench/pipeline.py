@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +160,7 @@ def _alternating(runs: list[tuple], repeats: int, env=None, log=print, twice: bo
                     by_turn[label][turn].append(seconds)
                     if more is not None:
                         details[label].append(more)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label in labels:
         if label in errors:
             out[label] = {"error": errors[label]}
@@ -306,7 +307,7 @@ def conversion_figures(profile: str, n: int, datasets=None, repeats: int = PIPEL
         peer_runs.append(("mdf convert", 1, n, lambda dst: ["env", f"HF_DATASETS_CACHE={dst}.hf-cache", mdf,
                                                             "convert", "parquet", "mds", dst, src, "--yes"], None))
     for label, script in _PEER_WRITERS.items():
-        peer_runs.append((label, 1, n, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))
+        peer_runs.append((label, 1, n, lambda dst, script=script: [sys.executable, "-c", script, src, dst], None))  # type: ignore[misc]
     if only:  # the bench's --only: peers' writers by label, like its readers
         peer_runs = [run for run in peer_runs if any(word in run[0] for word in only)]
     # hpcio's 1- and 2-rank jobs take turns with each other, the peers with each other: a

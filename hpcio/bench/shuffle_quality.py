@@ -68,7 +68,7 @@ def buffer_order(stream: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndar
     return out
 
 
-def quality(order: np.ndarray, shard_sizes: Sequence[int] | None = None) -> dict:
+def quality(order, shard_sizes: Sequence[int] | np.ndarray | None = None) -> dict:
     """The mixing figures of ``order`` (a permutation of ``0..n-1``), see the module."""
     order = np.asarray(order, dtype=np.int64)
     n = len(order)

@@ -8,6 +8,7 @@ import gzip
 import io
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from ..errors import InvalidArgumentError, MissingDependencyError
 from .samples import BYTES_FIELDS, _check_profile, generate
@@ -50,6 +51,7 @@ def _open_compressed(path: str, mode: str, name: str | None = None):
                     path=name,
                 ) from exc
             raw = stack.enter_context(open(path, mode))
+            codec: Any
             if "w" in mode:
                 codec = zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)
             else:

@@ -47,7 +47,7 @@ class EpochPlan:
         """``(source name(s), index in that source)`` of the samples at ``indices``."""
         indices = np.asarray(indices, dtype=np.int64)
         if self.mixture:
-            return self.dataset.reader.locate(self.dataset.indices.take(indices))
+            return self.dataset.reader.locate(self.dataset.indices.take(indices))  # type: ignore[attr-defined]
         return self.dataset.reader.path, indices
 
 
@@ -58,7 +58,7 @@ def epoch_plan(dataset: Dataset, epoch: int, mode: str, seed: int = 0, shard_siz
     from .split import epoch_order
 
     if mode == "mixture":
-        view = Mixture(dataset.reader, None, dataset.fields).epoch(epoch)
+        view = Mixture(dataset.reader, None, dataset.fields).epoch(epoch)  # type: ignore[arg-type]
         return EpochPlan(view, Arange(0, 1, len(view)), epoch, True)
     return EpochPlan(dataset, epoch_order(len(dataset), seed, epoch, mode, shard_sizes, window), epoch, False)
 

@@ -139,7 +139,7 @@ class ColumnBuffer:
     def take(self) -> dict:
         """The buffered columns as arrays: fixed -> (n, *shape) array; ragged ->
         (lengths uint64, flat uint8 array); and an empty buffer."""
-        out = {}
+        out: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]] = {}
         for name, spec in self.fields.items():
             col = self.columns[name]
             if spec["storage"] == "fixed":

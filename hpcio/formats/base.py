@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -355,7 +356,7 @@ class FileWriter(Writer):
 
     file = None
     pending: PendingFiles
-    manifest = None
+    manifest: Any = None
     _final: str | None = None
 
     def open_file(self, final: str):

@@ -53,6 +53,7 @@ from .base import (
     shard_files,
     verify_samples,
 )
+from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "compression_filter", "merge_index", "load_libraries",
            "inspect", "verify"]
@@ -150,7 +151,7 @@ class Writer(_Writer):
         if options:
             raise OptionError(f"unknown HDF5 writer options: {', '.join(options)}")
         if shard_id is not None:
-            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
+            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id  # type: ignore[assignment]
         self.file_names: list[str] = []
         self.h5py = _h5py()
         if driver == "mpio" and not self.h5py.get_config().mpi:
@@ -452,7 +453,7 @@ class Reader(_layout.LayoutReader):
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples, files and fields of HDF5 shards, from their layout attributes."""
     with Reader(path) as r:
         datasets = [ds for f in r.parts for ds in f.data.values()]
@@ -469,7 +470,7 @@ def _filters(dataset) -> list[str]:
     return [plist.get_filter(k)[3].decode("ascii", "replace") for k in range(plist.get_nfilters())]
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Decode every sample of every file; HDF5 checks the checksums of its own metadata
     as it opens a file, and a mismatch is reported as an unreadable file."""
     return verify_samples(NAME, path, lambda: Reader(path), lambda p: _files(os.fspath(p)),

@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from .base import Reader as _Reader, Verification, Writer as _Writer, files_bytes, inspect_report, remove_files
+from .reports import InspectReport, VerifyReport
 from .webdataset import decode_member, member_field, member_suffix, split_name
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "IMAGE_EXTS", "inspect", "verify"]
@@ -232,7 +233,7 @@ class Writer(_Writer):
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples and classes of an image folder; ``fields`` are those of the first sample
     with the extensions of their files (``label`` is the class folder's name)."""
     with Reader(path) as r:
@@ -251,7 +252,7 @@ def inspect(path) -> dict:
                               details={"classes": len(r.classes), "indexed": r.verify_sizes})
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Read every file of every sample, comparing its size with the one ``index.json``
     records, and decode the fields that are not images."""
     check = Verification(NAME, path, max_errors=max_errors)

@@ -35,6 +35,7 @@ from ..errors import CorruptShardError, InvalidArgumentError, ShardNotFoundError
 from ..registry import Capabilities
 from . import _values, base
 from ._checksums import HashedFile, Manifest, manifest_path, validate_files
+from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "SUFFIXES", "inspect", "verify"]
 
@@ -213,7 +214,7 @@ class Reader(base.Reader):
         as memoryviews for :meth:`read` (indexing one is cheaper than a numpy array)."""
         self._n = len(pairs)
         self.starts, self.ends = pairs[:, 0], pairs[:, 1]
-        flat = memoryview(np.asarray(pairs, dtype=np.uint64).reshape(-1))
+        flat = memoryview(np.asarray(pairs, dtype=np.uint64).reshape(-1))  # type: ignore[arg-type]
         self._s, self._e = flat[0::2], flat[1::2]
 
     def _decompress(self, codec: str, data: bytes):
@@ -353,7 +354,7 @@ class Writer(base.Writer):
         self.level = compression_level
         self._out = _AtomicFile(self.path)
         self._plain = _AtomicFile(self.path + ".plain") if self.codec else None
-        self._hashes = None
+        self._hashes: _AtomicFile | None = None
         self._f = (self._plain or self._out).__enter__()
         if self.codec is None:
             self._f = self.manifest.wrap(self._f)
@@ -402,7 +403,7 @@ class Writer(base.Writer):
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Lines of a JSONL file; ``fields`` are the keys of the first line with the kinds of
     their values (other lines may differ: JSON objects are untyped)."""
     with Reader(path) as r:
@@ -415,7 +416,7 @@ def inspect(path) -> dict:
                      "decoded_bytes": int(r.ends[-1]) if len(r) else 0})
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Check the file against its hash manifest, then decompress it and parse every line."""
     return base.verify_samples(NAME, path, lambda: Reader(path), lambda p: [os.fspath(p)], max_errors=max_errors,
                                manifest=True)

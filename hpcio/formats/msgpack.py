@@ -37,6 +37,7 @@ from .base import (
     shard_files,
     verify_samples,
 )
+from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "build_index", "list_files",
            "inspect", "verify"]
@@ -236,7 +237,7 @@ class Reader(BatchReader):
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples and files of MessagePack streams; ``fields`` are the keys of the first
     sample with the kinds of their values (other samples may differ: maps are untyped)."""
     with Reader(path) as r:
@@ -246,7 +247,7 @@ def inspect(path) -> dict:
                               stored_bytes=files_bytes(r.paths))
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Check every file against its hash manifest entry, then decode every map of every
     file (the offset index already walked their structure)."""
     return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors, manifest=True)

@@ -47,6 +47,7 @@ from .base import (
     shard_files,
     verify_samples,
 )
+from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
            "inspect", "verify"]
@@ -470,7 +471,7 @@ def _describe(schema) -> str:
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples, files and columns (hpcio's kind, or the Arrow type of columns written by
     other tools) of Parquet files, from their footers."""
     with Reader(path) as r:
@@ -483,6 +484,6 @@ def inspect(path) -> dict:
             details={"row_groups": len(r.groups), "compression": codec})
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Decode every row group and every value of every file."""
     return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)

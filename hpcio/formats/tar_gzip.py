@@ -69,7 +69,7 @@ def open_decompressed(path: str, cache_dir: str | None = None):
         os.makedirs(cache_dir, exist_ok=True)
         tmp = f"{target}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "wb") as out:
+            with open(tmp, "wb") as out:  # type: ignore[assignment]  # the name is reused
                 _decompress_into(path, out)
             os.replace(tmp, target)
         finally:

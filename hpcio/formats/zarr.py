@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _layout, base
 from .base import Writer as _Writer, files_bytes, inspect_report, sample_starts, verify_samples
+from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
            "inspect", "verify"]
@@ -260,11 +262,11 @@ class Writer(_Writer):
         self.chunk_samples, self.shard_samples = chunk_samples, shard_samples
         self.chunk_bytes, self.shard_bytes = chunk_bytes, shard_bytes
         if compression is None:
-            self.compressors = []
+            self.compressors: list = []
         elif compression in ("zstd", "lz4"):
             from zarr.codecs import BloscCodec
 
-            self.compressors = [BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")]
+            self.compressors = [BloscCodec(cname=compression, clevel=clevel, shuffle="shuffle")]  # type: ignore[arg-type]
         else:
             raise InvalidArgumentError(f"unknown Zarr compression {compression!r}: use zstd, lz4 or None")
         if checksum:
@@ -272,7 +274,7 @@ class Writer(_Writer):
 
             self.compressors.append(Crc32cCodec())
         self.buffer = _layout.ColumnBuffer(self.path, schema)
-        self.group = None
+        self.group: Any = None
         self.arrays: dict = {}
         self.pending: dict[str, np.ndarray] = {}  # ragged bytes not yet filling a shard
         self.rows = 0  # samples written to arrays
@@ -524,7 +526,7 @@ class Reader(_layout.LayoutReader):
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples, parts and fields of a Zarr store, from its root layout alone."""
     layout = _read_layout(os.fspath(path))
     return inspect_report(
@@ -535,7 +537,7 @@ def inspect(path) -> dict:
                  "parts": {p["name"]: p["num_samples"] for p in layout["parts"]}})
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Decode every sample of every part; zarr compares the checksums of the shard
     indexes as it reads them, and a mismatch is reported as a damaged array."""
     return verify_samples(NAME, path, lambda: Reader(path),

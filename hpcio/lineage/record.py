@@ -136,7 +136,7 @@ def _array_digest(data: np.ndarray) -> str:
     from .._hashing import new_hash
 
     h = new_hash()
-    h.update(memoryview(np.ascontiguousarray(data, dtype="<i8")).cast("B"))
+    h.update(memoryview(np.ascontiguousarray(data, dtype="<i8")).cast("B"))  # type: ignore[arg-type]
     return h.hexdigest()
 
 
@@ -199,7 +199,7 @@ def _write_zarr_array(group, name: str, data: np.ndarray) -> str:
 def _write_array(path: str, data: np.ndarray) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
-        f.write(memoryview(data).cast("B"))
+        f.write(memoryview(data).cast("B"))  # type: ignore[arg-type]
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -233,7 +233,7 @@ class Lineage:
         self.shard_samples = np.asarray(record["shards"]["samples"], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.shard_samples)]).astype(np.int64)
         self._plan = None
-        self._dropped = None
+        self._dropped: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.starts[-1])

@@ -109,7 +109,7 @@ def watermark_stages(stages: Sequence[Stage]) -> tuple[list[Stage], BatchStage |
     after = list(stages[k:])
     if not all(isinstance(st, MapStage) for st in after):
         return None  # a buffer shuffle, unbatch, second batch or assemble holds items
-    return before, batch, after
+    return before, batch, after  # type: ignore[return-value]
 
 
 class Watermarked:

@@ -422,13 +422,13 @@ def read_groups(groups: GroupPlan, plan, planner: Planner, stage, per_sample, ct
     for window_positions, group in groups.deal(start, ctx.consumer, ctx.consumers):
         rows = group if isinstance(group, list) else [group]
         if isinstance(stage, BatchStage):
-            positions = window_positions[group]
+            positions = window_positions[group]  # type: ignore[call-overload]
         else:
-            positions = np.unique(np.concatenate([window_positions[r[:, 0]] for r in rows]))
+            positions = np.unique(np.concatenate([window_positions[r[:, 0]] for r in rows]))  # type: ignore[index]
         indices = take(groups.order, positions)
         samples = plan.dataset.get_batch(indices)
         if provenance:
-            samples = with_provenance(samples, *plan.provenance(indices), positions)
+            samples = with_provenance(samples, *plan.provenance(indices), positions)  # type: ignore[call-arg]
         samples = process(samples)
         if isinstance(stage, BatchStage):
             if stage.max_tokens is not None:
@@ -442,8 +442,8 @@ def read_groups(groups: GroupPlan, plan, planner: Planner, stage, per_sample, ct
         by_position = dict(zip(positions.tolist(), samples))
         built = []
         for r in rows:
-            offsets = r[:, 0].tolist()
-            epos = window_positions[r[:, 0]].tolist()
-            built.append(build_row(r, dict(zip(offsets, (by_position[p] for p in epos))),
-                                   dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))
+            offsets = r[:, 0].tolist()  # type: ignore[index]
+            epos = window_positions[r[:, 0]].tolist()  # type: ignore[index]
+            built.append(build_row(r, dict(zip(offsets, (by_position[p] for p in epos))),  # type: ignore[arg-type]
+                                   dict(zip(offsets, epos)), planner, stage.field, stage.pad, provenance))  # type: ignore[arg-type]
         yield built if isinstance(group, list) else built[0]

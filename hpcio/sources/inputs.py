@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -253,7 +254,7 @@ class ReaderCache:
         self.limit = limit
         self.reader_options = dict(reader_options or {})
         self.index_dir = index_dir
-        self._open: OrderedDict[int, object] = OrderedDict()
+        self._open: OrderedDict[int, Any] = OrderedDict()
 
     def get(self, index: int):
         reader = self._open.get(index)

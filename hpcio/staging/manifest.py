@@ -105,7 +105,7 @@ class Digest:
         return cls(TREE_ALGO, xxhash.xxh3_64(b"".join(chunk_digests)).hexdigest(), chunk_bytes)
 
     def to_json(self) -> dict:
-        out = {"algo": self.algo, "digest": self.digest}
+        out: dict[str, str | int] = {"algo": self.algo, "digest": self.digest}
         if self.chunk_bytes is not None:
             out["chunk_bytes"] = self.chunk_bytes
         return out
@@ -250,7 +250,7 @@ class Journal:
     def __init__(self, directory: str | os.PathLike, rank: int, durable: bool = True):
         self.path = os.path.join(directory, f".hpcio-journal.{rank}.jsonl")
         self.durable = durable
-        self._fd = None
+        self._fd: int | None = None
 
     def append(self, record: FileRecord) -> None:
         # One write() per line with O_APPEND keeps lines whole even if threads interleave;

@@ -85,7 +85,7 @@ class _SourceWalk:
 
     def run(self) -> None:
         st = os.stat(self.src)
-        stack = [("", self.src, ((st.st_dev, st.st_ino),))]
+        stack: list[tuple[str, str, tuple[tuple[int, int], ...]]] = [("", self.src, ((st.st_dev, st.st_ino),))]
         while stack:
             rel_dir, real_dir, ancestors = stack.pop()
             with os.scandir(real_dir) as it:

@@ -32,6 +32,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from .._durable import fsync_dir
 from ..errors import HpcioError, InsufficientSpaceError, StagingError
@@ -432,7 +433,7 @@ def stage(
     if threads < 1:
         raise HpcioError(f"threads must be at least 1, got {threads}")
     plan_kw = dict(chunk_bytes=chunk_bytes, node_local=node_local, tiers=tiers, fs_stat=fs_stat, symlinks=symlinks)
-    run_kw = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
+    run_kw: dict[str, Any] = dict(threads=threads, dry_run=dry_run, method=method, chunk_bytes=chunk_bytes,
                   show_progress=progress, tmp_suffix=tmp_suffix, fsync=fsync)
     if comm is None:
         # Without a communicator of more than one process, the launcher's variables tell

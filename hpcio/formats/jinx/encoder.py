@@ -198,10 +198,10 @@ class Passthrough(Encoder):
         self.src_index = source._sample
         self.same_settings = _compression_settings(self.src.footer) == opts.settings()
 
-    def sample(self, raw: dict) -> dict:
+    def sample(self, raw: Mapping) -> dict:
         return self.raw_mapping(raw)
 
-    def raw_mapping(self, raw: dict) -> dict:
+    def raw_mapping(self, raw: Mapping) -> dict:
         out = {}
         src, sep = self.src, self.o.ext_sep
         for rk, v in raw.items():

@@ -140,7 +140,7 @@ class Reader(base.Reader):
             v = raw.get(field, _MISSING)
             if v is _MISSING:
                 rk = shard.keymap(raw).get(field)
-                exts = shard.plan(rk)[1] if rk is not None else ()
+                exts: tuple[str, ...] = shard.plan(rk)[1] if rk is not None else ()
                 if len(exts) == 3 and exts[1] == "zst" and exts[2] == "bin" and type(raw[rk]) is dict:
                     batches.setdefault(shard, []).append((j, rk, raw[rk], s._sample))
                     continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -61,7 +62,12 @@ class Shard:
     def __init__(self, path: str, encoding: str | None = None, limit: int = _codecs_table.DEFAULT_LIMIT):
         self.path = path
         self.limit = limit
-        self._file = self._mm = self._binx_file = self._binx_mm = self._binx = None
+        # set by _open and _binx_open; None until then and once closed
+        self._file: Any = None
+        self._mm: Any = None
+        self._binx_file: Any = None
+        self._binx_mm: Any = None
+        self._binx: Any = None
         try:
             self._open(encoding)
         except BaseException:
@@ -118,12 +124,13 @@ class Shard:
         return footer
 
     # --- index --------------------------------------------------------------------------
-    def _load_index(self) -> bytes:
+    def _load_index(self) -> bytes | memoryview:
         """The offset table's bytes, checked: n+1 increasing offsets from 0 to the footer."""
         footer, n, fo = self.footer, self.num_samples, self.footer_offset
         key = next((k for k in footer if k.startswith("index" + self.ext_sep)), None)
         if key is None:
             raise self._corrupt("JINX footer has no index.* entry")
+        table: bytes | memoryview
         exts = key.split(self.ext_sep)[1:]
         value = footer[key]
         if exts[-1] == "bin":

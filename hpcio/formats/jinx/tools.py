@@ -80,7 +80,8 @@ def split(inputs, output_dir, *, parts: int | None = None, size_hint: int | None
         n = sum(len(r) for r in readers)
         opts = _writer_options(readers, writer_options)
         os.makedirs(output_dir, exist_ok=True)
-        paths, w = [], None
+        paths: list[str] = []
+        w = None
         bounds = None
         if parts is not None:
             if parts < 1:

@@ -9,6 +9,7 @@ import warnings
 from array import array
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -34,7 +35,7 @@ class ShardWriter:
         self.file = open(self.tmp_path, "wb", buffering=1 << 20)
         self.offsets = array("Q", [0])
         self.current = 0
-        self.bin = None
+        self.bin: BinaryIO | None = None
         self.hash = new_hash() if options.hashes else None
         self.bin_hash = new_hash() if options.hashes else None
 
@@ -63,6 +64,7 @@ class ShardWriter:
     def close(self, shard_id: int, shard_prev=None, shard_next=None, split=None) -> None:
         o = self.opts
         data = self.offsets.tobytes()
+        index: dict | str | None
         if o.binary_threshold is not None and (len(data) > o.binary_threshold or o.encoding is None):
             index, ext = self.store_bin(data), "npy.bin"
         else:

@@ -30,6 +30,7 @@ import os
 
 from ...registry import Capabilities
 from ..base import files_bytes, inspect_report, verify_samples
+from ..reports import InspectReport, VerifyReport
 from ..tar_gzip import is_gzip_file, is_gzip_name
 from .members import decode_member, member_field, member_suffix, split_name
 from .reader import Reader, _is_shard_name, iter_tar, list_shards
@@ -58,7 +59,7 @@ def sniff(path) -> bool:
 
 
 # --- inspect and verify -----------------------------------------------------------------
-def inspect(path) -> dict:
+def inspect(path) -> InspectReport:
     """Samples, shards and fields of a WebDataset shard set (``fields`` maps each field of
     the first sample to the extension of its member; ``jpg[]`` for a list of members)."""
     with Reader(path) as r:
@@ -79,7 +80,7 @@ def inspect(path) -> dict:
                               details={"members": sum(len(s.suffixes) for s in r.shards)})
 
 
-def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> dict:
+def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Check every shard against its ``hashes.json`` entry, then decode every member of
     every sample; ``hashes_checked`` counts the shard hashes and the tar header checksums
     compared (a damaged header ends the check of the dataset)."""

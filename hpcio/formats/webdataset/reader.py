@@ -13,7 +13,7 @@ from ..._paths import listed_inside
 from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from .._checksums import MANIFEST_NAME, recorded_samples, validate_files
-from ..base import Reader as _Reader, locate, project, sample_starts
+from ..base import Reader as _Reader, locate, sample_starts
 from ..tar_gzip import is_gzip_name, open_decompressed
 from .members import _member_key, decode_member
 
@@ -111,7 +111,7 @@ class _Shard:
         if self.recorded is not None and len(keys) != self.recorded:
             raise CorruptShardError(f"the tar holds {len(keys)} samples, {MANIFEST_NAME} records "
                                     f"{self.recorded}", path=path, sample=min(len(keys), self.recorded))
-        kept = np.asarray(kept, dtype=np.int64)
+        kept = np.asarray(kept, dtype=np.int64)  # type: ignore[assignment]
         self.headers = len(names)  # the scanner compared each header's checksum
         self.suffixes = suffixes
         self.data_offsets = data_offsets[kept] if len(kept) else np.zeros(0, np.uint64)
@@ -228,7 +228,7 @@ class Reader(_Reader):
             missing = [f for f in fields if f not in out]
             if missing:
                 raise KeyNotFoundError(f"sample {i} of {shard.path} has no field {missing[0]!r}")
-            return project(out, fields)
+            return {f: out[f] for f in fields}  # project(), as a dict
         return out
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:

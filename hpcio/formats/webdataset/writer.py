@@ -59,7 +59,7 @@ class Writer(FileWriter):
         self.manifest = Manifest(hashes, "WebDataset")
         self.shard_id = shard_id
         if shard_id is not None:
-            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id
+            max_count, max_size, start_shard = float("inf"), float("inf"), shard_id  # type: ignore[assignment]
         self.max_count = max_count
         self.max_size = max_size
         self.pattern = pattern
@@ -68,7 +68,7 @@ class Writer(FileWriter):
         self.file = None
         self.shard_count = 0
         self.shard_size = 0
-        self.last_key = None
+        self.last_key: str | None = None
         self.shard_names: list[str] = []
 
     def _open_shard(self):
