@@ -137,7 +137,7 @@ class Writer(_Writer):
     driver, comm
         ``driver="mpio"`` (with an mpi4py ``comm``) needs an MPI build of h5py.
     shard_id, num_shards
-        The sharded-writing hook (:mod:`hpcio.formats.base`): every sample goes into the
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): every sample goes into the
         single file ``shard-<shard_id>.h5`` (no roll-over); :meth:`index_part` then
         describes it for :func:`merge_index`.
     """

@@ -232,7 +232,7 @@ class Writer(_Writer):
         ``{field: kind or spec}`` overriding what the first sample implies, e.g.
         ``{"emb": "npy"}`` for arrays of varying shape.
     shard_id, num_shards
-        The sharded-writing hook (:mod:`hpcio.formats.base`): write part ``shard_id``
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): write part ``shard_id``
         only, without the root group; :meth:`index_part` then describes it for
         :func:`merge_index`.
     """

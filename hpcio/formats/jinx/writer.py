@@ -220,7 +220,7 @@ class Writer(base.Writer):
         ``hpcio verify`` check and mldataforge's reader ignores; ``[]`` records none, for
         files byte-identical to mldataforge's.
     shard_id, num_shards
-        The sharded-writing hook (:mod:`hpcio.formats.base`): ``path`` is a directory and
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): ``path`` is a directory and
         every sample goes into ``shard-<shard_id>.jinx`` (no size roll-over), whose footer
         names its neighbours in the chain by their file names; :meth:`index_part`
         describes it for :func:`merge_index`.
@@ -325,4 +325,4 @@ class Writer(base.Writer):
 
 def merge_index(directory, parts, **options) -> None:
     """Nothing to merge: a JINX dataset is its chain of self-describing shards (the
-    sharded-writing hook of :mod:`hpcio.formats.base`)."""
+    sharded-writing hook of :mod:`hpcio.formats.contract`)."""

@@ -35,7 +35,7 @@ class Writer(FileWriter):
     start_shard
         Number of the first shard.
     shard_id, num_shards
-        The sharded-writing hook (:mod:`hpcio.formats.base`): every sample goes into the
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): every sample goes into the
         single shard ``shard-<shard_id>.tar`` (no roll-over); :meth:`index_part` then
         describes it for :func:`merge_index`.
     hashes
