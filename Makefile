@@ -1,4 +1,6 @@
 # make demo   generate demo data, write it as shards, read it back (samples/s table)
+# make lint   ruff, mypy over hpcio/, stubtest of the _core stubs, the size check, and the
+#             tests of the habits (typed errors, paths named in docs); first in CI
 # make test   the test suite (without the interop, slow and benchmark tests)
 # make test-interop  the interop tests, in the cached Python 3.12 reference environment
 # make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
@@ -18,13 +20,23 @@ HPCIO_OPENMPI_ENV ?= $(HOME)/.cache/hpcio/openmpi-py311
 export HPCIO_OPENMPI_ENV
 PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi and not slurm
 
-.PHONY: setup demo test test-interop test-bench test-openmpi test-slurm fuzz docs clean
+.PHONY: setup lint demo test test-interop test-bench test-openmpi test-slurm fuzz docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
 
 demo: setup
 	$(VENV)/bin/hpcio demo run
+
+# The compiled modules stubtest compares with their .pyi stubs.
+CORE_MODULES := $(patsubst hpcio/_core/%.pyi,hpcio._core.%,$(wildcard hpcio/_core/_*.pyi))
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(PY) -m mypy.stubtest --allowlist tools/stubtest-allowlist.txt $(CORE_MODULES)
+	$(PY) tools/check_sizes.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_error_types.py tests/test_doc_paths.py
 
 test: setup
 	$(VENV)/bin/hpcio info
