@@ -43,6 +43,7 @@ from .mixture import Mixture, mix
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
 from .tuning import tune
 
+# isort: split
 # Bound after the package ``hpcio.convert`` is imported, so ``hpcio.convert`` is this
 # function (see :mod:`hpcio.convert.api`) and ``from hpcio.convert import ...`` the package.
 from .convert.api import convert

@@ -20,8 +20,6 @@ PACKAGE = ROOT / "hpcio"
 IN_FLIGHT = (
     "hpcio/convert/",
     "hpcio/cli/convert.py",
-    "hpcio/staging/_mpi.py",
-    "hpcio/distributed/mpi.py",
     "hpcio/distributed/comm.py",
     "hpcio/formats/mds/",
     "hpcio/_paths.py",

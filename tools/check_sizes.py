@@ -28,8 +28,6 @@ DEFAULT_PATHS = ("hpcio", "csrc", "tools", "asv_bench")
 IN_FLIGHT = (
     "hpcio/convert/",
     "hpcio/cli/convert.py",
-    "hpcio/staging/_mpi.py",
-    "hpcio/distributed/mpi.py",
     "hpcio/distributed/comm.py",
     "hpcio/formats/mds/",
     "hpcio/_paths.py",

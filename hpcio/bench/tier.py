@@ -165,7 +165,7 @@ class EmulatedTier:
         if mountpoint is None:
             return
         failure = None
-        for attempt in range(20):  # a file still open in this process keeps the mount busy briefly
+        for _attempt in range(20):  # a file still open in this process keeps the mount busy briefly
             proc = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
             if proc.returncode == 0:
                 break

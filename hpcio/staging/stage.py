@@ -35,11 +35,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .._durable import fsync_dir
+from ..distributed.comm import SerialComm, get_comm
+from ..distributed.launcher import launcher_rank, launcher_world_size
 from ..errors import HpcioError, InsufficientSpaceError, StagingError
 from ..progress import ProgressDisplay
 from ..units import format_bytes
-from ..distributed.comm import SerialComm, get_comm
-from ..distributed.launcher import launcher_rank, launcher_world_size
 from .engine import CopyEngine, Item, assign_items, io_errors, split_items, unlink_quiet
 from .manifest import (
     MANIFEST_NAME,
