@@ -34,7 +34,7 @@ CORE_MODULES := $(patsubst hpcio/_core/%.pyi,hpcio._core.%,$(wildcard hpcio/_cor
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m mypy.stubtest --allowlist tools/stubtest-allowlist.txt $(CORE_MODULES)
+	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml --allowlist tools/stubtest-allowlist.txt $(CORE_MODULES)
 	$(PY) tools/check_sizes.py
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_error_types.py tests/test_doc_paths.py
 
