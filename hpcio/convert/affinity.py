@@ -13,8 +13,8 @@ import os
 import socket
 from collections.abc import Callable
 
-from ..distributed.context import cpus_per_task
 from ..distributed.comm import Comm
+from ..distributed.context import cpus_per_task
 
 __all__ = ["cpu_share", "share_node_cpus"]
 

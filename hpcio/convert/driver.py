@@ -47,8 +47,7 @@ from ..registry import get_format
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.inputs import size_windows
 from ..units import format_bytes
-from . import jobstate
-from . import plan as planning
+from . import jobstate, plan as planning
 from .affinity import share_node_cpus
 from .clock import PhaseClock, peak_rss_bytes
 from .progress import Progress

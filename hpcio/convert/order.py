@@ -11,6 +11,7 @@ the same order on every rank and machine.
 from __future__ import annotations
 
 import numpy as np
+
 # numpy loads its random module on first use: imported here, with the rest of the
 # converter, it is not paid inside a conversion's own time by rank 0 alone.
 import numpy.random

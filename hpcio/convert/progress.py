@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
+from ..distributed.comm import Comm
 from ..progress import ProgressDisplay, interval_from_env
 from ..units import format_bytes
-from ..distributed.comm import Comm
 
 __all__ = ["Progress", "format_rate"]
 

@@ -43,16 +43,16 @@ import numpy as np
 
 from .._core._io import start_writeback
 from .._fileio import write_pieces
-from ..tuning import gc_paused
-from ..errors import BadSampleError, CorruptShardError, DecodeError, HpcioError
-from . import plan as planning
 from ..distributed.comm import Comm
+from ..errors import BadSampleError, CorruptShardError, DecodeError, HpcioError
+from ..tuning import gc_paused
+from . import plan as planning
 from .exchange import Parcel, exchange_parcels
 from .faults import BadSample, bad_sample_from
-from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 from .resume import part_path, publish_files, start_writeback_files, state_dir, write_json_atomic
 from .sizes import Measured
 from .spec import ConvertOptions
+from .spill import PASS_SAMPLES, Piece, RoundShare, RoundSpill
 
 __all__ = ["ShardWriter", "WriteRoute", "SLOW_SHARD_ENV"]
 

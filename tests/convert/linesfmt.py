@@ -19,8 +19,7 @@ import sys
 import numpy as np
 
 from hpcio.errors import DecodeError
-from hpcio.formats.base import Reader as BaseReader
-from hpcio.formats.base import Writer as BaseWriter
+from hpcio.formats.base import Reader as BaseReader, Writer as BaseWriter
 from hpcio.registry import Capabilities, register_format
 
 NAME = "lines"

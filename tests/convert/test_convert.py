@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from convert_helpers import run_command, sample, tree_bytes, write_sources
+from convert_helpers import run_command, sample, tree_bytes
 
 import hpcio
 from hpcio.convert import BadSampleError, PlanError, ResumeError

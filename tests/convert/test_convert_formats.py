@@ -4,7 +4,6 @@ reference libraries."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess

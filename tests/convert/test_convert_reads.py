@@ -16,9 +16,9 @@ import pytest
 from convert_helpers import tree_bytes
 
 import hpcio
-from hpcio.lineage.record import DIGEST_BYTES_ENV
 from hpcio.bench.pagecache import evict, resident
 from hpcio.convert.writer import ShardWriter
+from hpcio.lineage.record import DIGEST_BYTES_ENV
 
 ROUND_BYTES = 1 << 20
 

@@ -14,10 +14,8 @@ from decimal import Decimal
 from typing import ClassVar
 
 import numpy as np
-from hpcio.distributed import GlobalOrder
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from mds_helpers import (
     FIXTURES,
     STREAMING_FIXTURES,
@@ -28,6 +26,7 @@ from mds_helpers import (
 )
 
 import hpcio
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import (
     CorruptShardError,
     DecodeError,
@@ -39,12 +38,10 @@ from hpcio.errors import (
     UnsupportedValueError,
 )
 from hpcio.formats import mds
-from hpcio.formats.mds import columns as mds_columns
-from hpcio.formats.mds import shards as mds_shards
+from hpcio.formats.mds import columns as mds_columns, shards as mds_shards, writer as mds_writer
 from hpcio.formats.mds.batches import locate
 from hpcio.formats.mds.cache import ReadMode
 from hpcio.formats.mds.compression import DEFAULT_HASHES
-from hpcio.formats.mds import writer as mds_writer
 from hpcio.testing import FormatTests
 
 gen = load_generators()

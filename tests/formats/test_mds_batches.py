@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import numpy as np
-from hpcio.distributed import GlobalOrder
 import pytest
 
 import hpcio
+from hpcio.distributed import GlobalOrder
 from hpcio.errors import ShardChangedError, TruncatedShardError
 from tests.conftest import child_env
 

@@ -9,9 +9,7 @@ import re
 
 import pytest
 
-from hpcio.cli import stage as stage_cli
-from hpcio.cli import tiers as tiers_cli
-from hpcio.cli import unstage as unstage_cli
+from hpcio.cli import stage as stage_cli, tiers as tiers_cli, unstage as unstage_cli
 from hpcio.errors import HpcioError
 from hpcio.staging import MANIFEST_NAME, Tier, bench_tier, fs_usage, is_node_local, resolve_tiers, tier_for_path
 from hpcio.staging.tiers import config_path

@@ -89,7 +89,7 @@ def parse_compression(spec: str | None) -> Compression | None:
     return Compression(("sample::" if per_sample else "") + canonical, name, codec, level, per_sample)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash_functions() -> dict:
     """Hash constructors by algorithm name (imported on first use: opening a dataset
     without hash validation needs none)."""

@@ -9,8 +9,8 @@ from collections import deque
 
 import numpy as np
 
-from ...errors import HpcioError
 from ..._memory import available_bytes
+from ...errors import HpcioError
 from .batches import _PLANNED_DEPTH, _PLANNED_GAP
 from .cache import ShardCache
 

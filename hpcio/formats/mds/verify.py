@@ -153,7 +153,7 @@ def _verify_records(reader: Reader, sh: _OpenShard, cols: list[int], fail) -> in
             rec = sh.buf[begin:end]
             if codec is not None and codec.per_sample:
                 rec = memoryview(codec.decompress(rec, reader.limit, path=sh.path, offset=offset, sample=i))
-            reader._layout.record(rec, cols, False, lambda: (sh.path, offset, i))
+            reader._layout.record(rec, cols, False, lambda offset=offset, i=i: (sh.path, offset, i))
             ok += 1
         except HpcioError as exc:
             fail(exc)

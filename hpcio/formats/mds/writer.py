@@ -23,9 +23,9 @@ from ..._fileio import write_pieces
 from ...errors import ClosedError, InvalidArgumentError, SchemaError, UnsupportedValueError
 from ...units import parse_bytes
 from .. import base
+from .compact_index import COMPACT_NAME, _write as _write_compact
 from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
 from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
-from .compact_index import COMPACT_NAME, _write as _write_compact
 from .index import INDEX_NAME, NAME
 from .layout import _FIXED_KINDS, _Layout
 

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 
+import mds_synthetic as synthetic
 import pytest
 import xxhash
 
@@ -19,8 +20,6 @@ import hpcio
 from hpcio.errors import CorruptShardError, HpcioError, TruncatedShardError
 from hpcio.formats import mds
 from hpcio.formats.mds.compact_index import _load_compact
-
-import mds_synthetic as synthetic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "fixtures", "mds"))
