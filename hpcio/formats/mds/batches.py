@@ -24,7 +24,14 @@ import orjson
 
 from ..._core import _index, _records
 from ...codecs import MAX_DECODED_ENV
-from ...errors import CorruptShardError, DecompressionLimitError, HpcioError, OutOfMemoryError, ShardChangedError
+from ...errors import (
+    CorruptShardError,
+    DecompressionLimitError,
+    HpcioError,
+    IndexOutOfRangeError,
+    OutOfMemoryError,
+    ShardChangedError,
+)
 from ..base import inverse_permutation
 from .cache import ReadMode, ShardCache
 from .compression import Compression
@@ -148,7 +155,7 @@ class RecordBatch:
             if j < len(starts):
                 return buf, starts[j : j + 1], ends[j : j + 1]
             j -= len(starts)
-        raise IndexError(j)
+        raise IndexOutOfRangeError(str(j))
 
     def table(self) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
         """``(buffers, buf_of, starts, ends)`` in the order asked (int32, int64, int64),

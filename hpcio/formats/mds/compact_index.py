@@ -71,7 +71,7 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
-from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
+from ...errors import CorruptShardError, IndexOutOfRangeError, ShardNotFoundError, TruncatedShardError
 from .compression import parse_compression
 from .index import INDEX_NAME, NAME, _check_entry, _dataset_dir, _entry_columns, _load_index, _loads
 
@@ -324,7 +324,7 @@ class _CompactIndex(Sequence):
         if k < 0:
             k += self._k
         if not 0 <= k < self._k:
-            raise IndexError(f"shard {k} out of range for {self._k} shards")
+            raise IndexOutOfRangeError(f"shard {k} out of range for {self._k} shards")
         info = self._infos.get(k)
         if info is None:
             info = self._infos[k] = self._entry(k)

@@ -39,7 +39,14 @@ import numpy as np
 from ..._core import _records
 from ..._core._records import loads_exact
 from ...columns import loads_json
-from ...errors import CorruptShardError, DecodeError, KeyNotFoundError, SchemaError, UnsupportedValueError
+from ...errors import (
+    CorruptShardError,
+    DecodeError,
+    KeyNotFoundError,
+    SchemaError,
+    SelfCheckError,
+    UnsupportedValueError,
+)
 from .._values import bytes_inside
 from .streaming_encodings import encode_bytes_dict, pack_items
 
@@ -429,7 +436,7 @@ class ColumnCodec:
         if kind == "jpeg_array":
             count = _U32.unpack_from(data, 0)[0]
             return self._split_sized(data, 4, count, "jpeg", decode_images)
-        raise AssertionError(kind)  # every kind is handled above
+        raise SelfCheckError(kind)  # every kind is handled above: column_codec rejects the others
 
     def _split_sized(self, data, at: int, count: int, fmt: str, decode_images: bool) -> list:
         body = at + 4 * count

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..._core import _records
 from ..._fileio import write_pieces
-from ...errors import ClosedError, InvalidArgumentError, SchemaError, UnsupportedValueError
+from ...errors import ClosedError, InvalidArgumentError, PathExistsError, SchemaError, UnsupportedValueError
 from ...units import parse_bytes
 from .. import base
 from .compact_index import COMPACT_NAME, _write as _write_compact
@@ -227,7 +227,7 @@ class Writer(base.Writer):
         self.frame_checksums = frame_checksums
         if os.path.isdir(self.path) and os.listdir(self.path):
             if not overwrite:
-                raise FileExistsError(f"{self.path} exists and is not empty (pass overwrite=True to replace it)")
+                raise PathExistsError(f"{self.path} exists and is not empty (pass overwrite=True to replace it)")
             import shutil
 
             shutil.rmtree(self.path)
