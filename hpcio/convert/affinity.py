@@ -60,7 +60,12 @@ def share_node_cpus(comm: Comm, decodes_parquet: bool) -> Callable[[], None]:
         if share < before:
             pa.set_cpu_count(share)
             undo.append(lambda: pa.set_cpu_count(before))
-    return lambda: [step() for step in reversed(undo)]
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
 
 
 def _threads() -> list[int]:

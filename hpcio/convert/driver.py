@@ -38,6 +38,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -72,7 +73,7 @@ __all__ = ["run_conversion", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", 
 _ABORT_GRACE_SECONDS = 0.5
 
 
-def _sharded_format(name: str):
+def _sharded_format(name: str) -> ModuleType:
     """The format ``name``, which must have the hooks parallel conversion needs."""
     fmt = get_format(name)
     if not hasattr(fmt, "merge_index"):
@@ -156,7 +157,7 @@ class _Job:
     its phases, in order."""
 
     comm: Comm
-    fmt: object
+    fmt: ModuleType
     src: object
     dst: str
     options: ConvertOptions

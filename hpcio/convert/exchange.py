@@ -8,6 +8,7 @@ owns, and :func:`exchange_parcels` hands each owner its own.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def _split_records(parcels: dict[int, Parcel], view: memoryview) -> None:
     at = 0
     for parcel in parcels.values():
         records = []
-        for length in parcel.records.tolist():
+        for length in cast(np.ndarray, parcel.records).tolist():
             records.append(view[at : at + length])
             at += length
         parcel.records = records

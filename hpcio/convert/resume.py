@@ -87,7 +87,7 @@ def array_fingerprint(values) -> str:
     int64, hashed where they are.  Listing a selection of 10^8 samples as JSON first would
     take seconds and gigabytes."""
     data = np.ascontiguousarray(values, dtype="<i8")
-    return hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+    return hashlib.sha256(data.data.cast("B")).hexdigest()
 
 
 def write_json_atomic(path: str, obj) -> None:

@@ -55,7 +55,7 @@ class SampleSizes:
         data = np.ascontiguousarray(sizes, dtype="<i8")
         fd = os.open(path, os.O_WRONLY)
         try:
-            write_pieces(fd, [memoryview(data).cast("B")], first * _ITEM)
+            write_pieces(fd, [data.data.cast("B")], first * _ITEM)
         finally:
             os.close(fd)
 

@@ -38,6 +38,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -331,7 +332,7 @@ class ShardWriter:
             try:
                 if owner[k] == comm.rank:
                     write_pieces(fd, [head], 0)
-                write_pieces(fd, records, start)
+                write_pieces(fd, cast(list, records), start)
             finally:
                 os.close(fd)
             start_writeback(path)

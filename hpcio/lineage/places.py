@@ -90,8 +90,8 @@ def _webdataset(reader, i: int) -> Place:
     first = int(np.searchsorted(offsets, shard.data_offsets[members[0]]))
     last_end = int(shard.data_offsets[members[-1]]) + int(shard.sizes[members[-1]])
     keep = [int(np.searchsorted(offsets, shard.data_offsets[m])) for m in members]
-    member_names = tuple(bytes(names[m]).decode("utf-8", "replace") if not isinstance(names[m], str) else names[m]
-                         for m in keep)
+    member_names = tuple(name if isinstance(name, str) else bytes(name).decode("utf-8", "replace")
+                         for name in (names[m] for m in keep))
     note = f"sample {j} of the tar (key {shard.keys[j]!r}): its members' headers and data"
     if not os.path.basename(shard.path).endswith(".tar"):
         note += ", in the tar decompressed"

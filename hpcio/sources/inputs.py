@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +249,7 @@ class ReaderCache:
     opening the source then maps the index the first one built, rather than holding and
     building its own."""
 
-    def __init__(self, sources: list[Source], limit: int = 32, reader_options: dict | None = None,
+    def __init__(self, sources: list[Source], limit: int = 32, reader_options: Mapping | None = None,
                  index_dir: str | None = None):
         self.sources = sources
         self.limit = limit

@@ -78,7 +78,8 @@ class Located:
         self.shard_of = shard_of
         self.local = local
         self.nshards = nshards
-        self._touched = self._groups = None
+        self._touched: np.ndarray | None = None
+        self._groups: tuple[list, np.ndarray | None] | None = None
 
     @property
     def touched(self) -> np.ndarray:
@@ -136,7 +137,9 @@ class RecordBatch:
         self.cache = cache
         self.values = values
         self.gather = gather
-        self._ids = self._shards = self._offsets = None
+        self._ids: np.ndarray | None = None
+        self._shards: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
 
     def locate(self, j: int):
         """``(path, file offset or None, sample)`` of record ``j``, for error messages."""
@@ -400,6 +403,7 @@ def _relocated(exc: HpcioError, sample: int) -> HpcioError:
     """``exc`` raised again naming ``sample`` (a batch kernel knows only the position)."""
     message = str(exc).rsplit(" (", 1)[0] if exc.path is not None or exc.offset is not None else str(exc)
     new = type(exc)(message, path=exc.path, offset=exc.offset, sample=sample)
-    if getattr(exc, "errno", None) is not None:
-        new.errno = exc.errno
+    errno = getattr(exc, "errno", None)
+    if errno is not None and isinstance(new, OSError):  # only the OSError kinds carry one
+        new.errno = errno
     return new

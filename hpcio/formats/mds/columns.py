@@ -139,8 +139,8 @@ def _pread_pieces(cache: ShardCache, layout: _Layout, located: Located, groups: 
             refuse(RecordBatch(one, None, [record], [record[1]], cache), 0, layout, copied + viewed, decode_images)
         for c, pair in zip(copied, got):
             copies[c].append(pair)
-        for c, pair in zip(viewed, where):
-            spans[c].append(pair)
+        for c, span in zip(viewed, where):
+            spans[c].append(span)
         bufs.append(memoryview(sh.buf))
         buf_of.append(np.full(b - a, g, np.int32))
     return copies, spans, bufs, np.concatenate(buf_of)

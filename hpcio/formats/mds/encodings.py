@@ -32,7 +32,7 @@ import struct
 import threading
 from collections.abc import Sequence
 from io import BytesIO
-from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii
+from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 
 import numpy as np
 
@@ -146,8 +146,8 @@ class ColumnCodec:
     def __init__(self, encoding: str):
         self.encoding = encoding
         self.unsafe = encoding in _UNSAFE
-        self.dtype = None
-        self.shape = None
+        self.dtype: np.dtype | None = None
+        self.shape: tuple[int, ...] | None = None
         name, _, config = encoding.partition(":")
         if name == "ndarray":
             self.kind = "ndarray"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +14,9 @@ from ..._memory import available_bytes
 from ...errors import HpcioError
 from .batches import _PLANNED_DEPTH, _PLANNED_GAP
 from .cache import ShardCache
+
+if TYPE_CHECKING:
+    from ..._core._io import ReadAhead
 
 __all__ = ["Prefetcher"]
 
@@ -47,7 +51,7 @@ class Prefetcher:
         self.cache = cache
         self.read_ahead = read_ahead
         self.prefetches: deque = deque()
-        self.pass_read = None
+        self.pass_read: ReadAhead | None = None
 
     def prefetch(self, indices) -> None:
         """Start reading the records of samples ``indices`` that lie in shards not cached

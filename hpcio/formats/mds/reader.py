@@ -20,6 +20,7 @@ import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from .. import base
 from . import columns as _columns
 from .batches import Budget, decode, decode_records, decode_slice, fetch, locate
 from .cache import READ_PATHS, ShardCache
-from .compact_index import COMPACT_NAME, _load_compact
+from .compact_index import COMPACT_NAME, _CompactIndex, _load_compact
 from .compression import _hash_functions, parse_compression
 from .index import INDEX_NAME, _dataset_dir, _load_index, _ShardInfo
 from .layout import _Layout
@@ -156,6 +157,7 @@ class Reader(base.Reader):
         # checked against its entry only when it is opened.  index.json alone is not
         # protected, so its counts are checked against the files (see _check_counts_before).
         self.compact = compact is not None
+        self.shards: list[_ShardInfo] | _CompactIndex
         if compact is None:
             self.shards = _load_index(self.directory)
             _check_counts_fit_files(self.directory, self.shards)
@@ -192,7 +194,7 @@ class Reader(base.Reader):
                                      or not 0 <= read_ahead <= _MAX_DEPTH):
             raise InvalidArgumentError(f"read_ahead must be 'auto' or a number of reads from 0 to {_MAX_DEPTH}, "
                                        f"got {read_ahead!r}")
-        self.read_ahead = _auto_read_ahead(self.directory) if read_ahead == "auto" else read_ahead
+        self.read_ahead = _auto_read_ahead(self.directory) if isinstance(read_ahead, str) else read_ahead
         self.cache = ShardCache(self.directory, self.shards, self._cum, compact=self.compact, counted=counted,
                                 any_whole=any_whole, any_per_sample=self._any_per_sample,
                                 cache_dir=self.cache_dir, max_open=self.max_open,
@@ -217,16 +219,17 @@ class Reader(base.Reader):
 
     def _compact_layout(self) -> _Layout:
         """The columns every configuration of the compact index names alike."""
-        configs = self.shards.configs
+        index = cast(_CompactIndex, self.shards)
+        configs = index.configs
         first = tuple(tuple(configs[0][key]) for key in _COLUMN_KEYS)
         for j, config in enumerate(configs[1:], 1):
             columns = tuple(tuple(config[key]) for key in _COLUMN_KEYS)
             if columns != first:
                 raise CorruptShardError(
                     f"configuration {j} of {COMPACT_NAME} has columns {list(columns[0])} ({list(columns[1])}); "
-                    f"configuration 0 has {list(first[0])} ({list(first[1])})", path=self.shards.path,
+                    f"configuration 0 has {list(first[0])} ({list(first[1])})", path=index.path,
                 )
-        return _Layout(*first, path=self.shards.path)
+        return _Layout(*first, path=index.path)
 
     def shard_sizes(self) -> list[int]:
         return np.diff(self._cum).tolist()
@@ -475,7 +478,7 @@ class Reader(base.Reader):
         self.prefetcher.stop()
         self.cache.close()
         if self.compact:
-            self.shards.close()
+            cast(_CompactIndex, self.shards).close()
 
     def __repr__(self):
         return f"<hpcio.formats.mds.Reader {self.directory!r} n={len(self)} shards={len(self.shards)}>"

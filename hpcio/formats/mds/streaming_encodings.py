@@ -75,12 +75,12 @@ def _strip(value, path: list, paths: list, blobs: list):
             path.pop()
         return out
     if isinstance(value, (list, tuple)):
-        out = []
+        items = []
         for j, item in enumerate(value):
             path.append(j)
-            out.append(_strip(item, path, paths, blobs))
+            items.append(_strip(item, path, paths, blobs))
             path.pop()
-        return out
+        return items
     return value
 
 

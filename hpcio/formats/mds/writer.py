@@ -237,7 +237,7 @@ class Writer(base.Writer):
         self._shards: list[dict] = []
         self._records: list[bytes] = []
         self._closed = False
-        self._columns = None
+        self._columns: dict | None = None
         if self.compression is not None and self.compression.per_sample:
             _warn_sample_compression(self.compression.spec)
         if columns is not None:
