@@ -25,14 +25,11 @@ Values come back as:
 
 from __future__ import annotations
 
-import json
 import math
 import pickle
 import struct
-import threading
 from collections.abc import Sequence
 from io import BytesIO
-from json.encoder import JSONEncoder, c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 
 import numpy as np
 
@@ -48,6 +45,7 @@ from ...errors import (
     UnsupportedValueError,
 )
 from .._values import bytes_inside
+from .json_text import _json_dumps
 from .streaming_encodings import encode_bytes_dict, pack_items
 
 __all__ = [
@@ -74,33 +72,6 @@ NDARRAY_DTYPE_CODES = {
 }  # fmt: skip
 _NDARRAY_CODE_OF = {v: k for k, v in NDARRAY_DTYPE_CODES.items()}
 _SHAPE_DTYPES = ("<u1", "<u2", "<u4", "<u8")
-
-_json_state = threading.local()
-
-
-def _json_dumps(value) -> str:
-    """``json.dumps(value)`` with its default options, as streaming's MDSWriter writes
-    a json column, from one C encoder per thread.
-
-    ``json.dumps`` builds a new encoder for every call, about half its cost on a small
-    object, paid for every sample of a conversion.  The encoder's circular-reference
-    markers are emptied again after an error, as a fresh encoder would start.
-    """
-    encode = getattr(_json_state, "encode", None)
-    if encode is None:
-        if c_make_encoder is None:  # an interpreter without the C accelerator
-            return json.dumps(value)
-        markers: dict = {}
-        default = JSONEncoder().default
-        encode = c_make_encoder(markers, default, encode_basestring_ascii, None, ": ", ", ",
-                                False, False, True)
-        _json_state.encode, _json_state.markers = encode, markers
-    try:
-        return "".join(encode(value, 0))
-    except BaseException:
-        _json_state.markers.clear()
-        raise
-
 
 _PLAIN = {
     "bytes", "str", "int", "str_int", "str_float", "str_decimal", "json", "pkl",

@@ -25,8 +25,9 @@ from ...units import parse_bytes
 from .. import base
 from .compact_index import COMPACT_NAME, _write as _write_compact
 from .compression import DEFAULT_HASHES, Compression, _hash_functions, parse_compression
-from .encodings import _json_dumps, column_codec, encode_value, infer_encoding
+from .encodings import column_codec, encode_value, infer_encoding
 from .index import INDEX_NAME, NAME
+from .json_text import _json_dumps
 from .layout import _FIXED_KINDS, _Layout
 
 __all__ = ["Writer", "RecordEncoder", "merge_index", "record_options", "record_encoder", "record_layout", "record_digests",
