@@ -5,7 +5,7 @@ samples and options, plus mldataforge's sample-level compression
 (``compression="sample::zstd"``) and hpcio's ``sample::blosc2``.  :class:`RecordEncoder`
 makes a writer's record bytes apart from any writer, and ``record_options``,
 ``record_encoder`` and ``record_layout`` are the encoded-record and placed-record hooks
-of :mod:`hpcio.formats.base` that ``hpcio convert`` uses.
+of :mod:`hpcio.formats.contract` that ``hpcio convert`` uses.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ class Writer(base.Writer):
     overwrite
         Remove an existing non-empty ``path`` first.
     shard_id, num_shards
-        The sharded-writing hook (:mod:`hpcio.formats.base`): write every sample into the
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): write every sample into the
         single shard ``shard.<shard_id>.mds`` (no size roll-over) and no ``index.json``;
         :meth:`index_part` then gives the shard's ``index.json`` entry for
         :func:`merge_index`.
@@ -358,7 +358,7 @@ class Writer(base.Writer):
 
 def merge_index(directory, parts, **options) -> None:
     """Write ``index.json`` of ``directory`` from shard entries in shard order (the
-    sharded-writing hook of :mod:`hpcio.formats.base`), atomically, with its compact
+    sharded-writing hook of :mod:`hpcio.formats.contract`), atomically, with its compact
     form ``index.hpcio`` (:mod:`hpcio.formats.mds.compact_index`) written just before;
     shards that received no sample (None) are left out."""
     index = os.path.join(os.fspath(directory), INDEX_NAME)
@@ -374,7 +374,7 @@ def merge_index(directory, parts, **options) -> None:
 
 def record_options(sample: Mapping, *, columns: Mapping[str, str] | None = None,
                    allow_pickle: bool = False, **_options) -> dict:
-    """Encoded-record hook (:mod:`hpcio.formats.base`): the writer options that fix what
+    """Encoded-record hook (:mod:`hpcio.formats.contract`): the writer options that fix what
     a writer would take from ``sample`` as its first one, the columns; ``{}`` when
     ``columns`` are given.  Raises what that writer would raise for ``sample``."""
     if columns is not None:
@@ -395,7 +395,7 @@ def record_encoder(path, *, columns: Mapping[str, str], compression: str | None 
 def record_layout(shard_id: int, lengths: np.ndarray, *, columns: Mapping[str, str], compression: str | None = None,
                   hashes: Sequence[str] | None = None, allow_pickle: bool = False,
                   **_options) -> tuple[str, bytes, dict] | None:
-    """Placed-record hook (:mod:`hpcio.formats.base`): ``(file name, head, index part)``
+    """Placed-record hook (:mod:`hpcio.formats.contract`): ``(file name, head, index part)``
     of the shard ``shard_id`` whose records have ``lengths``, as ``Writer(shard_id=...)``
     writes it: its file is ``head`` followed by the records back to back.  None when the
     file is not that: a whole-shard compression, or hashes of the file (computed over
