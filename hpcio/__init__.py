@@ -40,6 +40,7 @@ from .errors import (
 )
 from .lineage import Location, locate
 from .mixture import Mixture, mix
+from .nodecache import NodeCache
 from .registry import Capabilities, available_formats, get_format, register_format, sniff_format
 from .tuning import tune
 
@@ -53,6 +54,7 @@ __all__ = [
     "Dataset",
     "Mixture",
     "mix",
+    "NodeCache",
     "ListColumn",
     "VarColumn",
     "ViewColumn",

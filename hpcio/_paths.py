@@ -66,6 +66,22 @@ def resolve_inside(root, name, *, what: str, source, follow_last: bool = True) -
     return path
 
 
+# Directories whose links into a dataset elsewhere are hpcio's own (a node cache's
+# mirror): real path of the mirror -> real path of the dataset its links lead into.
+_TRUSTED_LINKS: dict[str, str] = {}
+
+
+def trust_links(mirror, target) -> None:
+    """Accept, in :func:`listed_inside`, links under ``mirror`` that lead into ``target``:
+    a node cache mirrors a dataset with links to the files it has not fetched."""
+    _TRUSTED_LINKS[os.path.realpath(mirror)] = os.path.realpath(target)
+
+
+def _trusted(real_root: str, real: str) -> bool:
+    return any(is_inside(real_root, mirror) and is_inside(real, target)
+               for mirror, target in _TRUSTED_LINKS.items())
+
+
 def listed_inside(directory, names, *, what: str) -> list[str]:
     """``directory``'s entries ``names`` as paths, refusing with PathEscapeError one that
     is a symbolic link leading out of ``directory`` (a shard a listing finds is the
@@ -79,7 +95,7 @@ def listed_inside(directory, names, *, what: str) -> list[str]:
         if os.path.islink(path):
             real_root = real_root or os.path.realpath(directory)
             real = os.path.realpath(path)
-            if not is_inside(real, real_root):
+            if not is_inside(real, real_root) and not _trusted(real_root, real):
                 raise PathEscapeError(f"{what} {name!r} is a symbolic link to {real}, outside {real_root}",
                                       path=directory)
         out.append(path)

@@ -138,16 +138,23 @@ class Dataset(Sequence):
         if len(positions):
             self.reader.prefetch(positions)
 
-    def will_read(self, indices) -> None:
+    def will_read(self, indices, *, after: bool = False) -> None:
         """Announce a pass that is about to read the samples at ``indices`` in this order:
         when what it touches fits in half the memory available, MDS reads their records
         ahead in that order, in large requests, and Parquet keeps every row group they
         touch decoded (see :doc:`formats/mds`, :doc:`formats/parquet`).  A hint, like
         :meth:`prefetch`; iterating a view and the :mod:`hpcio.torch` adapters announce
-        their passes themselves."""
+        their passes themselves.  ``after=True`` announces the pass that follows the one
+        announced last (the next epoch), which only a node cache uses."""
         positions = self._positions(indices)
-        if len(positions):
-            self.reader.will_read(positions)
+        if not len(positions):
+            return
+        if after:
+            follow = getattr(self.reader, "will_read_after", None)
+            if follow is not None:
+                follow(positions)
+            return
+        self.reader.will_read(positions)
 
     def get_columns(self, indices) -> dict:
         """Many samples as one column per field (the columnar batch read API).
@@ -332,15 +339,22 @@ def _stable_argsort(keys: Sequence | np.ndarray, descending: bool = False) -> np
     return np.asarray(sorted(range(n), key=keys.__getitem__), dtype=np.int64)
 
 
-def open(path: str | os.PathLike, format: str | None = None, **options) -> Dataset:
+def open(path: str | os.PathLike, format: str | None = None, *, cache=None, **options) -> Dataset:
     """Open a dataset, sniffing its format unless ``format`` is given.
 
     ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
-    compressed MDS, ``lazy=`` for JINX).
+    compressed MDS, ``lazy=`` for JINX).  ``cache``, a :class:`hpcio.NodeCache`, reads
+    the shards through a bounded node-local copy of them (see :doc:`staging`).
     """
     apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
     check_reader_options(module, options)
+    if cache is not None:
+        from .nodecache import NodeCache
+
+        if not isinstance(cache, NodeCache):
+            raise WrongTypeError(f"cache= takes an hpcio.NodeCache, got {type(cache).__name__}")
+        return Dataset(cache.open_reader(module, path, options))
     return Dataset(module.Reader(path, **options))
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "MissingDependencyError",
     "CapabilityError",
     "StagingError",
+    "NodeCacheError",
     "InsufficientSpaceError",
     "ChecksumMismatchError",
     "PathEscapeError",
@@ -191,6 +192,11 @@ class ShardChangedError(ShardReadError):
 
 class StagingError(HpcioError, OSError):
     """Copying a dataset between storage tiers failed (I/O error, quota, bad manifest)."""
+
+
+class NodeCacheError(StagingError):
+    """A node cache could not fetch a shard from the shared tier or keep it on the node
+    (read error, full node disk, a cache directory that is not the dataset's)."""
 
 
 class InsufficientSpaceError(StagingError):

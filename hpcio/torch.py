@@ -171,6 +171,20 @@ class _EpochCursor:
             self._plans = {epoch: found}  # one epoch at a time
         return found
 
+    def _announce_next(self, dataset, ctx: RuntimeContext, worker: int, num_workers: int) -> None:
+        """Tell a node cache this consumer's part of the next epoch too: its eviction then
+        keeps the shards the next epoch begins with (other readers have no use for it)."""
+        if self.mixture or not hasattr(dataset.reader, "will_read_after"):
+            return
+        epoch = int(self._shared[0]) + 1
+        plan = epoch_plan(self.dataset, epoch, self.mode, self.seed, self.shard_sizes, self.window)
+        n = len(self.dataset)
+        ranges = _epoch_skip(self.skip, epoch, n)
+        kept = _Kept(n, ranges) if ranges else Arange(0, 1, n)
+        part = consumer_order(len(kept), ctx.dp_rank, ctx.dp_size, worker, num_workers, remainder=self.remainder,
+                              batch_size=self.batch_size, start=0, order=kept)
+        plan.dataset.will_read(Composed(part, plan.order)[:], after=True)
+
     def _remaining(self, epoch: int) -> int:
         """Positions of ``epoch`` left after the skip ranges."""
         return len(self._plan(epoch)[1])
@@ -397,6 +411,8 @@ class IterableDataset(_EpochCursor, torch_data.IterableDataset):
         for k, batch_indices in enumerate(batches_read_ahead(Composed(part, plan.order), b, plan.dataset)):
             positions = part[k * b : (k + 1) * b] if self.provenance else None
             batch = self.collate_fn(self._read(plan, batch_indices, positions))
+            if k == 0:
+                self._announce_next(plan.dataset, ctx, ctx.worker_id, ctx.num_workers)
             if in_main and not self._by_loader:
                 self._delivered += 1
             yield batch

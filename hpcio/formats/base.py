@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNot
 from ._checksums import verify_files
 from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "even_sizes", "sample_starts", "locate", "by_shard",
+__all__ = ["Reader", "ShardFile", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "even_sizes", "sample_starts", "locate", "by_shard",
            "shard_files", "first_file_head",
            "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
            "remove_empty_dir"]
@@ -140,6 +141,16 @@ def handed_out(samples: list) -> Iterator:
         yield sample
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One file of a shard: its ``path``, and the ``size`` and ``hashes`` (hex digests by
+    algorithm name) its dataset's index records, when it records them."""
+
+    path: str
+    size: int | None = None
+    hashes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
 class Reader(abc.ABC):
     """Random-access (or sequential-only) access to the samples of one dataset.
 
@@ -245,6 +256,17 @@ class Reader(abc.ABC):
         if cum is None or len(cum) < 2:
             return None
         return np.diff(np.asarray(cum, dtype=np.int64)).tolist()
+
+    def files_of_shards(self) -> list[list[ShardFile]] | None:
+        """The files each shard reads (in shard order, aligned with :meth:`shard_sizes`),
+        with the size and digests the index records for them, or None when the format
+        cannot say: what a node cache (:class:`hpcio.NodeCache`) fetches per shard."""
+        return None
+
+    def release_shards(self, shards: Sequence[int]) -> None:
+        """Close whatever this reader holds open of the shards ``shards`` (descriptors,
+        maps): a node cache evicted their files, and an open descriptor would keep the
+        evicted bytes on the node's disk.  A later read opens them again."""
 
     def check_index(self, i: int) -> int:
         """``i`` as a non-negative index, or IndexOutOfRangeError."""

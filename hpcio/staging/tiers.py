@@ -52,6 +52,7 @@ __all__ = [
     "fs_usage",
     "filesystem_type",
     "is_node_local",
+    "node_local_tier",
     "bench_tier",
 ]
 
@@ -63,6 +64,10 @@ PURGE_RULES = (None, "unused", "job", "node")
 # Filesystems whose contents one node alone sees; used when a tier does not say.
 _LOCAL_FS_TYPES = frozenset(
     {"tmpfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "overlay", "vfat"}
+)
+# Filesystems every node of a cluster shares: never a node cache's default place.
+_SHARED_FS_TYPES = frozenset(
+    {"gpfs", "lustre", "nfs", "nfs4", "beegfs", "cephfs", "ceph", "fuse.glusterfs", "wekafs", "pvfs2", "orangefs"}
 )
 
 
@@ -328,6 +333,20 @@ def is_node_local(path: str | os.PathLike, tiers: Mapping[str, Tier] | None = No
     if tier is not None:
         return tier.node_local
     return filesystem_type(path) in _LOCAL_FS_TYPES
+
+
+def node_local_tier(tiers: Mapping[str, Tier] | None = None) -> Tier | None:
+    """The node-local tier a node cache defaults to: a configured node-local tier (an
+    NVMe), then ``$TMPDIR``, then ``/dev/shm``; a tier declared node-local whose
+    filesystem is shared (``$TMPDIR`` on a parallel filesystem, as ``$JOBSCRATCH`` at
+    IDRIS is) is passed over."""
+    tiers = resolve_tiers(read_quotas=False) if tiers is None else tiers
+    order = sorted((t for t in tiers.values() if t.node_local and not t.read_only),
+                   key=lambda t: (t.name == "shm", t.name == "tmp"))
+    for tier in order:
+        if os.path.isdir(tier.path) and filesystem_type(tier.path) not in _SHARED_FS_TYPES:
+            return tier
+    return None
 
 
 def _drop_cache(fd: int) -> None:

@@ -292,6 +292,15 @@ class ShardCache:
         self._detach(k)
         sh.close()
 
+    def release(self, shards) -> None:
+        """Close the shards ``shards`` that are open (a later read opens them again)."""
+        for k in shards:
+            for cache in (self.maps, self.mem):
+                sh = cache.pop(int(k), None)
+                if sh is not None:
+                    self._detach(int(k))
+                    sh.close()
+
     def drop_pages(self) -> None:
         """Close the mapped shards (a later read maps its shard again)."""
         while self.maps:

@@ -474,6 +474,19 @@ class Reader(base.Reader):
         """Close the mapped shards (a later read maps its shard again)."""
         self.cache.drop_pages()
 
+    def files_of_shards(self) -> list[list[base.ShardFile]]:
+        """Each shard's one file, as stored (whole-shard compressed: the compressed file)."""
+        out = []
+        for k in range(len(self.shards)):
+            info = self.shards[k]
+            size, hashes = ((info.zip_bytes, info.zip_hashes) if info.zip_basename
+                            else (info.raw_bytes, info.raw_hashes))
+            out.append([base.ShardFile(os.path.join(self.directory, info.file_basename), size, hashes)])
+        return out
+
+    def release_shards(self, shards: Sequence[int]) -> None:
+        self.cache.release(shards)
+
     def close(self) -> None:
         self.prefetcher.stop()
         self.cache.close()

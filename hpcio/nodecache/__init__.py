@@ -1,0 +1,171 @@
+"""A bounded node-local cache of shards read from a shared tier, evicting by the future.
+
+>>> import hpcio
+>>> cache = hpcio.NodeCache("/local/nvme/cache", limit="1.5TB")     # doctest: +SKIP
+>>> ds = hpcio.open("/lustre/work/shards", cache=cache)              # doctest: +SKIP
+
+Every process of a node that opens a dataset with a cache of the same directory shares
+one copy of each shard: a shard is fetched from the shared tier on first need (or ahead,
+for the next batches), at most ``limit`` bytes stay resident, and the shard evicted is
+the one whose next use in the node's announced orders is furthest away (``policy=
+"belady"``), or the one used longest ago (``"lru"``).  The announced orders are the
+passes of views, pipelines and the :mod:`hpcio.torch` adapters (``will_read``); they are
+computed, so what a consumer publishes stays the size of a window, not of the order.
+
+The figures against LRU and mosaicml-streaming's cache are in ``docs/staging.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from ..errors import CapabilityError, NodeCacheError
+from ..units import parse_bytes
+from .consumer import Consumer
+from .policy import POLICIES, check_policy, simulate
+from .reader import CachedReader
+from .store import Store, build_mirror, check_mirror
+
+__all__ = ["NodeCache", "CachedReader", "POLICIES", "simulate", "default_directory"]
+
+
+def default_directory() -> str:
+    """The node-local tier ``hpcio tiers`` names (a configured NVMe, ``$TMPDIR`` when it
+    is on a node-local filesystem, then ``/dev/shm``), plus ``hpcio-cache``."""
+    from ..staging.tiers import node_local_tier
+
+    tier = node_local_tier()
+    if tier is None:
+        raise NodeCacheError("no node-local tier is known here (hpcio tiers lists none): pass "
+                             "NodeCache(directory=...) a directory on the node's own disk or memory")
+    return os.path.join(tier.path, "hpcio-cache")
+
+
+class NodeCache:
+    """Shards of datasets read from a shared tier, kept on this node under ``limit``.
+
+    directory
+        Node-local directory of the cache (default :func:`default_directory`); every
+        process of the node given the same one shares its shards.
+    limit
+        Most bytes of shards resident at once, an int or a size such as ``"1.5TB"``.
+    policy
+        ``"belady"`` (evict the shard used furthest in the future) or ``"lru"``.
+    prefetch
+        Batches ahead of each consumer whose shards are fetched in the background.
+    fetchers
+        Most copies from the shared tier in flight on the node at once.
+    horizon
+        Most stream positions of a consumer's future mapped to shards at a time.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, limit: int | str = "100GB", *,
+                 policy: str = "belady", prefetch: int = 4, fetchers: int = 4, horizon: int = 1 << 20):
+        self.directory = os.path.abspath(os.fspath(directory)) if directory is not None else default_directory()
+        self.limit = parse_bytes(limit, what="NodeCache limit")
+        self.policy = check_policy(policy)
+        for name, value, low in (("prefetch", prefetch, 0), ("fetchers", fetchers, 1), ("horizon", horizon, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise NodeCacheError(f"NodeCache {name} must be an int >= {low}, got {value!r}")
+        self.prefetch, self.fetchers, self.horizon = prefetch, fetchers, horizon
+        self._readers: list[CachedReader] = []
+
+    def __reduce__(self):
+        return (_rebuild, (self.directory, self.limit, self.policy, self.prefetch, self.fetchers, self.horizon))
+
+    def root_of(self, path: str | os.PathLike) -> str:
+        """The directory caching the dataset ``path`` (its name and a key of its real path)."""
+        real = os.path.realpath(os.fspath(path))
+        key = hashlib.sha256(real.encode()).hexdigest()[:16]
+        return os.path.join(self.directory, f"{os.path.basename(real) or 'dataset'}-{key}")
+
+    def open_reader(self, module, path: str | os.PathLike, options: dict) -> CachedReader:
+        """A reader of ``path`` in the format ``module`` through this cache (what
+        ``hpcio.open(path, cache=...)`` uses)."""
+        remote = os.path.realpath(os.fspath(path))
+        root = self.root_of(remote)
+        os.makedirs(os.path.join(root, "meta"), exist_ok=True)
+        store = None
+        lock = _DirectoryLock(os.path.join(root, "meta", "mirror.lock"))
+        with lock:
+            if not check_mirror(root, remote):
+                probe = module.Reader(remote, **options)
+                try:
+                    files = _files(probe, remote)
+                finally:
+                    probe.close()
+                build_mirror(root, remote, {os.path.join(remote, f.path) for shard in files for f in shard})
+        inner = module.Reader(os.path.join(root, "data"), **options)
+        try:
+            files = _files(inner, os.path.join(root, "data"))
+            store = Store(root, remote, files, self.fetchers)
+            cum = np.concatenate([[0], np.cumsum(inner.shard_sizes(), dtype=np.int64)])
+            consumer = Consumer(store, cum, limit=self.limit, policy=self.policy, prefetch=self.prefetch,
+                                horizon=self.horizon, release=inner.release_shards)
+        except BaseException:
+            inner.close()
+            raise
+        reader = CachedReader(inner, consumer, remote)
+        self._readers.append(reader)
+        return reader
+
+    def stats(self) -> dict:
+        """``fetched_bytes``, ``fetches``, ``evictions``, ``resident_bytes`` and
+        ``resident_shards`` of the node (all its processes), and ``hits``, ``misses``
+        (shards a batch found resident or not), ``wait_s`` (time reads waited for
+        fetches), ``prefetched``, ``over_limit`` and ``prefetch_errors`` of this process,
+        summed over the datasets this cache opened."""
+        out: dict = {"fetched_bytes": 0, "fetches": 0, "evictions": 0, "resident_bytes": 0,
+                     "resident_shards": 0, "hits": 0, "misses": 0, "wait_s": 0.0, "prefetched": 0,
+                     "over_limit": 0, "prefetch_errors": 0, "limit": self.limit, "policy": self.policy}
+        for reader in self._readers:
+            for part in (reader.consumer.store.counters(), reader.consumer.stats()):
+                for key, value in part.items():
+                    out[key] += value
+        return out
+
+    def clear(self) -> None:
+        """Evict every shard this cache's datasets hold on the node."""
+        for reader in self._readers:
+            reader.consumer.store.clear()
+
+    def __repr__(self):
+        return f"<hpcio.NodeCache {self.directory!r} limit={self.limit} policy={self.policy!r}>"
+
+
+def _rebuild(directory, limit, policy, prefetch, fetchers, horizon) -> NodeCache:
+    return NodeCache(directory, limit, policy=policy, prefetch=prefetch, fetchers=fetchers, horizon=horizon)
+
+
+def _files(reader, top: str) -> list:
+    """The reader's shard files with paths relative to the dataset directory ``top``."""
+    from ..formats.base import ShardFile
+
+    files = reader.files_of_shards()
+    sizes = reader.shard_sizes()
+    if files is None or sizes is None:
+        raise CapabilityError(f"the {type(reader).__module__.rsplit('.', 1)[-1]} reader cannot list its "
+                              "shards' files, so it cannot read through a node cache", path=top)
+    top = os.path.abspath(top)
+    return [[ShardFile(os.path.relpath(os.path.abspath(f.path), top), f.size, f.hashes) for f in shard]
+            for shard in files]
+
+
+class _DirectoryLock:
+    """An exclusive ``flock`` on a file, held by one process of the node at a time."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)

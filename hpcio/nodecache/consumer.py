@@ -1,0 +1,345 @@
+"""One reading process's side of a node cache: its announced order, what it publishes of
+its future, and the fetches it waits for or starts ahead.
+
+A consumer's future is the stream of reader positions its passes announced
+(``will_read``), of which it has read ``cursor``.  It publishes, in
+``meta/consumers/<pid>-<n>``, a window of that stream as runs of shards, recomputed from
+the computed order as it advances (never the whole order: at 10^10 samples the window
+stays the size of a few chunks), and its cursor, updated in place on every batch.  An
+evicting process reads every live consumer's file and takes, per shard, the nearest next
+use over all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import NodeCacheError
+from .policy import NEVER, first_uses, victims
+from .store import ABSENT, FETCHING, RESIDENT, Store
+
+__all__ = ["Consumer"]
+
+_CHUNK = 8192  # stream positions mapped to shards at a time when a window is built
+_HEAD = 4  # int64 words of a consumer file: pid, cursor, batch length, runs
+_serial = itertools.count()
+
+
+class Consumer:
+    """This process's reads of one dataset through the node cache ``store``."""
+
+    def __init__(self, store: Store, cum: np.ndarray, *, limit: int, policy: str, prefetch: int,
+                 horizon: int, release):
+        self.store, self.cum = store, np.asarray(cum, dtype=np.int64)
+        self.limit, self.policy, self.ahead, self.horizon = limit, policy, prefetch, horizon
+        self.release = release  # the reader's release_shards
+        self.pid = -1
+        self._lock = threading.Lock()  # the table lock is per process file: one thread at a time
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh per-process state (also in a forked DataLoader worker, whose threads and
+        published file are not its parent's)."""
+        self.pid = os.getpid()
+        self.segments: list = []  # announced passes, in order (arrays or computed maps)
+        self.cursor = 0
+        self.batch = 1
+        self.w0, self.w_end = 0, 0
+        self.runs = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self.log_offset = 0
+        self.pool: Any = None  # a ThreadPoolExecutor, started on the first fetch ahead
+        self.queued: set[int] = set()
+        self.counts = {"hits": 0, "misses": 0, "wait_s": 0.0, "prefetched": 0, "over_limit": 0,
+                       "prefetch_errors": 0}
+        self.file = os.path.join(self.store.meta, "consumers", f"{self.pid}-{next(_serial)}")
+        self.fd = -1
+
+    def _own(self) -> None:
+        if self.pid != os.getpid():
+            self._reset()
+
+    # --- the announced future -----------------------------------------------------------
+    def announce(self, positions, after: bool = False) -> None:
+        """A pass over ``positions`` begins now (``after``: once the announced ones end)."""
+        self._own()
+        if not after:
+            self.segments, self.cursor = [], 0
+        self.segments.append(positions)
+        self._window()
+        self._publish()
+
+    def _stream(self, lo: int, hi: int) -> np.ndarray:
+        """Reader positions ``[lo, hi)`` of the announced stream."""
+        parts, base = [], 0
+        for seg in self.segments:
+            n = len(seg)
+            a, b = max(lo - base, 0), min(hi - base, n)
+            if a < b:
+                parts.append(np.asarray(seg[a:b], dtype=np.int64))
+            base += n
+            if base >= hi:
+                break
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def _length(self) -> int:
+        return sum(len(seg) for seg in self.segments)
+
+    def _shards(self, positions: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.cum, positions, side="right") - 1
+
+    def _window(self) -> None:
+        """Recompute the published window from the cursor: chunks of the stream until every
+        shard has appeared, or ``horizon`` positions, or the stream's end."""
+        total, n = self._length(), self.store.n
+        seen = np.zeros(n, bool)
+        shards, starts = [], []
+        at = self.cursor
+        while at < total and at - self.cursor < self.horizon:
+            ids = self._shards(self._stream(at, min(at + _CHUNK, total)))
+            keep = np.ones(len(ids), bool)
+            keep[1:] = ids[1:] != ids[:-1]
+            if shards and len(ids) and shards[-1][-1] == ids[0]:
+                keep[0] = False
+            shards.append(ids[keep])
+            starts.append(np.flatnonzero(keep) + at)
+            seen[ids] = True
+            at += len(ids)
+            if seen.all():
+                break
+        self.w0, self.w_end = self.cursor, at
+        self.runs = ((np.concatenate(shards), np.concatenate(starts)) if shards
+                     else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+
+    def _publish(self) -> None:
+        shards, starts = self.runs
+        head = np.array([self.pid, self.cursor, self.batch, len(shards)], np.int64)
+        tmp = f"{self.file}.tmp"
+        os.makedirs(os.path.dirname(self.file), exist_ok=True)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        os.write(fd, head.tobytes() + shards.tobytes() + starts.tobytes())
+        os.replace(tmp, self.file)
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd = fd
+
+    def _advance(self, cursor: int, batch: int) -> None:
+        self.cursor, self.batch = cursor, max(batch, 1)
+        if self.segments and self.cursor - self.w0 >= max((self.w_end - self.w0) // 2, 1) \
+                and self.w_end < self._length():
+            self._window()
+            self._publish()
+        elif self.fd >= 0:
+            os.pwrite(self.fd, np.array([self.cursor, self.batch], np.int64).tobytes(), 8)
+
+    def _at(self, position: int, first: int) -> bool:
+        total = self._length()
+        return position < total and int(self._stream(position, position + 1)[0]) == first
+
+    # --- reads ----------------------------------------------------------------------------
+    def before_read(self, positions: np.ndarray) -> None:
+        """Make the shards of ``positions`` resident before the reader touches them, after
+        moving the cursor past them when they are the stream's next; then start fetching
+        the shards of the next batches."""
+        self._own()
+        positions = np.asarray(positions, dtype=np.int64)
+        if not len(positions):
+            return
+        with self._lock:
+            if self.segments and self._at(self.cursor, int(positions[0])):
+                self._advance(self.cursor + len(positions), len(positions))
+            self._release_evicted()
+            self._ensure(np.unique(self._shards(positions)))
+            self._read_ahead()
+
+    def hint(self, positions: np.ndarray) -> None:
+        """``positions`` are read next (the batch after the one being read)."""
+        self._own()
+        positions = np.asarray(positions, dtype=np.int64)
+        if not len(positions):
+            return
+        with self._lock:
+            n = len(positions)
+            for step in (1, 2):
+                c = self.cursor + step * n
+                if self.segments and self._at(c, int(positions[0])):
+                    self._advance(max(self.cursor, c - n), n)
+                    break
+            self._read_ahead()
+
+    def resident(self, positions: np.ndarray) -> bool:
+        shards = np.unique(self._shards(np.asarray(positions, dtype=np.int64)))
+        return bool((self.store.state[shards] == RESIDENT).all())
+
+    def _release_evicted(self) -> None:
+        evicted, self.log_offset = self.store.evicted_since(self.log_offset)
+        if len(evicted):
+            self.release(np.unique(evicted).tolist())
+
+    def _ensure(self, shards: np.ndarray) -> None:
+        state = self.store.state
+        missing = shards[state[shards] != RESIDENT]
+        self.counts["hits"] += len(shards) - len(missing)
+        if len(missing):
+            self.counts["misses"] += len(missing)
+            began = time.perf_counter()
+            for k in missing.tolist():
+                self.fetch(k)
+            self.counts["wait_s"] += time.perf_counter() - began
+        self.store.touch(shards)
+
+    def _read_ahead(self) -> None:
+        """Start fetching the next shard the coming ``prefetch`` batches read that is not
+        resident.  One fetch ahead at a time per consumer: several at once each evict for
+        a shard not yet needed, and the fetches rise well above Belady's (see
+        docs/staging.md); a node's consumers together still keep ``fetchers`` busy."""
+        if not self.ahead or not self.segments:
+            return
+        ids = self._shards(self._stream(self.cursor, self.cursor + self.ahead * self.batch))
+        if not len(ids):
+            return
+        uniq, first = np.unique(ids, return_index=True)
+        upcoming = uniq[np.argsort(first, kind="stable")]
+        self._schedule(upcoming[self.store.state[upcoming] == ABSENT])
+
+    def _schedule(self, shards: np.ndarray) -> None:
+        for k in shards.tolist():
+            if self.queued:
+                break
+            if k in self.queued:
+                continue
+            if self.pool is None:
+                import concurrent.futures
+
+                self.pool = concurrent.futures.ThreadPoolExecutor(1, "hpcio-nodecache")
+            self.queued.add(k)
+            self.pool.submit(self._prefetch, k)
+
+    def _prefetch(self, k: int) -> None:
+        try:
+            if self.fetch(k, ahead=True):
+                self.counts["prefetched"] += 1
+        except Exception:
+            self.counts["prefetch_errors"] += 1  # the read that needs it fetches it and raises
+        finally:
+            self.queued.discard(k)
+
+    # --- fetching -------------------------------------------------------------------------
+    def fetch(self, k: int, ahead: bool = False) -> bool:
+        """Bring shard ``k`` onto the node: True when this process copied it.  A demand fetch
+        evicts what it must.  A fetch ``ahead`` of need evicts only shards whose next use
+        comes after ``k``'s (so it makes no fetch that waiting would have saved) and gives
+        up when that frees too little."""
+        store = self.store
+        with store.shard_lock(k):
+            if store.state[k] == RESIDENT:
+                return False
+            size = int(store.sizes[k]) or _stat_size(store, k)
+            with store.locked():
+                need = store.resident_bytes() - (store.table[k, 1] if store.state[k] == FETCHING else 0) \
+                    + size - self.limit
+                if need > 0 and not self._make_room(need, k, ahead):
+                    if ahead:
+                        return False
+                    self.counts["over_limit"] += 1
+                store.table[k] = (FETCHING, size, store.tick(), os.getpid())
+            try:
+                with store.fetch_slot():
+                    got = store.copy_in(k)
+            except BaseException:
+                with store.locked():
+                    store.table[k] = (ABSENT, 0, store.table[k, 2], 0)
+                raise
+            with store.locked():
+                store.table[k] = (RESIDENT, got, store.tick(), 0)
+                store.header[2] += got
+                store.header[3] += 1
+        return True
+
+    def _make_room(self, need: int, k: int, ahead: bool) -> bool:
+        """Evict until ``need`` bytes are free for shard ``k`` (under the table lock);
+        False if it cannot."""
+        store = self.store
+        next_use, pinned = node_future(store)
+        beyond = -1
+        if ahead:
+            beyond = int(next_use[k])
+            if beyond == NEVER:
+                return False
+        candidates = np.flatnonzero((store.state == RESIDENT) & ~pinned)
+        chosen = victims(self.policy, candidates, next_use, store.table[:, 2], store.table[:, 1], need, beyond)
+        freed = int(store.table[chosen, 1].sum()) if chosen else 0
+        if freed < need and ahead:
+            return False
+        for v in chosen:
+            store.evict(v)
+        return freed >= need
+
+    def stats(self) -> dict:
+        return dict(self.counts)
+
+    def close(self) -> None:
+        if self.pool is not None and self.pid == os.getpid():
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+        if self.fd >= 0 and self.pid == os.getpid():
+            os.close(self.fd)
+            self.fd = -1
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.file)
+
+
+def _stat_size(store: Store, k: int) -> int:
+    try:
+        return sum(os.stat(remote).st_size for remote, _m, _s, _h in store.files[k])
+    except OSError as exc:
+        raise NodeCacheError(f"cannot stat the shard on the shared tier: {exc.strerror}",
+                             path=store.files[k][0][0]) from None
+
+
+def node_future(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """Per shard, the nearest next use over the node's live consumers (samples, NEVER
+    when none announced it), and whether a consumer's current batch reads it."""
+    next_use = np.full(store.n, NEVER, dtype=np.int64)
+    pinned = np.zeros(store.n, bool)
+    directory = os.path.join(store.meta, "consumers")
+    for name in os.listdir(directory) if os.path.isdir(directory) else ():
+        if name.endswith(".tmp"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        words = np.frombuffer(data[: len(data) - len(data) % 8], dtype=np.int64)
+        if len(words) < _HEAD:
+            continue
+        pid, cursor, batch, runs = (int(w) for w in words[:_HEAD])
+        if not _alive(pid):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        if len(words) < _HEAD + 2 * runs:
+            continue
+        shards, starts = words[_HEAD : _HEAD + runs], words[_HEAD + runs : _HEAD + 2 * runs]
+        uses = first_uses(shards, starts, cursor, store.n)
+        np.minimum(next_use, uses, out=next_use)
+        pinned |= uses < batch
+    return next_use, pinned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
