@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from .._paths import trust_links
 from ..errors import CapabilityError, NodeCacheError
 from ..units import parse_bytes
 from .consumer import Consumer
@@ -94,13 +95,14 @@ class NodeCache:
             if not check_mirror(root, remote):
                 probe = module.Reader(remote, **options)
                 try:
-                    files = _files(probe, remote)
+                    files = _files(probe, remote, module.NAME)
                 finally:
                     probe.close()
                 build_mirror(root, remote, {os.path.join(remote, f.path) for shard in files for f in shard})
+        trust_links(os.path.join(root, "data"), remote)
         inner = module.Reader(os.path.join(root, "data"), **options)
         try:
-            files = _files(inner, os.path.join(root, "data"))
+            files = _files(inner, os.path.join(root, "data"), module.NAME)
             store = Store(root, remote, files, self.fetchers)
             cum = np.concatenate([[0], np.cumsum(inner.shard_sizes(), dtype=np.int64)])
             consumer = Consumer(store, cum, limit=self.limit, policy=self.policy, prefetch=self.prefetch,
@@ -121,10 +123,12 @@ class NodeCache:
         out: dict = {"fetched_bytes": 0, "fetches": 0, "evictions": 0, "resident_bytes": 0,
                      "resident_shards": 0, "hits": 0, "misses": 0, "wait_s": 0.0, "prefetched": 0,
                      "over_limit": 0, "prefetch_errors": 0, "limit": self.limit, "policy": self.policy}
-        for reader in self._readers:
-            for part in (reader.consumer.store.counters(), reader.consumer.stats()):
-                for key, value in part.items():
-                    out[key] += value
+        stores = {reader.consumer.store.root: reader.consumer.store for reader in self._readers}
+        parts = [store.counters() for store in stores.values()]
+        parts += [reader.consumer.stats() for reader in self._readers]
+        for part in parts:
+            for key, value in part.items():
+                out[key] += value
         return out
 
     def clear(self) -> None:
@@ -140,15 +144,15 @@ def _rebuild(directory, limit, policy, prefetch, fetchers, horizon) -> NodeCache
     return NodeCache(directory, limit, policy=policy, prefetch=prefetch, fetchers=fetchers, horizon=horizon)
 
 
-def _files(reader, top: str) -> list:
+def _files(reader, top: str, name: str) -> list:
     """The reader's shard files with paths relative to the dataset directory ``top``."""
     from ..formats.base import ShardFile
 
     files = reader.files_of_shards()
     sizes = reader.shard_sizes()
     if files is None or sizes is None:
-        raise CapabilityError(f"the {type(reader).__module__.rsplit('.', 1)[-1]} reader cannot list its "
-                              "shards' files, so it cannot read through a node cache", path=top)
+        raise CapabilityError(f"the {name} reader cannot list its shards' files, so it cannot read "
+                              "through a node cache (mds and jinx can)", path=top)
     top = os.path.abspath(top)
     return [[ShardFile(os.path.relpath(os.path.abspath(f.path), top), f.size, f.hashes) for f in shard]
             for shard in files]

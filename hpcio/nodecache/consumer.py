@@ -54,6 +54,9 @@ class Consumer:
         self.w0, self.w_end = 0, 0
         self.runs = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.log_offset = 0
+        # shards the reader may hold open as links to the shared tier: handed to its
+        # release_shards once resident, so it reads the node's copy from then on
+        self.stale = self.store.state != RESIDENT
         self.pool: Any = None  # a ThreadPoolExecutor, started on the first fetch ahead
         self.queued: set[int] = set()
         self.counts = {"hits": 0, "misses": 0, "wait_s": 0.0, "prefetched": 0, "over_limit": 0,
@@ -181,6 +184,7 @@ class Consumer:
         evicted, self.log_offset = self.store.evicted_since(self.log_offset)
         if len(evicted):
             self.release(np.unique(evicted).tolist())
+            self.stale[evicted] = True
 
     def _ensure(self, shards: np.ndarray) -> None:
         state = self.store.state
@@ -193,6 +197,10 @@ class Consumer:
                 self.fetch(k)
             self.counts["wait_s"] += time.perf_counter() - began
         self.store.touch(shards)
+        reopen = shards[self.stale[shards]]
+        if len(reopen):
+            self.release(reopen.tolist())
+            self.stale[reopen] = False
 
     def _read_ahead(self) -> None:
         """Start fetching the next shard the coming ``prefetch`` batches read that is not

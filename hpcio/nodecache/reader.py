@@ -36,7 +36,13 @@ class CachedReader(Reader):
 
     @property
     def batch_size(self) -> int:  # type: ignore[override]
-        return self.inner.batch_size
+        """The format's batch, at most half the shards the limit holds: a batch's shards
+        are resident together while it is read, and a shuffled batch touches about one
+        shard per sample."""
+        store = self.consumer.store
+        mean = float(store.sizes.mean()) if store.n and store.sizes.any() else 0.0
+        fits = int(self.consumer.limit // mean) // 2 if mean else self.inner.batch_size
+        return max(1, min(self.inner.batch_size, fits))
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         j = self.inner.check_index(i)

@@ -31,7 +31,6 @@ import time
 import numpy as np
 
 from .._hashing import new_hash
-from .._paths import trust_links
 from ..errors import ChecksumMismatchError, NodeCacheError, ShardChangedError
 from ..formats.base import ShardFile
 
@@ -63,7 +62,6 @@ class Store:
         self._threads = threading.RLock()
         with self.locked():
             self._open_table()
-        trust_links(self.data, self.remote)
 
     # --- the shared table -----------------------------------------------------------------
     def _open_table(self) -> None:

@@ -13,7 +13,7 @@ from ..._core import _codecs as _zstd_kernels, _jinx
 from ...errors import CorruptShardError, DecompressionLimitError
 from .. import base
 from .sample import JinxSample
-from .shard import Shard, shard_paths
+from .shard import HASH_PREFIX, Shard, shard_paths
 
 # Lazy samples are built a run of lines at a time, in one compiled call.  The samples of
 # a run are alive together, so runs are short: a fresh process pays more for growing its
@@ -50,6 +50,7 @@ class Reader(base.Reader):
                  validate_hashes: bool | str = False):
         super().__init__(path)
         self.lazy = lazy
+        self.encoding = encoding
         self.shards: list[Shard] = []
         limit = _codecs_table.max_decoded_bytes(max_decoded_bytes)
         try:
@@ -180,6 +181,26 @@ class Reader(base.Reader):
             return self.read_many(indices, None)
         finally:
             self.lazy = lazy
+
+    def files_of_shards(self) -> list[list[base.ShardFile]]:
+        """Each JINX file, and its sidecar where there is one (with the footer's hash)."""
+        out = []
+        for shard in self.shards:
+            files = [base.ShardFile(shard.path, shard.size)]
+            if os.path.exists(shard.binx_path):
+                want = shard.footer.get("binx_hash")
+                hashes = ({"xxh3_64": want[len(HASH_PREFIX):]}
+                          if isinstance(want, str) and want.startswith(HASH_PREFIX) else {})
+                files.append(base.ShardFile(shard.binx_path, os.path.getsize(shard.binx_path), hashes))
+            out.append(files)
+        return out
+
+    def release_shards(self, shards: Sequence[int]) -> None:
+        """Map the files of ``shards`` again (their footers are read now): a node cache
+        replaced them.  Lazy samples already returned keep the old maps."""
+        for k in shards:
+            old = self.shards[int(k)]
+            self.shards[int(k)] = Shard(old.path, encoding=self.encoding, limit=old.limit)
 
     def close(self) -> None:
         """Drop the reader's maps.  Lazy samples already returned keep their shard
