@@ -344,11 +344,16 @@ def open(path: str | os.PathLike, format: str | None = None, *, cache=None, **op
 
     ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
     compressed MDS, ``lazy=`` for JINX).  ``cache``, a :class:`hpcio.NodeCache`, reads
-    the shards through a bounded node-local copy of them (see :doc:`staging`).
+    the shards through a bounded node-local copy of them (see :doc:`staging`); without
+    one, ``$HPCIO_NODE_CACHE`` names the cache's directory for formats that can use one.
     """
     apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
     check_reader_options(module, options)
+    if cache is None and os.environ.get("HPCIO_NODE_CACHE") and module.Reader.files_of_shards is not Reader.files_of_shards:
+        from .nodecache import from_environment
+
+        cache = from_environment()
     if cache is not None:
         from .nodecache import NodeCache
 

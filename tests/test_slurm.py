@@ -496,7 +496,29 @@ def test_train_sbatch_on_scratch_reads_in_place(site, shards):
 def test_train_sbatch_rejects_unknown_target(site):
     fields = site.wait(site.submit("train.sbatch", *GPU_JOB, STAGE_TO="tape"))
     assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "2:0")
-    assert "STAGE_TO must be auto, jobscratch, nvme or none, got 'tape'" in site.output(fields)
+    assert "STAGE_TO must be auto, jobscratch, nvme, cache or none, got 'tape'" in site.output(fields)
+
+
+@pytest.mark.slurm
+def test_train_sbatch_reads_in_place_through_a_node_cache(site, shards):
+    """STAGE_TO=cache: training reads DATA in place, its shards kept on each node under
+    CACHE_LIMIT; CACHE_KEEP=1 leaves the cache, the default removes it at job end."""
+    data = site.tiers["work"] / "shards"
+    shutil.copytree(shards, data)
+    nvme = site.root / "nvme"
+    variables = train_variables(site)
+    _, log = site.run("train.sbatch", *GPU_JOB, DATA=str(data), STAGE_TO="cache", NVME_DIR=str(nvme),
+                      CACHE_LIMIT="1GB", CACHE_KEEP="1", **variables)
+    (report,) = train_reports(Path(variables["CHECK_DIR"]))
+    assert report["path"] == str(data) and sorted(report["ids"]) == list(range(3000)), log
+    (root,) = (nvme / "cache").iterdir()
+    fetched = [p for p in (root / "data").iterdir() if p.suffix == ".mds" and not p.is_symlink()]
+    assert fetched, log
+    shutil.rmtree(variables["CHECK_DIR"])
+    os.mkdir(variables["CHECK_DIR"])
+    _, log = site.run("train.sbatch", *GPU_JOB, DATA=str(data), STAGE_TO="cache", NVME_DIR=str(nvme),
+                      **variables)
+    assert not (nvme / "cache").exists(), log
 
 
 # ---- bench_tiers.sbatch ------------------------------------------------------------

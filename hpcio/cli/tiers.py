@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..errors import HpcioError
-from ..staging.tiers import bench_tier, config_path, fs_usage, resolve_tiers
+from ..staging.tiers import bench_tier, config_path, fs_usage, node_local_tier, resolve_tiers
 from ..units import format_bytes, parse_bytes
 
 HELP = "list storage tiers (free bytes and inodes, quotas, purge policy); --bench measures bandwidth"
@@ -130,4 +130,16 @@ def run(args) -> int:
     widths = [max(len(str(line[i])) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip())
+    print(_node_cache_line(tiers))
     return status
+
+
+def _node_cache_line(tiers) -> str:
+    """Where hpcio.NodeCache puts shards by default, and why a job tier is not it."""
+    local = node_local_tier(tiers)
+    line = (f"node cache default: {local.path}/hpcio-cache (tier {local.name})" if local is not None
+            else "node cache default: none (no node-local tier here: pass NodeCache(directory=...))")
+    job = tiers.get("jobscratch")
+    if job is not None and not job.node_local:
+        line += f"; jobscratch ({job.path}) is shared by the job's nodes, not node-local"
+    return line

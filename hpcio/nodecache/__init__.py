@@ -30,7 +30,7 @@ from .policy import POLICIES, check_policy, simulate
 from .reader import CachedReader
 from .store import Store, build_mirror, check_mirror
 
-__all__ = ["NodeCache", "CachedReader", "POLICIES", "simulate", "default_directory"]
+__all__ = ["NodeCache", "CachedReader", "POLICIES", "simulate", "default_directory", "from_environment"]
 
 
 def default_directory() -> str:
@@ -52,7 +52,8 @@ class NodeCache:
         Node-local directory of the cache (default :func:`default_directory`); every
         process of the node given the same one shares its shards.
     limit
-        Most bytes of shards resident at once, an int or a size such as ``"1.5TB"``.
+        Most bytes of shards resident at once, an int or a size such as ``"1.5TB"``;
+        default 80% of the space free on the directory's filesystem now.
     policy
         ``"belady"`` (evict the shard used furthest in the future) or ``"lru"``.
     prefetch
@@ -63,11 +64,12 @@ class NodeCache:
         Most stream positions of a consumer's future mapped to shards at a time.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None, limit: int | str = "100GB", *,
+    def __init__(self, directory: str | os.PathLike | None = None, limit: int | str | None = None, *,
                  policy: str = "belady", prefetch: int = 4, fetchers: int = 4, horizon: int = 1 << 20):
-        self.directory = os.path.abspath(os.fspath(directory)) if directory is not None else default_directory()
-        self.limit = parse_bytes(limit, what="NodeCache limit")
         self.policy = check_policy(policy)
+        given = None if limit is None else parse_bytes(limit, what="NodeCache limit")
+        self.directory = os.path.abspath(os.fspath(directory)) if directory is not None else default_directory()
+        self.limit = _free_bytes(self.directory) * 4 // 5 if given is None else given
         for name, value, low in (("prefetch", prefetch, 0), ("fetchers", fetchers, 1), ("horizon", horizon, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise NodeCacheError(f"NodeCache {name} must be an int >= {low}, got {value!r}")
@@ -138,6 +140,25 @@ class NodeCache:
 
     def __repr__(self):
         return f"<hpcio.NodeCache {self.directory!r} limit={self.limit} policy={self.policy!r}>"
+
+
+def _free_bytes(directory: str) -> int:
+    """Bytes free to this user on the filesystem that holds (or will hold) ``directory``."""
+    at = directory
+    while not os.path.isdir(at) and os.path.dirname(at) != at:
+        at = os.path.dirname(at)
+    st = os.statvfs(at)
+    return st.f_bavail * st.f_frsize
+
+
+def from_environment() -> NodeCache | None:
+    """The cache ``$HPCIO_NODE_CACHE`` names (limit ``$HPCIO_NODE_CACHE_LIMIT``), which
+    ``hpcio.open`` uses for formats that can read through one: a job script turns the
+    cache on for a training script that does not mention it."""
+    directory = os.environ.get("HPCIO_NODE_CACHE")
+    if not directory:
+        return None
+    return NodeCache(directory, os.environ.get("HPCIO_NODE_CACHE_LIMIT") or None)
 
 
 def _rebuild(directory, limit, policy, prefetch, fetchers, horizon) -> NodeCache:

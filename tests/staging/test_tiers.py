@@ -114,9 +114,10 @@ def test_tiers_cli_lists_free_space_and_bench(tmp_path, monkeypatch, capsys):
     assert row["name"] == "scratch" and row["path"] == str(tmp_path)
     assert 0 < row["free_inodes"] <= os.statvfs(tmp_path).f_files and row["write_bytes_per_s"] > 0
     assert cli(tiers_cli, ["scratch"]) == 0
-    header, line = capsys.readouterr().out.splitlines()
+    header, line, cache_line = capsys.readouterr().out.splitlines()
     assert header.split()[:4] == ["tier", "path", "free", "free"]
     assert line.startswith(f"scratch  {tmp_path}") and line.endswith("purged after 30 d unused")
+    assert cache_line == "node cache default: /dev/shm/hpcio-cache (tier shm)"
     assert cli(tiers_cli, ["nope"]) == 1
     assert "unknown or unset tiers ['nope']" in capsys.readouterr().err
 
@@ -147,3 +148,22 @@ def test_stage_cli_progress_lines_when_not_a_terminal(dataset, fast_tier, capsys
     err = capsys.readouterr().err
     total = format_bytes(sum(map(len, files.values())))
     assert re.fullmatch(rf"stage: {total} / {total} \(100%\), [0-9.]+ [kMG]?B/s\n", err), err
+
+
+def test_node_cache_default_passes_over_shared_filesystems(tmp_path, monkeypatch):
+    """A node-local tier on a parallel filesystem ($TMPDIR on GPFS, as JOBSCRATCH at
+    IDRIS) is not where a node cache goes; shm comes last."""
+    from hpcio.staging import tiers as tiers_module
+
+    nvme, tmp = tmp_path / "nvme", tmp_path / "tmp"
+    nvme.mkdir(), tmp.mkdir()
+    found = {"shm": Tier("shm", "/dev/shm", node_local=True, purge="node"),
+             "tmp": Tier("tmp", str(tmp), node_local=True, purge="job"),
+             "nvme": Tier("nvme", str(nvme), node_local=True, purge="node"),
+             "scratch": Tier("scratch", str(tmp_path))}
+    assert tiers_module.node_local_tier(found).name == "nvme"
+    del found["nvme"]
+    assert tiers_module.node_local_tier(found).name == "tmp"
+    shared = {str(tmp): "gpfs"}
+    monkeypatch.setattr(tiers_module, "filesystem_type", lambda path: shared.get(str(path), "tmpfs"))
+    assert tiers_module.node_local_tier(found).name == "shm"
