@@ -257,9 +257,10 @@ def link_to(remote: str, mirror: str) -> None:
 
 
 def build_mirror(root: str, remote: str, shard_paths: set[str]) -> None:
-    """Mirror the dataset ``remote`` under ``root/data``: shard files as links, every
-    other file copied; ``root/meta/mirror.json`` records the copied files' sizes and
-    modification times, so a later attach notices a dataset changed under the cache."""
+    """Mirror the dataset ``remote`` in the ``data`` directory of ``root``: shard files
+    as links, every other file copied; ``mirror.json`` in its ``meta`` directory records
+    the copied files' sizes and modification times, so a later attach notices a dataset
+    changed under the cache."""
     remote = os.path.realpath(remote)
     data = os.path.join(root, "data")
     copied = {}
