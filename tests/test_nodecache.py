@@ -74,7 +74,7 @@ def test_global_shuffle_epochs_fetch_no_more_than_belady(mds, tmp_path):
     order = np.concatenate([np.asarray(ht.IterableDataset(direct, batch_size=16, seed=3, epoch=e)._indices(
         ht.infer_context(), 0, 1)[:]) for e in range(2)])
     uses = np.searchsorted(cum, order, side="right") - 1
-    assert fetched["belady"] <= simulate(uses, sizes, limit, "belady")
+    assert fetched["belady"] <= simulate(uses, sizes, limit, "belady", batch=16)
     assert fetched["belady"] < fetched["lru"]
     assert fetched["belady"] > sizes.sum()  # a quarter of the dataset cannot hold an epoch
 
@@ -83,7 +83,8 @@ def test_simulate_counts_what_each_policy_fetches():
     uses, sizes = [0, 1, 2, 0, 1, 3, 0], np.ones(4, np.int64)
     assert simulate(uses, sizes, 2, "belady") == 5
     assert simulate(uses, sizes, 2, "lru") == 7
-    assert simulate([0, 0, 0, 1], [10, 3], 5) == 13  # a shard above the limit is fetched each time
+    assert simulate([0, 0, 0, 1], [10, 3], 5) == 33  # a shard above the limit is fetched each time
+    assert simulate([0, 1, 2, 3, 0, 1], sizes, 2, "belady", batch=2) == 6  # a batch's shards stay together
 
 
 def test_jinx_reads_through_the_cache(tmp_path):

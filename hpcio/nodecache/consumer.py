@@ -59,6 +59,7 @@ class Consumer:
         self.stale = self.store.state != RESIDENT
         self.pool: Any = None  # a ThreadPoolExecutor, started on the first fetch ahead
         self.queued: set[int] = set()
+        self.protected = np.zeros(0, np.int64)  # the shards of the batch being read
         self.counts = {"hits": 0, "misses": 0, "wait_s": 0.0, "prefetched": 0, "over_limit": 0,
                        "prefetch_errors": 0}
         self.file = os.path.join(self.store.meta, "consumers", f"{self.pid}-{next(_serial)}")
@@ -155,10 +156,13 @@ class Consumer:
         if not len(positions):
             return
         with self._lock:
-            if self.segments and self._at(self.cursor, int(positions[0])):
-                self._advance(self.cursor + len(positions), len(positions))
+            follows = bool(self.segments) and self._at(self.cursor, int(positions[0]))
+            if follows:  # published first: the batch's shards have next use 0 while it is read
+                self._advance(self.cursor, len(positions))
             self._release_evicted()
             self._ensure(np.unique(self._shards(positions)))
+            if follows:
+                self._advance(self.cursor + len(positions), len(positions))
             self._read_ahead()
 
     def hint(self, positions: np.ndarray) -> None:
@@ -187,6 +191,9 @@ class Consumer:
             self.stale[evicted] = True
 
     def _ensure(self, shards: np.ndarray) -> None:
+        """Fetch the batch's missing ``shards``; none of them is evicted meanwhile (nor by
+        this process's fetches ahead until the next batch)."""
+        self.protected = shards
         state = self.store.state
         missing = shards[state[shards] != RESIDENT]
         self.counts["hits"] += len(shards) - len(missing)
@@ -280,6 +287,7 @@ class Consumer:
             beyond = int(next_use[k])
             if beyond == NEVER:
                 return False
+        pinned[self.protected] = True
         candidates = np.flatnonzero((store.state == RESIDENT) & ~pinned)
         chosen = victims(self.policy, candidates, next_use, store.table[:, 2], store.table[:, 1], need, beyond)
         freed = int(store.table[chosen, 1].sum()) if chosen else 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,65 +66,96 @@ def victims(policy: str, candidates: np.ndarray, next_use: np.ndarray, last_use:
     return chosen
 
 
-def _runs(sequence: Sequence[int] | np.ndarray) -> np.ndarray:
-    seq = np.asarray(sequence, dtype=np.int64)
-    if not len(seq):
-        return seq
-    keep = np.ones(len(seq), bool)
-    keep[1:] = seq[1:] != seq[:-1]
-    return seq[keep]
-
-
-def simulate(sequence, shard_bytes, limit: int, policy: str = "belady") -> int:
+def simulate(sequence, shard_bytes, limit: int, policy: str = "belady", batch: int = 1) -> int:
     """Bytes a cache of ``limit`` bytes fetches serving the shard uses ``sequence`` in
-    order, fetching on a miss and evicting by ``policy`` with the whole future known.
+    order, ``batch`` uses at a time, fetching on a miss and evicting by ``policy`` with the
+    whole future known.
 
-    ``shard_bytes[k]`` is shard ``k``'s size.  A shard larger than the limit is fetched
-    on every use.  This is the figure a node cache is measured against."""
+    A batch's shards are resident together while it is read (a batch read is one call),
+    so none of them is evicted for another of the same batch.  ``shard_bytes[k]`` is
+    shard ``k``'s size; a shard larger than the limit is fetched on every use.  This is
+    the figure a node cache is measured against."""
     check_policy(policy)
-    seq = _runs(sequence)
+    seq = np.asarray(sequence, dtype=np.int64)
     sizes = np.asarray(shard_bytes, dtype=np.int64)
-    if policy == "lru":
-        return _simulate_lru(seq, sizes, limit)
-    n = len(seq)
-    nxt = np.full(n, n, dtype=np.int64)  # position of the next use of the same shard
-    order = np.lexsort((np.arange(n), seq))
-    same = seq[order[1:]] == seq[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    resident: dict[int, int] = {}  # shard -> its next use
-    heap: list[tuple[int, int]] = []  # (-next use, shard), lazily invalidated
-    used = fetched = 0
-    for i, k in enumerate(seq.tolist()):
-        if k not in resident:
-            size = int(sizes[k])
-            while used + size > limit and resident:
-                far, v = heapq.heappop(heap)
-                if resident.get(v) != -far:
-                    continue
-                del resident[v]
-                used -= int(sizes[v])
-            fetched += size
-            if size > limit:
+    if not len(seq):
+        return 0
+    n_shards = int(max(seq.max() + 1, len(sizes)))
+    pairs = np.unique((np.arange(len(seq)) // max(batch, 1)) * n_shards + seq)
+    batches, shards = pairs // n_shards, pairs % n_shards
+    later = np.full(len(pairs), len(seq) + 1, dtype=np.int64)  # the next batch using the shard
+    order = np.lexsort((batches, shards))
+    same = shards[order[1:]] == shards[order[:-1]]
+    later[order[:-1][same]] = batches[order[1:][same]]
+    bounds = np.flatnonzero(np.diff(batches)) + 1
+    cache = _Belady(sizes, limit) if policy == "belady" else _LRU(sizes, limit)
+    fetched = 0
+    for lo, hi in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(pairs)]]).tolist()):
+        group = shards[lo:hi].tolist()
+        keep = set(group)
+        for k in group:
+            if not cache.holds(k):
+                fetched += int(sizes[k])
+                cache.admit(k, keep)
+        for k, nxt in zip(group, later[lo:hi].tolist()):
+            cache.used(k, nxt)
+    return fetched
+
+
+class _Belady:
+    def __init__(self, sizes: np.ndarray, limit: int):
+        self.sizes, self.limit, self.used_bytes = sizes, limit, 0
+        self.next: dict[int, int] = {}  # resident shard -> the batch that uses it next
+        self.heap: list[tuple[int, int]] = []  # (-next use, shard), stale entries skipped
+
+    def holds(self, k: int) -> bool:
+        return k in self.next
+
+    def admit(self, k: int, keep: set) -> None:
+        size = int(self.sizes[k])
+        if size > self.limit:
+            return
+        kept = []
+        while self.used_bytes + size > self.limit and self.heap:
+            far, v = heapq.heappop(self.heap)
+            if self.next.get(v) != -far:
                 continue
-            used += size
-        resident[k] = int(nxt[i])
-        heapq.heappush(heap, (-int(nxt[i]), k))
-    return fetched
+            if v in keep:
+                kept.append((far, v))
+                continue
+            del self.next[v]
+            self.used_bytes -= int(self.sizes[v])
+        for entry in kept:
+            heapq.heappush(self.heap, entry)
+        self.next[k] = 0
+        self.used_bytes += size
+
+    def used(self, k: int, nxt: int) -> None:
+        if k in self.next:
+            self.next[k] = nxt
+            heapq.heappush(self.heap, (-nxt, k))
 
 
-def _simulate_lru(seq: np.ndarray, sizes: np.ndarray, limit: int) -> int:
-    resident: OrderedDict[int, None] = OrderedDict()
-    used = fetched = 0
-    for k in seq.tolist():
-        if k in resident:
-            resident.move_to_end(k)
-            continue
-        size = int(sizes[k])
-        while used + size > limit and resident:
-            v, _ = resident.popitem(last=False)
-            used -= int(sizes[v])
-        fetched += size
-        if size <= limit:
-            resident[k] = None
-            used += size
-    return fetched
+class _LRU:
+    def __init__(self, sizes: np.ndarray, limit: int):
+        self.sizes, self.limit, self.used_bytes = sizes, limit, 0
+        self.order: OrderedDict[int, None] = OrderedDict()
+
+    def holds(self, k: int) -> bool:
+        return k in self.order
+
+    def admit(self, k: int, keep: set) -> None:
+        size = int(self.sizes[k])
+        if size > self.limit:
+            return
+        for v in [v for v in self.order if v not in keep]:
+            if self.used_bytes + size <= self.limit:
+                break
+            del self.order[v]
+            self.used_bytes -= int(self.sizes[v])
+        self.order[k] = None
+        self.used_bytes += size
+
+    def used(self, k: int, nxt: int) -> None:
+        if k in self.order:
+            self.order.move_to_end(k)
