@@ -180,10 +180,6 @@ class Consumer:
                     break
             self._read_ahead()
 
-    def resident(self, positions: np.ndarray) -> bool:
-        shards = np.unique(self._shards(np.asarray(positions, dtype=np.int64)))
-        return bool((self.store.state[shards] == RESIDENT).all())
-
     def _release_evicted(self) -> None:
         evicted, self.log_offset = self.store.evicted_since(self.log_offset)
         if len(evicted):

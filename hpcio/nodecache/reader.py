@@ -18,8 +18,8 @@ class CachedReader(Reader):
 
     ``will_read`` announces the pass to the cache (the future its eviction and prefetch
     use) instead of to the format, whose read-ahead would read shards not yet fetched
-    from the shared tier; ``prefetch`` starts fetching the next batch's shards and is
-    handed on once they are resident.  Anything else is the format reader's."""
+    from the shared tier; ``prefetch`` starts fetching the next batch's shards.  Anything
+    else is the format reader's."""
 
     def __init__(self, inner: Reader, consumer: Consumer, remote: str):
         self.inner, self.consumer, self.remote = inner, consumer, remote
@@ -85,9 +85,10 @@ class CachedReader(Reader):
             at = end
 
     def prefetch(self, indices: np.ndarray) -> None:
+        """Fetch the next batch's shards ahead; the format's own read-ahead is not started:
+        it opens files later, from another thread, when a shard may be evicted again and
+        its file a link to the shared tier."""
         self.consumer.hint(indices)
-        if self.consumer.resident(indices):
-            self.inner.prefetch(indices)
 
     def will_read(self, indices: np.ndarray) -> None:
         self.consumer.announce(np.asarray(indices, dtype=np.int64))
