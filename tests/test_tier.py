@@ -93,6 +93,29 @@ def test_reads_through_the_tier_are_byte_exact_and_counted(text_mds):
     assert tier.mountpoint is None
 
 
+@fuse
+def test_without_a_client_cache_every_open_reads_the_file_again(tmp_path):
+    """client_cache=False: a file copied three times is served by the tier three times (a
+    node cache's or a peer's fetch of a shard it evicted meanwhile), and counted by
+    tier_stats from its mount point alone."""
+    from hpcio.bench.tier import tier_stats
+
+    (tmp_path / "src").mkdir()
+    data = np.random.default_rng(0).bytes(3 << 20)
+    (tmp_path / "src" / "a.bin").write_bytes(data)
+    counted = {}
+    for client_cache in (True, False):
+        with EmulatedTier(tmp_path / "src", latency_us=100, client_cache=client_cache) as tier:
+            pagecache.evict([tier.path("a.bin")])
+            for _ in range(3):
+                with open(tier.path("a.bin"), "rb") as f:
+                    assert f.read() == data
+            counted[client_cache] = tier_stats(tier.path())["bytes"]
+            assert counted[client_cache] == tier.stats()["bytes"]
+    assert len(data) <= counted[True] <= len(data) + 4096  # once, whole pages
+    assert 3 * len(data) <= counted[False] <= 3 * (len(data) + 4096)
+
+
 def test_read_ahead_brings_an_evicted_range_into_the_page_cache(tmp_path):
     """ReadAhead reads what is not cached, skips what is, and stops quietly at the end of
     the file (the reader's own read reports a short file)."""

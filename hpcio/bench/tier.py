@@ -27,7 +27,7 @@ from importlib import resources
 
 from ..errors import MissingDependencyError, TierEmulatorError
 
-__all__ = ["EmulatedTier", "build_tierfs"]
+__all__ = ["EmulatedTier", "build_tierfs", "tier_stats"]
 
 _SOURCE = "tierfs.c"
 _PACKAGES = "libfuse3-dev fuse3 pkg-config gcc (Debian: apt-get install libfuse3-dev fuse3)"
@@ -80,6 +80,14 @@ def cache_source(files: list[str]) -> float:
     return resident(files).fraction
 
 
+def tier_stats(mountpoint: str) -> dict:
+    """Read requests served and their bytes since the tier at ``mountpoint`` was mounted
+    (the counters of :meth:`EmulatedTier.stats`, for a process that did not mount it)."""
+    with open(os.path.join(mountpoint, ".tierfs-stats")) as f:
+        pairs = (line.split() for line in f if line.strip())
+        return {k: int(v) for k, v in pairs}
+
+
 class EmulatedTier:
     """Mount ``source`` through ``tierfs`` for the ``with`` block.
 
@@ -93,10 +101,14 @@ class EmulatedTier:
     flight) bring it closer to a parallel filesystem's client: Lustre sends RPCs of
     1-4 MiB, 8 in flight per storage target.  Setting ``read_ahead_kb`` needs root (it is
     the mount's ``/sys/class/bdi`` entry).
+
+    ``client_cache=False`` drops a file's pages from the client's page cache whenever the
+    file is opened, so that every fetch of a whole file (a node cache's, a peer's download)
+    reaches the tier, as on a node whose memory is far smaller than the datasets it reads.
     """
 
     def __init__(self, source, *, latency_us: int = 1000, bandwidth: float = 0, threads: int = 64,
-                 max_background: int = 0, read_ahead_kb: int = 0, mountpoint=None):
+                 max_background: int = 0, read_ahead_kb: int = 0, client_cache: bool = True, mountpoint=None):
         if latency_us < 0 or bandwidth < 0 or threads < 1:
             raise TierEmulatorError(f"latency_us and bandwidth must be >= 0 and threads >= 1, got "
                              f"{latency_us}, {bandwidth}, {threads}")
@@ -104,6 +116,7 @@ class EmulatedTier:
             raise TierEmulatorError(f"max_background must be 0 (FUSE's default) to 65535 and read_ahead_kb "
                                     f"0 (the default) to 1024, got {max_background}, {read_ahead_kb}")
         self.max_background, self.read_ahead_kb = int(max_background), int(read_ahead_kb)
+        self.client_cache = bool(client_cache)
         self.source = os.path.realpath(os.fspath(source))
         if not os.path.isdir(self.source):
             raise TierEmulatorError(f"the tier's source {self.source} is not a directory")
@@ -119,9 +132,7 @@ class EmulatedTier:
 
     def stats(self) -> dict:
         """Read requests served and their bytes since the mount."""
-        with open(self.path(".tierfs-stats")) as f:
-            pairs = (line.split() for line in f if line.strip())
-            return {k: int(v) for k, v in pairs}
+        return tier_stats(self.path())
 
     def __enter__(self) -> EmulatedTier:
         binary = build_tierfs()
@@ -131,6 +142,8 @@ class EmulatedTier:
         options = f"latency_us={self.latency_us},bandwidth={self.bandwidth},max_threads={self.threads}"
         if self.max_background:
             options += f",max_background={self.max_background}"
+        if not self.client_cache:
+            options += ",client_cache=0"
         proc = subprocess.run([binary, self.source, self.mountpoint, "-o", options],
                               capture_output=True, text=True)
         if proc.returncode != 0:

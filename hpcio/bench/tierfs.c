@@ -20,9 +20,11 @@
  * default is 12; a Lustre client keeps 8 RPCs per storage target, times the targets a
  * file is striped over); the kernel's read-ahead window, and so the size of those
  * requests, is the mount's `read_ahead_kb` (128 KiB by default), set by the caller.
+ * `client_cache=0` drops a file's pages from the client's page cache whenever it is opened,
+ * so that each fetch of a whole file reaches the tier, however much memory the node has.
  *
  *   tierfs SOURCE MOUNTPOINT -o latency_us=1000,bandwidth=500000000[,max_threads=64]
- *          [,max_background=64] [-f]
+ *          [,max_background=64] [,client_cache=0] [-f]
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -49,6 +51,7 @@ struct tier_options {
     unsigned long latency_us;
     unsigned long long bandwidth; /* bytes per second; 0 = no cap */
     unsigned max_background;      /* 0 = FUSE's default */
+    unsigned client_cache;        /* 0: a file's cached pages are dropped when it is opened */
 };
 
 static struct tier_options opts;
@@ -60,6 +63,7 @@ static const struct fuse_opt option_spec[] = {
     {"latency_us=%lu", offsetof(struct tier_options, latency_us), 0},
     {"bandwidth=%llu", offsetof(struct tier_options, bandwidth), 0},
     {"max_background=%u", offsetof(struct tier_options, max_background), 0},
+    {"client_cache=%u", offsetof(struct tier_options, client_cache), 0},
     FUSE_OPT_END,
 };
 
@@ -152,7 +156,10 @@ static int tier_open(const char *path, struct fuse_file_info *fi) {
     int fd = open(full, fi->flags & ~O_NOFOLLOW);
     if (fd < 0) return -errno;
     fi->fh = (uint64_t)fd;
-    fi->keep_cache = 1; /* a client page cache, as Lustre and Spectrum Scale clients keep */
+    /* a client page cache, as Lustre and Spectrum Scale clients keep; without it every
+     * open reads the file from the tier again, as on a node whose memory is far smaller
+     * than the datasets it reads */
+    fi->keep_cache = opts.client_cache ? 1 : 0;
     return 0;
 }
 
@@ -291,6 +298,7 @@ static const struct fuse_operations tier_ops = {
 
 int main(int argc, char *argv[]) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    opts.client_cache = 1;
     if (fuse_opt_parse(&args, &opts, option_spec, NULL) != 0) return 2;
     /* The first non-option argument is the source; fuse_main takes the mount point. */
     for (int i = 1; i < args.argc; i++) {
