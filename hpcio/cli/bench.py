@@ -72,6 +72,48 @@ def add_arguments(parser):
     packed.add_argument("--packed-workers", type=_whole(0), action="append", metavar="N",
                         help="DataLoader num_workers values (default: 0 1 2)")
     _add_cold_arguments(parser)
+    _add_node_cache_arguments(parser)
+
+
+def _add_node_cache_arguments(parser) -> None:
+    from ..bench.node_cache import EPOCHS, FRACTION, ORDERS, SAMPLE_BYTES, SHARD_BYTES, SHARDS
+
+    group = parser.add_argument_group(
+        "node-local cache",
+        "With --node-cache, write an MDS dataset (and its litdata copy) of --node-cache-shards shards, serve it "
+        "through the emulated tier (--tier-latency-us, default 1000; --tier-bandwidth, default 200MB; no client "
+        "page cache between opens, so every fetch reaches the tier) and read --node-cache-epochs epochs, cold, "
+        "through a cache holding --node-cache-fraction of the dataset: hpcio.NodeCache with policy belady and "
+        "lru, mosaicml-streaming's cache_limit and litdata's max_cache_size, in a global and a shard-by-shard "
+        "(block) shuffle. Reports the bytes the tier served per epoch over the dataset's bytes, beside the "
+        "Belady minimum of each run's shard sequence, samples/s and the time waited; writes node_cache.json "
+        "and node_cache.md to --out. Runs once each, in fresh processes; --only picks systems (hpcio, "
+        "belady, lru, streaming, litdata).")
+    group.add_argument("--node-cache", action="store_true", help="run the node-cache benchmark instead of the others")
+    group.add_argument("--node-cache-shards", type=_whole(1), default=SHARDS, metavar="N",
+                       help="shards of the dataset (default: %(default)s)")
+    group.add_argument("--node-cache-shard-bytes", type=_bytes, default=SHARD_BYTES, metavar="BYTES",
+                       help="bytes of each shard (default: %(default)s)")
+    group.add_argument("--node-cache-sample-bytes", type=_bytes, default=SAMPLE_BYTES, metavar="BYTES",
+                       help="bytes of each sample; a global shuffle fetches more the more samples a shard holds "
+                            "(default: %(default)s)")
+    group.add_argument("--node-cache-fraction", type=_fraction, default=FRACTION, metavar="F",
+                       help="the cache limit as a fraction of the dataset's bytes (default: %(default)s)")
+    group.add_argument("--node-cache-epochs", type=_whole(1), default=EPOCHS, metavar="N",
+                       help="epochs read in each run (default: %(default)s)")
+    group.add_argument("--node-cache-order", action="append", choices=ORDERS,
+                       help="order(s) to read in (default: both)")
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got {text!r}")
+    return value
 
 
 def _add_cold_arguments(parser) -> None:
@@ -91,8 +133,9 @@ def _add_cold_arguments(parser) -> None:
     cold.add_argument("--tier-latency-us", type=int, default=None, metavar="US",
                       help="read through the emulated tier with this latency per request (with --dataloader: "
                            "add the tier 'emulated' to the sweep's tiers)")
-    cold.add_argument("--tier-bandwidth", type=_bytes, default=0, metavar="BYTES",
-                      help="the emulated tier's bandwidth cap in bytes/s (default: none)")
+    cold.add_argument("--tier-bandwidth", type=_bytes, default=None, metavar="BYTES",
+                      help="the emulated tier's bandwidth cap in bytes/s, 0 for none (default: none; with "
+                           "--node-cache 200MB)")
     cold.add_argument("--tier-max-background", type=_whole(0, 65535), default=0, metavar="N",
                       help="read-ahead requests the emulated tier's client keeps in flight "
                            "(default: FUSE's, 12; a Lustre client keeps 8 per storage target)")
@@ -161,8 +204,35 @@ def _emulated_tier(args) -> dict | None:
     """EmulatedTier's keyword arguments from the --tier-* options; None without a tier."""
     if args.tier_latency_us is None:
         return None
-    return {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth,
+    return {"latency_us": args.tier_latency_us, "bandwidth": args.tier_bandwidth or 0,
             "max_background": args.tier_max_background, "read_ahead_kb": args.tier_read_ahead_kb}
+
+
+def _run_node_cache(args) -> int:
+    import json
+    import os
+
+    from ..bench import machine_facts
+    from ..bench.node_cache import BANDWIDTH, LATENCY_US, markdown, node_cache_figures
+
+    data = args.data or os.path.join(args.out, "data")
+    os.makedirs(args.out, exist_ok=True)
+    tier = {"latency_us": LATENCY_US if args.tier_latency_us is None else args.tier_latency_us,
+            "bandwidth": BANDWIDTH if args.tier_bandwidth is None else args.tier_bandwidth,
+            "max_background": args.tier_max_background, "read_ahead_kb": args.tier_read_ahead_kb}
+    result = node_cache_figures(data, shards=args.node_cache_shards, shard_bytes=args.node_cache_shard_bytes,
+                                sample_bytes=args.node_cache_sample_bytes, fraction=args.node_cache_fraction,
+                                epochs=args.node_cache_epochs, orders=tuple(args.node_cache_order or ()) or None,
+                                tier=tier, only=args.only)
+    result["machine"] = machine_facts()
+    table = markdown(result)
+    with open(os.path.join(args.out, "node_cache.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "node_cache.md"), "w") as f:
+        f.write(table)
+    print(table)
+    print(f"node-cache report written to {args.out}/node_cache.md and node_cache.json")
+    return 0
 
 
 def _loader_options(args) -> dict:
@@ -192,6 +262,8 @@ def run(args) -> int:
 
     if args.cold:
         return _run_cold(args)
+    if args.node_cache:
+        return _run_node_cache(args)
 
     result = run_bench(
         out_dir=args.out,
