@@ -15,20 +15,24 @@ Each run, in a fresh process, starts cold (the tier's files evicted from the pag
 and checked with ``mincore``, the cache directory new and empty) and reads ``epochs``
 epochs with a cache limit of ``fraction`` of the dataset's bytes, in one of two orders:
 
-- ``global``: every sample after any other.  hpcio: ``ds.shuffle(seed)`` views, one seed
-  per epoch; streaming: ``shuffle_algo="naive"`` (a permutation of all samples); litdata
-  has no global shuffle and is left out of this order.
-- ``block``: shards in a random order, samples shuffled within each shard.  hpcio:
-  ``ds.shuffle(seed, mode="block")``; streaming: ``shuffle_algo="py1s"``; litdata:
+- ``global``: every sample after any other.  hpcio: ``hpcio.torch.IterableDataset(ds,
+  shuffle="global")``, one epoch after the other (``set_epoch``); streaming:
+  ``shuffle_algo="naive"`` (a permutation of all samples); litdata has no global shuffle
+  and is left out of this order.
+- ``block``: shards in a random order, samples shuffled within each shard.  hpcio: the
+  same adapter with ``shuffle="block"``; streaming: ``shuffle_algo="py1s"``; litdata:
   ``shuffle=True`` (chunks in a random order, items shuffled within each chunk).
 
-hpcio runs with ``policy="belady"`` (the cache learns the order from the pass a view
-announces) and ``policy="lru"``.  Per epoch each run reports the bytes the tier served
-(its own counter, :func:`~hpcio.bench.tier.tier_stats`) as a multiple of the dataset's
-bytes, samples/s, the seconds spent inside ``next()`` and, for hpcio, the seconds its
-cache waited for fetches (``cache.stats()["wait_s"]``).  Beside each stands the Belady
-minimum of the shard sequence that run delivered (:func:`hpcio.nodecache.simulate`):
-what no cache of that limit could fetch less than, serving that sequence.
+hpcio runs with ``policy="belady"`` (the cache learns the order from the epochs the
+adapter announces: the current one and the next) and ``policy="lru"``; hpcio and
+streaming read in batches of hpcio's read batch (its reader's ``batch_size``).  Per
+epoch each run reports the bytes the tier served (its own counter,
+:func:`~hpcio.bench.tier.tier_stats`) as a multiple of the dataset's bytes, samples/s,
+the seconds spent inside ``next()`` and, for hpcio, the seconds its cache waited for
+fetches (``cache.stats()["wait_s"]``).  Beside each stands the Belady minimum of the
+shard sequence that run delivered (:func:`hpcio.nodecache.simulate`): the fewest bytes a
+cache of that limit fetches serving that sequence one sample at a time (a cache that
+fetches a batch's shards together, in another order, may fetch a little less).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ RUN_TIMEOUT_S = 1800
 # a shard of ``shard_bytes`` holds ``shard_bytes // sample_bytes`` samples
 _RECORD_SLACK = 64
 _HEADER_SLACK = 4096
+_CACHE_COUNTERS = ("fetched_bytes", "fetches", "hits", "misses", "evictions", "wait_s", "prefetched", "over_limit",
+                   "prefetch_errors")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NO_GLOBAL_LITDATA = ("litdata has no global shuffle: its shuffle=True permutes the chunks, then the items "
                      "within each chunk (the block order)")
@@ -263,22 +269,26 @@ def _epoch(epoch_iterable, spec: dict, cache_stats=None) -> dict:
            "ids": ids}
     if cache_stats:
         cache1 = cache_stats()
-        rec["cache"] = {k: cache1[k] - cache0[k] for k in cache1
-                        if isinstance(cache1[k], (int, float)) and k in cache0}
+        # counters as the epoch's change, levels (resident bytes, the limit) as at its end
+        rec["cache"] = {k: cache1[k] - cache0.get(k, 0) if k in _CACHE_COUNTERS else cache1[k] for k in cache1}
     return rec
 
 
 def _hpcio_run(spec: dict) -> dict:
     import hpcio
+    from hpcio.torch import IterableDataset
 
     hpcio.tune(**dict.fromkeys(hpcio.tuning.SWITCHES, True))  # the bench owns its process
     cache = hpcio.NodeCache(spec["cache_dir"], limit=spec["limit"], policy=spec["policy"])
     ds = hpcio.open(spec["path"], cache=cache)
-    block = spec["order"] == "block"
+    # the adapter a training loop reads through: it announces each epoch's order, and the
+    # next epoch's, to the cache
+    adapter = IterableDataset(ds, batch_size=spec["batch"], shuffle=spec["order"], seed=spec["seed"],
+                              collate_fn=list, context={"rank": 0, "world_size": 1})
 
     def epoch_iter(epoch):
-        seed = spec["seed"] + epoch
-        return ds.shuffle(seed, mode="block") if block else ds.shuffle(seed)
+        adapter.set_epoch(epoch)
+        return (sample for batch in adapter for sample in batch)
 
     epochs = _epochs(epoch_iter, spec, cache.stats)
     return {"epochs": epochs, "cache_stats": cache.stats()}
