@@ -90,11 +90,6 @@ def _around_the_cache(r) -> tuple[int, int]:
     return r["tier_bytes"], fetched + 4096 * fetches
 
 
-@pytest.mark.xfail(strict=True, reason="NodeCache evicts shards of the batch it is making resident, so the reader "
-                                       "reads them from the shared tier: with policy='belady' because their next use "
-                                       "is reckoned after the batch (a quarter of the dataset more in the block "
-                                       "order), with either policy when a global batch's shards fill the limit, and at "
-                                       "times with LRU in blocks")
 def test_no_run_reads_from_the_tier_around_the_cache(report):
     result, _table, _printed = report
     for (order, system), r in _runs(result).items():
@@ -114,9 +109,6 @@ def test_both_policies_serve_the_same_sequence(report):
     assert runs["global", "hpcio belady"]["belady_min_ratio"] > 2 > runs["block", "hpcio belady"]["belady_min_ratio"]
 
 
-@pytest.mark.xfail(strict=True, reason="NodeCache(policy='belady') evicts shards of the batch it is making resident "
-                                       "(see test_no_run_reads_from_the_tier_around_the_cache), which costs "
-                                       "more than LRU's blindness to the future here")
 def test_belady_fetches_no_more_than_lru(report):
     result, _table, _printed = report
     runs = _runs(result)
