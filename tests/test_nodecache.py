@@ -43,6 +43,8 @@ def test_reads_through_the_cache_match_direct_reads(mds, tmp_path):
     ds = hpcio.open(mds, cache=cache)
     assert [s["blob"] for s in ds.shuffle(5)] == [s["blob"] for s in direct.shuffle(5)]
     assert ds.get_batch([3, 2000, 7]) == direct.get_batch([3, 2000, 7])
+    wide = np.arange(0, 2048, 7)  # a batch touching every shard: read a part at a time
+    assert ds.get_batch(wide) == direct.get_batch(wide)
     stats = cache.stats()
     assert stats["resident_bytes"] <= stats["limit"]
     assert stats["evictions"] > 0 and stats["over_limit"] == 0

@@ -95,8 +95,11 @@ class Consumer:
     def _length(self) -> int:
         return sum(len(seg) for seg in self.segments)
 
-    def _shards(self, positions: np.ndarray) -> np.ndarray:
+    def shards_of(self, positions: np.ndarray) -> np.ndarray:
+        """The shard of each reader position."""
         return np.searchsorted(self.cum, positions, side="right") - 1
+
+    _shards = shards_of
 
     def _window(self) -> None:
         """Recompute the published window from the cursor: chunks of the stream until every

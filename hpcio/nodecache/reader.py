@@ -39,31 +39,65 @@ class CachedReader(Reader):
         """The format's batch, at most half the shards the limit holds: a batch's shards
         are resident together while it is read, and a shuffled batch touches about one
         shard per sample."""
-        store = self.consumer.store
-        mean = float(store.sizes.mean()) if store.n and store.sizes.any() else 0.0
-        fits = int(self.consumer.limit // mean) // 2 if mean else self.inner.batch_size
-        return max(1, min(self.inner.batch_size, fits))
+        return max(1, min(self.inner.batch_size, self._fits()))
 
     def read(self, i: int, fields: Sequence[str] | None = None) -> Mapping:
         j = self.inner.check_index(i)
         self.consumer.before_read(np.array([j], np.int64))
         return self.inner.read(j, fields)
 
+    def _fits(self) -> int:
+        """Shards one read may make resident together: half of what the limit holds."""
+        store = self.consumer.store
+        mean = float(store.sizes.mean()) if store.n and store.sizes.any() else 0.0
+        return max(1, int(self.consumer.limit // mean) // 2) if mean else store.n
+
+    def _parts(self, indices: np.ndarray) -> list[np.ndarray]:
+        """``indices`` in consecutive parts whose shards fit the limit together: a batch
+        larger than that is read a part at a time, and the limit still holds."""
+        indices = np.asarray(indices, dtype=np.int64)
+        shards = self.consumer.shards_of(indices)
+        fits = self._fits()
+        if len(np.unique(shards)) <= fits:
+            return [indices]
+        parts, seen, lo = [], set(), 0
+        for j, k in enumerate(shards.tolist()):
+            if k not in seen and len(seen) == fits:
+                parts.append(indices[lo:j])
+                seen, lo = set(), j
+            seen.add(k)
+        parts.append(indices[lo:])
+        return parts
+
     def read_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> list:
-        self.consumer.before_read(indices)
-        return self.inner.read_many(indices, fields)
+        out: list = []
+        for part in self._parts(indices):
+            self.consumer.before_read(part)
+            out.extend(self.inner.read_many(part, fields))
+        return out
 
     def iter_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> Iterator[Mapping]:
-        self.consumer.before_read(indices)
-        return self.inner.iter_many(indices, fields)
+        parts = self._parts(indices)
+        if len(parts) == 1:
+            self.consumer.before_read(parts[0])
+            return self.inner.iter_many(parts[0], fields)
+        return self._iter_parts(parts, fields)
+
+    def _iter_parts(self, parts: list, fields) -> Iterator[Mapping]:
+        for part in parts:
+            self.consumer.before_read(part)
+            yield from self.inner.iter_many(part, fields)
 
     def read_columns(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> dict:
         self.consumer.before_read(indices)
         return self.inner.read_columns(indices, fields)
 
     def read_field(self, indices: np.ndarray, field: str) -> list:
-        self.consumer.before_read(indices)
-        return self.inner.read_field(indices, field)
+        out: list = []
+        for part in self._parts(indices):
+            self.consumer.before_read(part)
+            out.extend(self.inner.read_field(part, field))
+        return out
 
     def field_lengths(self, indices: np.ndarray, field: str) -> np.ndarray | None:
         self.consumer.before_read(indices)
