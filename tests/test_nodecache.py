@@ -81,6 +81,23 @@ def test_global_shuffle_epochs_fetch_no_more_than_belady(mds, tmp_path):
     assert fetched["belady"] > sizes.sum()  # a quarter of the dataset cannot hold an epoch
 
 
+def test_wait_returns_once_the_fetches_ahead_have_ended(mds, tmp_path):
+    """After ``wait`` no shard is in flight and the fetched bytes are those of the
+    resident shards: a fetch ahead is counted once it ends, and wait lets it end."""
+    from hpcio.nodecache.store import FETCHING
+
+    cache = hpcio.NodeCache(tmp_path / "cache", prefetch=4)
+    ds = hpcio.open(mds, cache=cache)
+    ds.will_read(np.arange(2048))
+    ds.get_batch(list(range(16)))  # reads shard 0 and starts fetching the next ones
+    cache.wait()
+    store = ds.reader.consumer.store
+    assert not (store.state == FETCHING).any()
+    stats = cache.stats()
+    assert stats["prefetched"] >= 1
+    assert stats["fetched_bytes"] == stats["resident_bytes"] == shard_bytes(mds)[:stats["resident_shards"]].sum()
+
+
 def test_simulate_counts_what_each_policy_fetches():
     uses, sizes = [0, 1, 2, 0, 1, 3, 0], np.ones(4, np.int64)
     assert simulate(uses, sizes, 2, "belady") == 5

@@ -230,26 +230,26 @@ class _PeakWatch:
         self._thread.join()
 
 
-def _epochs(epoch_iter, spec: dict, cache_stats=None) -> list[dict]:
+def _epochs(epoch_iter, spec: dict, cache=None) -> list[dict]:
     """Read ``spec["epochs"]`` epochs of ``epoch_iter(epoch)``: per epoch the tier's
     bytes and requests, wall seconds, seconds inside ``next()``, the ids delivered in order,
-    the most bytes the cache directory held and, with ``cache_stats``, the change of each
-    of the cache's counters."""
+    the most bytes the cache directory held and, with an hpcio ``cache``, the change of each
+    of its counters."""
     out = []
     for epoch in range(spec["epochs"]):
         with _PeakWatch(spec["cache_dir"]) as watch:
-            rec = _epoch(epoch_iter(epoch), spec, cache_stats)
+            rec = _epoch(epoch_iter(epoch), spec, cache)
         rec.update(epoch=epoch, cache_dir_peak_bytes=watch.peak)
         out.append(rec)
     return out
 
 
-def _epoch(epoch_iterable, spec: dict, cache_stats=None) -> dict:
+def _epoch(epoch_iterable, spec: dict, cache=None) -> dict:
     """One epoch of ``epoch_iterable`` (see :func:`_epochs`)."""
     from .tier import tier_stats
 
     tier0 = tier_stats(spec["mount"])
-    cache0 = cache_stats() if cache_stats else None
+    cache0 = cache.stats() if cache else None
     ids, size, in_next = [], 0, 0.0
     t0 = time.perf_counter()
     it = iter(epoch_iterable)
@@ -263,12 +263,15 @@ def _epoch(epoch_iterable, spec: dict, cache_stats=None) -> dict:
         ids.append(int(sample["id"]))
         size += len(sample["data"])
     wall = time.perf_counter() - t0
+    if cache:
+        # a fetch of the next epoch's shards in flight has tier bytes but no count yet
+        cache.wait()
     tier1 = tier_stats(spec["mount"])
     rec = {"samples": len(ids), "data_bytes": size, "epoch_s": wall, "next_s": in_next,
            "tier_bytes": tier1["bytes"] - tier0["bytes"], "tier_requests": tier1["requests"] - tier0["requests"],
            "ids": ids}
-    if cache_stats:
-        cache1 = cache_stats()
+    if cache:
+        cache1 = cache.stats()
         # counters as the epoch's change, levels (resident bytes, the limit) as at its end
         rec["cache"] = {k: cache1[k] - cache0.get(k, 0) if k in _CACHE_COUNTERS else cache1[k] for k in cache1}
     return rec
@@ -290,7 +293,7 @@ def _hpcio_run(spec: dict) -> dict:
         adapter.set_epoch(epoch)
         return (sample for batch in adapter for sample in batch)
 
-    epochs = _epochs(epoch_iter, spec, cache.stats)
+    epochs = _epochs(epoch_iter, spec, cache)
     return {"epochs": epochs, "cache_stats": cache.stats()}
 
 

@@ -133,6 +133,13 @@ class NodeCache:
                 out[key] += value
         return out
 
+    def wait(self) -> None:
+        """Return once the fetches this process started ahead of its reads have ended, so
+        the tier's byte count and :meth:`stats` agree (a fetch in flight counts in neither
+        until it ends)."""
+        for reader in self._readers:
+            reader.consumer.wait()
+
     def clear(self) -> None:
         """Evict every shard this cache's datasets hold on the node."""
         for reader in self._readers:

@@ -296,6 +296,12 @@ class Consumer:
             store.evict(v)
         return freed >= need
 
+    def wait(self) -> None:
+        """Return once the fetches ahead this process started have ended (the pool has one
+        thread, so a task queued now runs after them)."""
+        if self.pool is not None and self.pid == os.getpid():
+            self.pool.submit(int).result()
+
     def stats(self) -> dict:
         return dict(self.counts)
 
