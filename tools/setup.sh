@@ -124,6 +124,11 @@ PYEOF
     say "done"
 fi
 
+# Byte-compile hpcio's modules, as pip does when it installs a wheel: an editable install
+# leaves that to the first import, which writes nothing where PYTHONDONTWRITEBYTECODE is
+# set, and every fresh process then compiles each module it imports again (tens of ms).
+"$PY" -m compileall -q -j 0 hpcio >/dev/null
+
 # --- 5. requirements of further extras on request (HPCIO_EXTRAS=bench), no rebuild -------
 if [ -n "${HPCIO_EXTRAS:-}" ]; then
     "$PY" - "$HPCIO_EXTRAS" <<'PYEOF' > "$VENV/.hpcio-extra-requires"
