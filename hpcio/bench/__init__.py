@@ -78,11 +78,11 @@ def machine_facts() -> dict:
 
 def _limits(profile: str, datasets, n_floor: int = 5000) -> dict:
     """Physical limits for one profile: page cache per dataset, zstd decode, dict floor.
-    The datasets' files are first settled in the page cache (:func:`settle_page_cache`)."""
+    The datasets' files stay in the page cache as their writers left them."""
     import orjson
 
     from .. import demo
-    from .limits import dict_floor, page_cache_read_bandwidth, settle_page_cache, zstd_decode_bandwidth
+    from .limits import dict_floor, page_cache_read_bandwidth, zstd_decode_bandwidth
 
     # 800 vlm samples hold about 2,000 images: enough for the floor, and quick to generate
     samples = list(demo.generate(profile, min(n_floor, 800 if profile == "vlm" else n_floor)))
@@ -102,8 +102,6 @@ def _limits(profile: str, datasets, n_floor: int = 5000) -> dict:
                 fields[k] = ("json", orjson.dumps(v))
         raw.append(fields)
     blob = b"".join(b"".join(b) if kind == "bytes_list" else b for f in raw[:200] for kind, b in f.values())
-    for d in datasets:
-        settle_page_cache(d.path)
     return {
         "page_cache": {d.name: page_cache_read_bandwidth(d.path) for d in datasets},
         "zstd_decode": zstd_decode_bandwidth(blob),

@@ -20,7 +20,6 @@ import numpy as np
 
 from ..errors import BenchmarkError
 from .data import META_FIELDS, BenchDataset
-from .limits import settle_page_cache
 
 __all__ = ["System", "systems_for", "measure", "interop_python", "OPERATIONS", "BATCH_OPS"]
 
@@ -149,11 +148,10 @@ def _run_once(system: System, path: str, op: str, profile: str, samples: int, en
 
 
 def measure(system: System, dataset: BenchDataset, op: str, profile: str, repeats: int = 3) -> dict:
-    """Median figures of ``repeats`` fresh-process runs of one (system, op), each system
-    starting from the dataset settled in the page cache (:func:`settle_page_cache`): the
-    kernel may have split or dropped its pages since the last system read it."""
+    """Median figures of ``repeats`` fresh-process runs of one (system, op), each on the
+    dataset's files as the writer and the systems before it left them in the page cache:
+    no preparation a user's job would not make."""
     runs = []
-    settle_page_cache(dataset.path)
     with tempfile.TemporaryDirectory(prefix="hpcio-bench-") as tmp:
         env = dict(os.environ, TMPDIR=tmp, HF_DATASETS_CACHE=os.path.join(tmp, "hf"),
                    PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")

@@ -136,19 +136,11 @@ def sort_key(profile):
 # --- loaders: import the system under test (timed as import_s), return its opener ------
 def load_hpcio():
     import hpcio
-    import hpcio._core
 
-    # hpcio imports its format modules and compiled kernels on first use; here they are
-    # imported with the library, as the peers' own imports load their readers, so that
-    # import time is reported as import time and not inside the first open.
-    import hpcio.formats.jinx
-    import hpcio.formats.mds
-    import hpcio.formats.parquet
-    import hpcio.formats.webdataset  # noqa: F401
-
-    hpcio._core.load_all()
-    # The bench owns its process, so it opts in to the tuning a user's program may choose
-    # (docs/performance.md): the figures are those of a tuned reader.
+    # Nothing more: as in a user's program, the format modules and compiled kernels are
+    # imported by the first open, whose time they count in.  The bench owns its process,
+    # so it opts in to the tuning a user's program may choose (docs/performance.md): the
+    # figures are those of a tuned reader.
     hpcio.tune(**dict.fromkeys(hpcio.tuning.SWITCHES, True))
     return lambda path, options: hpcio.open(path, **options)
 
