@@ -73,6 +73,13 @@ def add_arguments(parser):
                         help="DataLoader num_workers values (default: 0 1 2)")
     _add_cold_arguments(parser)
     _add_node_cache_arguments(parser)
+    group = parser.add_argument_group(
+        "fresh-process open cost",
+        "With --open-cost, write --vlm-samples vlm samples with each library's own writer (mosaicml-streaming's "
+        "MDSWriter with pkl image lists, webdataset's ShardWriter, pyarrow, hpcio) and time, in --repeats fresh "
+        "processes per system, importing the library, opening the dataset and reading its first sample, the "
+        "files as the writers left them. Writes open_cost.json and open_cost.md to --out; --only picks systems.")
+    group.add_argument("--open-cost", action="store_true", help="run the open-cost benchmark instead of the others")
 
 
 def _add_node_cache_arguments(parser) -> None:
@@ -235,6 +242,29 @@ def _run_node_cache(args) -> int:
     return 0
 
 
+def _run_open_cost(args) -> int:
+    import json
+    import os
+
+    from ..bench import machine_facts
+    from ..bench.open_cost import markdown, open_cost_figures
+    from ..bench.runner import interop_python
+
+    data = os.path.join(args.data or os.path.join(args.out, "data"), f"open-cost-{args.vlm_samples}")
+    os.makedirs(args.out, exist_ok=True)
+    result = open_cost_figures(data, n=args.vlm_samples, repeats=args.repeats, only=args.only,
+                               interop_python=None if args.no_interop else interop_python())
+    result["machine"] = machine_facts()
+    table = markdown(result)
+    with open(os.path.join(args.out, "open_cost.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "open_cost.md"), "w") as f:
+        f.write(table)
+    print(table)
+    print(f"open-cost report written to {args.out}/open_cost.md and open_cost.json")
+    return 0
+
+
 def _loader_options(args) -> dict:
     from ..bench.loader import LOADER_FORMATS
 
@@ -264,6 +294,8 @@ def run(args) -> int:
         return _run_cold(args)
     if args.node_cache:
         return _run_node_cache(args)
+    if args.open_cost:
+        return _run_open_cost(args)
 
     result = run_bench(
         out_dir=args.out,
