@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -166,7 +167,7 @@ def open_cost_figures(root: str, n: int = 1000, repeats: int = 5, only=None, int
                     errors[s.label] = rec["error"]
                 else:
                     runs[s.label].append(rec)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for s in systems:
         if s.label in errors:
             rows.append({"system": s.label, "peer": s.peer, "error": errors[s.label]})
