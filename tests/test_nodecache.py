@@ -120,13 +120,13 @@ def test_jinx_reads_through_the_cache(tmp_path):
 
 
 def test_formats_that_cannot_list_shard_files_are_refused(tmp_path):
-    path = tmp_path / "wds"
-    with hpcio.open_writer(path, format="webdataset") as w:
-        w.write({"__key__": "a", "txt": "x"})
+    path = tmp_path / "data.jsonl"
+    with hpcio.open_writer(path, format="jsonl") as w:
+        w.write({"txt": "x"})
     with pytest.raises(CapabilityError) as err:
         hpcio.open(path, cache=hpcio.NodeCache(tmp_path / "cache", limit="1MB"))
-    assert str(err.value) == ("the webdataset reader cannot list its shards' files, so it cannot read "
-                              f"through a node cache (mds and jinx can) ({os.path.realpath(path)})")
+    assert str(err.value) == ("the jsonl reader cannot list its shards' files, so it cannot read "
+                              f"through a node cache (mds, jinx and webdataset can) ({os.path.realpath(path)})")
 
 
 def test_options_are_checked_before_any_work(tmp_path):

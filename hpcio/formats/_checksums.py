@@ -10,7 +10,8 @@ single-file dataset (``data.jsonl.hashes.json``).  It is JSON, in the shape of a
                                     "samples": 12}}}
 
 ``samples`` (WebDataset only) is the tar's sample count: hpcio's reader then knows the
-dataset's length without scanning every tar at open, and scans each when it first reads it.
+dataset's length without scanning every tar at open, and scans each when it first reads
+it (which is also what lets such a dataset read through a node cache).
 
 No reader of the formats themselves looks at it (webdataset, msgpack and JSON tools read
 the files unchanged); hpcio's readers check it with ``validate_hashes=True`` and
@@ -26,7 +27,8 @@ import orjson
 from .._hashing import DEFAULT_HASH, file_digest, new_hash, recorded_hashes
 from ..errors import ChecksumMismatchError, CorruptShardError, ShardNotFoundError
 
-__all__ = ["MANIFEST_NAME", "HashedFile", "Manifest", "recorded_samples", "validate_files", "verify_files"]
+__all__ = ["MANIFEST_NAME", "HashedFile", "Manifest", "recorded_entries", "recorded_samples", "validate_files",
+           "verify_files"]
 
 MANIFEST_NAME = "hashes.json"
 _SINGLE_SUFFIX = ".hashes.json"
@@ -174,19 +176,28 @@ def validate_files(files, validate_hashes) -> int:
     return checked
 
 
+def recorded_entries(files) -> list[dict | None]:
+    """The manifest entry of each of ``files`` (None where no manifest names it, or its
+    manifest is garbled): what a node cache fetches and checks each file against."""
+    recorded = _Recorded()
+    out: list[dict | None] = []
+    for file in files:
+        try:
+            _, entry = recorded.entry(file)
+        except CorruptShardError:
+            entry = None
+        out.append(entry)
+    return out
+
+
 def recorded_samples(files) -> list[int | None]:
     """The sample count the manifest records for each of ``files`` (WebDataset tars),
     None where it records none or a size the file no longer has, where the manifest is
     garbled, or where the count cannot describe a tar of that size: a count is a
     shortcut for a scan, never a reason to fail, and never trusted beyond the file
     (:func:`plausible_tar_samples`)."""
-    recorded = _Recorded()
     counts: list[int | None] = []
-    for file in files:
-        try:
-            _, entry = recorded.entry(file)
-        except CorruptShardError:
-            entry = None
+    for file, entry in zip(files, recorded_entries(files)):
         samples = None if entry is None else entry.get("samples")
         size = _size(file)
         if (isinstance(samples, int) and not isinstance(samples, bool) and entry.get("bytes") == size

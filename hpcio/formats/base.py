@@ -26,10 +26,10 @@ import numpy as np
 
 from .._paths import listed_inside
 from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
-from ._checksums import verify_files
+from ._checksums import recorded_entries, verify_files
 from .reports import InspectReport, VerifyReport, problem
 
-__all__ = ["Reader", "ShardFile", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "even_sizes", "sample_starts", "locate", "by_shard",
+__all__ = ["Reader", "ShardFile", "manifest_shard_files", "BatchReader", "Writer", "FileWriter", "PendingFiles", "project", "even_sizes", "sample_starts", "locate", "by_shard",
            "shard_files", "first_file_head",
            "inspect_report", "Verification", "verify_samples", "files_bytes", "remove_files",
            "remove_empty_dir"]
@@ -151,6 +151,20 @@ class ShardFile:
     hashes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
+def manifest_shard_files(paths: Sequence[str]) -> list[list[ShardFile]]:
+    """Each of ``paths`` as a shard of one file, with the size and xxh3_64 its hash
+    manifest records (its size on disk where none names it): ``files_of_shards`` of the
+    formats whose files ``hashes.json`` describes."""
+    out = []
+    for path, entry in zip(paths, recorded_entries(paths)):
+        entry = entry or {}
+        size, hashes = entry.get("bytes"), entry.get("hashes")
+        hashes = {k: v for k, v in hashes.items() if k == "xxh3_64" and isinstance(v, str)} \
+            if isinstance(hashes, dict) else {}
+        out.append([ShardFile(path, size if isinstance(size, int) else os.path.getsize(path), hashes)])
+    return out
+
+
 class Reader(abc.ABC):
     """Random-access (or sequential-only) access to the samples of one dataset.
 
@@ -262,6 +276,13 @@ class Reader(abc.ABC):
         with the size and digests the index records for them, or None when the format
         cannot say: what a node cache (:class:`hpcio.NodeCache`) fetches per shard."""
         return None
+
+    @classmethod
+    def check_node_cache(cls, path, options: Mapping) -> None:
+        """Raise :class:`~hpcio.errors.CapabilityError` when the dataset at ``path``, opened
+        with ``options``, cannot read through a node cache although the format can list its
+        shards' files: checked before any reader opens it, so a reader that would read the
+        shards' bytes at open (through the shared tier, around the cache) is never opened."""
 
     def release_shards(self, shards: Sequence[int]) -> None:
         """Close whatever this reader holds open of the shards ``shards`` (descriptors,

@@ -88,6 +88,7 @@ class NodeCache:
     def open_reader(self, module, path: str | os.PathLike, options: dict) -> CachedReader:
         """A reader of ``path`` in the format ``module`` through this cache (what
         ``hpcio.open(path, cache=...)`` uses)."""
+        module.Reader.check_node_cache(path, options)  # before any reader opens the remote
         remote = os.path.realpath(os.fspath(path))
         root = self.root_of(remote)
         os.makedirs(os.path.join(root, "meta"), exist_ok=True)
@@ -180,7 +181,7 @@ def _files(reader, top: str, name: str) -> list:
     sizes = reader.shard_sizes()
     if files is None or sizes is None:
         raise CapabilityError(f"the {name} reader cannot list its shards' files, so it cannot read "
-                              "through a node cache (mds and jinx can)", path=top)
+                              "through a node cache (mds, jinx and webdataset can)", path=top)
     top = os.path.abspath(top)
     return [[ShardFile(os.path.relpath(os.path.abspath(f.path), top), f.size, f.hashes) for f in shard]
             for shard in files]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import mmap
 import os
@@ -10,10 +11,10 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from ..._paths import listed_inside
-from ...errors import CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
+from ...errors import CapabilityError, CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from .._checksums import MANIFEST_NAME, recorded_samples, validate_files
-from ..base import Reader as _Reader, locate, sample_starts
+from ..base import Reader as _Reader, ShardFile, locate, manifest_shard_files, sample_starts
 from ..tar_gzip import is_gzip_name, open_decompressed
 from .members import _member_key, decode_member
 
@@ -42,37 +43,62 @@ class _Shard:
     """The member index of one tar file, grouped into samples.
 
     With ``samples`` (the count ``hashes.json`` records for a tar of the size it
-    records) the headers are scanned only when the shard is first read: the scan walks
-    the whole file, and the pass that reads the shard next then finds it cached, where
-    a scan of every shard at open read a dataset larger than memory twice."""
+    records) the tar is opened, mapped and its headers scanned only when the shard is
+    first read: the scan walks the whole file, and the pass that reads the shard next
+    then finds it cached, where a scan of every shard at open read a dataset larger
+    than memory twice; and a reader of a node cache's mirror, whose tars are links to
+    the shared tier until fetched, reads no byte of them at open.  :meth:`release`
+    closes the file and its map and keeps the member index (the same bytes: a node
+    cache checks each fetched tar's xxh3_64), so the next read opens the file there is
+    now."""
 
     _SCANNED = ("keys", "suffixes", "data_offsets", "sizes", "sample_starts", "headers")
+    _OPENED = ("file", "map", "fd", "mapped_size", "_check_mapped_size")
 
     def __init__(self, path: str, key_dots: int, cache_dir: str | None = None,
                  samples: int | None = None):
-        from ..._core import _io
-
         self.path = path
         self.key_dots = key_dots
-        try:
-            self.file = open(path, "rb")
-            if self.file.read(2) == b"\x1f\x8b":
-                self.file.close()
-                self.file = open_decompressed(path, cache_dir)
-        except FileNotFoundError:
-            raise ShardNotFoundError("WebDataset shard is missing", path=path) from None
-        size = os.fstat(self.file.fileno()).st_size
-        self.map = _io.map_file(self.file.fileno()) if size else b""
-        self.fd, self.mapped_size, self._check_mapped_size = self.file.fileno(), size, _io.check_mapped_size
+        self.cache_dir = cache_dir
         self.recorded = samples
         if samples is None:
+            self._open()
             self._scan()
 
+    def _open(self) -> None:
+        from ..._core import _io
+
+        path = self.path
+        try:
+            file = open(path, "rb")
+            try:
+                if file.read(2) == b"\x1f\x8b":
+                    file.close()
+                    file = open_decompressed(path, self.cache_dir)
+            except BaseException:
+                file.close()
+                raise
+        except FileNotFoundError:
+            raise ShardNotFoundError("WebDataset shard is missing", path=path) from None
+        try:
+            size = os.fstat(file.fileno()).st_size
+            self.map = _io.map_file(file.fileno()) if size else b""
+        except BaseException:
+            file.close()
+            raise
+        self.file = file
+        self.fd, self.mapped_size, self._check_mapped_size = file.fileno(), size, _io.check_mapped_size
+
     def __getattr__(self, name):
-        # only reached while an attribute the scan sets is missing
-        if name not in _Shard._SCANNED or "recorded" not in self.__dict__:
+        # only reached while an attribute the open or the scan sets is missing
+        if "recorded" not in self.__dict__:
             raise AttributeError(name)
-        self._scan()
+        if name in _Shard._OPENED:
+            self._open()
+        elif name in _Shard._SCANNED:
+            self._scan()
+        else:
+            raise AttributeError(name)
         return self.__dict__[name]
 
     def _scan(self) -> None:
@@ -135,10 +161,21 @@ class _Shard:
         a = int(self.data_offsets[m])
         return self.map[a : a + int(self.sizes[m])]
 
+    def release(self) -> None:
+        """Close the file and its map; the next read opens the file at ``path`` again."""
+        opened = {name: self.__dict__.pop(name) for name in _Shard._OPENED if name in self.__dict__}
+        if isinstance(opened.get("map"), mmap.mmap):
+            with contextlib.suppress(BufferError):  # a view still exported: freed with it
+                opened["map"].close()
+        if "file" in opened:
+            opened["file"].close()
+
     def close(self):
-        if isinstance(self.map, mmap.mmap):
-            self.map.close()
-        self.file.close()
+        m = self.__dict__.get("map")
+        if isinstance(m, mmap.mmap):
+            m.close()
+        if "file" in self.__dict__:
+            self.file.close()
 
 
 class Reader(_Reader):
@@ -247,6 +284,51 @@ class Reader(_Reader):
         for i in range(start, stop):
             shard, j = self._locate(i)
             yield self._sample(shard, j, i, fields)
+
+    @classmethod
+    def check_node_cache(cls, path, options) -> None:
+        """A node cache reads a directory of plain tars, each with its size, xxh3_64 and
+        sample count in ``hashes.json`` (what hpcio's writer records): without the count,
+        opening would scan every tar through the shared tier.  Sidecars (other shard sets
+        the cache does not fetch), gzip shards (decompressed into copies outside the
+        cache's limit) and ``validate_hashes`` (every tar hashed at open; the cache checks
+        each tar's xxh3_64 as it fetches it) are refused."""
+        if isinstance(path, (list, tuple)) or not os.path.isdir(path):
+            raise CapabilityError("a node cache mirrors a directory of WebDataset tars: pass the directory, "
+                                  "not a file, a glob or a list", path=str(path))
+        if options.get("sidecars"):
+            raise CapabilityError("WebDataset sidecars cannot read through a node cache (it fetches the tars "
+                                  "of one shard set): read them without cache=", path=path)
+        if options.get("validate_hashes"):
+            raise CapabilityError("validate_hashes would hash every tar through the shared tier at open; a "
+                                  f"node cache checks each tar against the xxh3_64 {MANIFEST_NAME} records "
+                                  "as it fetches it: leave validate_hashes out", path=path)
+        paths = list_shards(path)
+        for p in paths:
+            if is_gzip_name(p):
+                raise CapabilityError("gzip-compressed tars cannot read through a node cache: each would be "
+                                      "decompressed into a copy outside the cache's limit; decompress them "
+                                      f"and record them in {MANIFEST_NAME} (hpcio convert SRC DST --to "
+                                      "webdataset writes both)", path=p)
+        missing = [p for p, n in zip(paths, recorded_samples(paths)) if n is None]
+        if missing:
+            raise CapabilityError(
+                f"{MANIFEST_NAME} records no sample count for {len(missing)} of the {len(paths)} tars, so "
+                "opening them would scan every such tar through the shared tier, around the node cache; "
+                f"rewrite the shards with the {MANIFEST_NAME} hpcio's WebDataset writer records "
+                "(hpcio convert SRC DST --to webdataset, or hpcio.open_writer(DST, format=\"webdataset\"))",
+                path=missing[0])
+
+    def files_of_shards(self) -> list[list[ShardFile]]:
+        """Each tar, with the size and xxh3_64 ``hashes.json`` records for it (its size on
+        disk where no manifest names it)."""
+        return manifest_shard_files([s.path for s in self.shards])
+
+    def release_shards(self, shards: Sequence[int]) -> None:
+        """Close the tars of ``shards``; their member indexes stay, and the next read
+        opens and maps the file now at each path (a node cache replaced it)."""
+        for k in shards:
+            self.shards[int(k)].release()
 
     def close(self) -> None:
         for s in self.shards:
