@@ -170,3 +170,64 @@ def test_webdataset_gzip_tars_sidecars_and_hashing_at_open_are_refused(tmp_path)
              "gzip-compressed tars cannot read through a node cache: each would be decompressed into a copy "
              "outside the cache's limit; decompress them and record them in hashes.json (hpcio convert SRC "
              f"DST --to webdataset writes both) ({gz / 'shard-000000.tar.gz'})")
+
+
+# --- MessagePack ------------------------------------------------------------------------
+def write_msgpack(path, n=800, hashes=None):
+    options = {} if hashes is None else {"hashes": hashes}
+    with hpcio.open_writer(path, format="msgpack", max_size=1 << 13, **options) as w:
+        for i in range(n):
+            w.write({"id": i, "blob": i.to_bytes(4, "little") * 75})
+    return str(path)
+
+
+def test_msgpack_reads_through_the_cache_match_direct_reads(tmp_path, fetched):
+    path = write_msgpack(tmp_path / "remote")
+    cache, ds = check_reads_through_the_cache(path, tmp_path / "cache", fetched)
+    ds.get_batch([len(ds) // 2])
+    held = open_files_under(str(tmp_path))
+    assert not [t for t in held if t.endswith("(deleted)") or t.startswith(os.path.realpath(path))], held
+
+
+def test_opening_msgpack_through_the_cache_reads_no_file(tmp_path):
+    path = write_msgpack(tmp_path / "remote")
+    cache = hpcio.NodeCache(tmp_path / "cache", limit="1MB")
+    ds = hpcio.open(path, cache=cache)
+    mirror = os.path.join(cache.root_of(path), "data")
+    files = sorted(n for n in os.listdir(mirror) if n.endswith(".msgpack"))
+    assert len(files) >= 8 and all(os.path.islink(os.path.join(mirror, n)) for n in files)
+    assert open_files_under(str(tmp_path / "remote"), mirror) == []
+    assert ds[len(ds) - 1] == hpcio.open(path)[len(ds) - 1]
+    assert open_files_under(str(tmp_path / "remote"), mirror) == [os.path.join(mirror, files[-1])]
+    cache.clear()
+    assert ds[len(ds) - 1]["id"] == len(ds) - 1
+    assert open_files_under(mirror) == [os.path.join(mirror, files[-1])]  # the new copy, reopened
+
+
+def test_msgpack_counts_are_checked_when_a_file_is_first_read(tmp_path):
+    from hpcio.errors import CorruptShardError
+
+    path = write_msgpack(tmp_path / "remote")
+    manifest = os.path.join(path, "hashes.json")
+    with open(manifest) as f:
+        record = json.load(f)
+    assert record["files"]["shard-000000.msgpack"]["samples"] > 1
+    record["files"]["shard-000000.msgpack"]["samples"] -= 1
+    with open(manifest, "w") as f:
+        json.dump(record, f)
+    ds = hpcio.open(path)
+    with pytest.raises(CorruptShardError, match=re.escape("the file holds")):
+        ds[0]
+
+
+def test_msgpack_without_recorded_sample_counts_is_refused(tmp_path):
+    path = write_msgpack(tmp_path / "remote", hashes=[])
+    count = len(os.listdir(path))
+    _refused(path, tmp_path / "cache",
+             f"hashes.json records no sample count for {count} of the {count} MessagePack files, so opening "
+             "them would index every such file through the shared tier, around the node cache; rewrite them "
+             "with hpcio's MessagePack writer (hpcio.open_writer(DST, format=\"msgpack\")), which records the "
+             f"counts in hashes.json ({os.path.join(path, 'shard-000000.msgpack')})")
+    path = write_msgpack(tmp_path / "single.msgpack", n=4)
+    _refused(path, tmp_path / "cache",
+             f"a node cache mirrors a directory of MessagePack files: pass the directory, not a file ({path})")

@@ -9,9 +9,9 @@ single-file dataset (``data.jsonl.hashes.json``).  It is JSON, in the shape of a
     {"files": {"shard-000000.tar": {"bytes": 10240, "hashes": {"xxh3_64": "9c1f..."},
                                     "samples": 12}}}
 
-``samples`` (WebDataset only) is the tar's sample count: hpcio's reader then knows the
-dataset's length without scanning every tar at open, and scans each when it first reads
-it (which is also what lets such a dataset read through a node cache).
+``samples`` (WebDataset and MessagePack) is the file's sample count: hpcio's reader then
+knows the dataset's length without scanning every file at open, and scans each when it
+first reads it (which is also what lets such a dataset read through a node cache).
 
 No reader of the formats themselves looks at it (webdataset, msgpack and JSON tools read
 the files unchanged); hpcio's readers check it with ``validate_hashes=True`` and
@@ -190,18 +190,20 @@ def recorded_entries(files) -> list[dict | None]:
     return out
 
 
-def recorded_samples(files) -> list[int | None]:
-    """The sample count the manifest records for each of ``files`` (WebDataset tars),
-    None where it records none or a size the file no longer has, where the manifest is
-    garbled, or where the count cannot describe a tar of that size: a count is a
-    shortcut for a scan, never a reason to fail, and never trusted beyond the file
-    (:func:`plausible_tar_samples`)."""
+def recorded_samples(files, plausible=None) -> list[int | None]:
+    """The sample count the manifest records for each of ``files`` (WebDataset tars,
+    MessagePack streams), None where it records none or a size the file no longer has,
+    where the manifest is garbled, or where the count cannot describe a file of that
+    size: a count is a shortcut for a scan, never a reason to fail, and never trusted
+    beyond the file (``plausible(samples, size, file)``, default
+    :func:`plausible_tar_samples`)."""
+    plausible = plausible_tar_samples if plausible is None else plausible
     counts: list[int | None] = []
     for file, entry in zip(files, recorded_entries(files)):
         samples = None if entry is None else entry.get("samples")
         size = _size(file)
         if (isinstance(samples, int) and not isinstance(samples, bool) and entry.get("bytes") == size
-                and plausible_tar_samples(samples, size, file)):
+                and plausible(samples, size, file)):
             counts.append(samples)
         else:
             counts.append(None)

@@ -3,12 +3,16 @@
 Values map onto MessagePack types directly (bytes as bin, str as str, ints up to 64
 bits, floats as float64, lists and maps); numpy arrays are an extension type (code 1)
 holding ``.npy`` bytes, so they keep dtype and shape.  A reader builds an offset index
-of the samples on first open (one pass, kept in memory) and then decodes only the
-samples asked for, from a memory map.
+of each file's samples (one pass, kept in memory) and then decodes only the samples
+asked for, from a memory map.  The writer records each file's sample count in its hash
+manifest; a file whose count is recorded is opened, mapped and indexed on its first read
+(the count checked then), so opening reads no file's bytes, which is what lets a node
+cache (:class:`hpcio.NodeCache`) read the files; the others are indexed at open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Mapping
@@ -16,6 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import (
+    CapabilityError,
     CorruptShardError,
     MissingDependencyError,
     OptionError,
@@ -25,14 +30,16 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from . import _values
-from ._checksums import Manifest, manifest_path, validate_files
+from ._checksums import Manifest, manifest_path, recorded_samples, validate_files
 from .base import (
     BatchReader,
     FileWriter,
     PendingFiles,
+    ShardFile,
     files_bytes,
     inspect_report,
     locate,
+    manifest_shard_files,
     sample_starts,
     shard_files,
     verify_samples,
@@ -166,6 +173,9 @@ class Writer(FileWriter):
         self.open_file(final)
         self.file_count = self.file_size = 0
 
+    def file_facts(self) -> dict:
+        return {"samples": self.file_count}
+
     def write(self, sample: Mapping) -> None:
         data = pack(sample, sample_index=self.count, path=self.path)
         if self.file is not None and not self.single and (
@@ -186,53 +196,136 @@ class Writer(FileWriter):
             self.publish(manifest_path(self.path, self.single))
 
 
+def plausible_samples(samples: int, size: int | None, file: str | None = None) -> bool:
+    """Whether a MessagePack stream of ``size`` bytes can hold ``samples`` maps (each
+    takes a byte at least, and an empty file none).
+
+    >>> plausible_samples(0, 0), plausible_samples(3, 2), plausible_samples(0, 5)
+    (True, False, False)
+    """
+    return size is not None and 0 <= samples <= size and (samples > 0 or size == 0)
+
+
 class Reader(BatchReader):
     """Random-access reader of MessagePack map streams (a file or a directory of them).
 
     ``validate_hashes=True`` checks every file against the xxh3_64 its hash manifest
     records before reading (:class:`~hpcio.errors.ChecksumMismatchError` naming the file);
-    ``"xxh3_64"`` also requires every file to have one.
+    ``"xxh3_64"`` also requires every file to have one.  A file whose sample count the
+    manifest records is opened and indexed on its first read.
     """
 
     def __init__(self, path, validate_hashes: bool | str = False, **options):
-        from .._core import _io
-
         super().__init__(path)
         self.paths = list_files(self.path)
         validate_files(self.paths, validate_hashes)
-        self.maps, self.files, self.offsets = [], [], []
-        counts = []
+        n = len(self.paths)
+        self.maps: list = [None] * n
+        self.files: list = [None] * n
+        self.offsets: list = [None] * n
+        self.recorded = recorded_samples(self.paths, plausible_samples)
+        counts: list[int] = []
         try:
-            for p in self.paths:
-                f = open(p, "rb")
-                self.files.append(f)
-                size = os.fstat(f.fileno()).st_size
-                m = _io.map_file(f.fileno()) if size else b""
-                self.maps.append(m)
-                table = build_index(m, path=p, sample_base=sum(counts))
-                self.offsets.append(table)
-                counts.append(len(table) - 1)
+            for k, recorded in enumerate(self.recorded):
+                if recorded is None:
+                    self._index(k, sum(counts))
+                    recorded = len(self.offsets[k]) - 1
+                counts.append(recorded)
         except BaseException:
             self.close()
             raise
         self.cum = sample_starts(counts)
+
+    def _open(self, k: int) -> None:
+        from .._core import _io
+
+        try:
+            f = open(self.paths[k], "rb")
+        except FileNotFoundError:
+            raise ShardNotFoundError("MessagePack file is missing", path=self.paths[k]) from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            self.maps[k] = _io.map_file(f.fileno()) if size else b""
+        except BaseException:
+            f.close()
+            raise
+        self.files[k] = f
+
+    def _index(self, k: int, base: int) -> None:
+        if self.maps[k] is None:
+            self._open(k)
+        table = build_index(self.maps[k], path=self.paths[k], sample_base=base)
+        recorded = self.recorded[k]
+        if recorded is not None and len(table) - 1 != recorded:
+            raise CorruptShardError(f"the file holds {len(table) - 1} samples, its hash manifest records "
+                                    f"{recorded}", path=self.paths[k], sample=base + min(len(table) - 1, recorded))
+        self.offsets[k] = table
+
+    def _mapped(self, k: int):
+        """File ``k``'s map and offsets, opened and indexed on first use."""
+        if self.offsets[k] is None:
+            self._index(k, int(self.cum[k]))
+        elif self.maps[k] is None:
+            self._open(k)
+        return self.maps[k], self.offsets[k]
 
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)
         which, local = locate(self.cum, indices)
         out = []
         for k, j, i in zip(which.tolist(), local.tolist(), indices.tolist()):
-            a, b = int(self.offsets[k][j]), int(self.offsets[k][j + 1])
-            sample = unpack(self.maps[k][a:b], sample_index=i, path=self.paths[k], offset=a)
+            m, offsets = self._mapped(k)
+            a, b = int(offsets[j]), int(offsets[j + 1])
+            sample = unpack(m[a:b], sample_index=i, path=self.paths[k], offset=a)
             out.append(sample if fields is None else {f: sample[f] for f in fields})
         return out
 
-    def close(self) -> None:
-        for m in self.maps:
-            if isinstance(m, mmap.mmap):
+    @classmethod
+    def check_node_cache(cls, path, options) -> None:
+        """A node cache reads a directory of MessagePack files each with its size,
+        xxh3_64 and sample count in ``hashes.json`` (what hpcio's writer records): without
+        the count, opening would index every file through the shared tier.
+        ``validate_hashes`` (every file hashed at open; the cache checks each file's
+        xxh3_64 as it fetches it) and a single file are refused too."""
+        if not os.path.isdir(path):
+            raise CapabilityError("a node cache mirrors a directory of MessagePack files: pass the directory, "
+                                  "not a file", path=str(path))
+        if options.get("validate_hashes"):
+            raise CapabilityError("validate_hashes would hash every file through the shared tier at open; a "
+                                  "node cache checks each file against the xxh3_64 hashes.json records as it "
+                                  "fetches it: leave validate_hashes out", path=path)
+        paths = list_files(path)
+        missing = [p for p, c in zip(paths, recorded_samples(paths, plausible_samples)) if c is None]
+        if missing:
+            raise CapabilityError(
+                f"hashes.json records no sample count for {len(missing)} of the {len(paths)} MessagePack files, "
+                "so opening them would index every such file through the shared tier, around the node cache; "
+                "rewrite them with hpcio's MessagePack writer (hpcio.open_writer(DST, format=\"msgpack\")), "
+                "which records the counts in hashes.json", path=missing[0])
+
+    def files_of_shards(self) -> list[list[ShardFile]]:
+        """Each file, with the size and xxh3_64 its hash manifest records (its size on
+        disk where none names it)."""
+        return manifest_shard_files(self.paths)
+
+    def release_shards(self, shards) -> None:
+        """Close the files of ``shards``; their offset indexes stay (a node cache checks
+        that the fetched bytes are the same), and the next read maps the file now there."""
+        for k in shards:
+            self._close(int(k))
+
+    def _close(self, k: int) -> None:
+        m, f = self.maps[k], self.files[k]
+        self.maps[k] = self.files[k] = None
+        if isinstance(m, mmap.mmap):
+            with contextlib.suppress(BufferError):  # a view still exported: freed with it
                 m.close()
-        for f in self.files:
+        if f is not None:
             f.close()
+
+    def close(self) -> None:
+        for k in range(len(self.maps)):
+            self._close(k)
         self.maps, self.files = [], []
 
 
