@@ -279,10 +279,10 @@ class Reader(abc.ABC):
 
     @classmethod
     def check_node_cache(cls, path, options: Mapping) -> None:
-        """Raise :class:`~hpcio.errors.CapabilityError` when the dataset at ``path``, opened
-        with ``options``, cannot read through a node cache although the format can list its
-        shards' files: checked before any reader opens it, so a reader that would read the
-        shards' bytes at open (through the shared tier, around the cache) is never opened."""
+        """Raise :class:`~hpcio.errors.CapabilityError` saying why when the dataset at
+        ``path``, opened with ``options``, cannot read through a node cache: checked before
+        any reader opens it, so a reader that would read the shards' bytes at open (through
+        the shared tier, around the cache) is never opened."""
 
     def release_shards(self, shards: Sequence[int]) -> None:
         """Close whatever this reader holds open of the shards ``shards`` (descriptors,

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import tuning
 from ..errors import (
+    CapabilityError,
     CorruptShardError,
     DecodeError,
     InvalidArgumentError,
@@ -362,6 +363,19 @@ class Reader(BatchReader):
         self._cache_given = cache_bytes is not None
         self.cache: OrderedDict = OrderedDict()
         self.cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+
+    @classmethod
+    def check_node_cache(cls, path, options) -> None:
+        """Parquet is refused by a node cache: a reader reads every file's footer (its row
+        groups and schema) at open, which on the cache's mirror reads each file's tail
+        through its link from the shared tier, around the cache, in every process; and its
+        shards are row groups, several to a file, which the cache fetches and evicts
+        whole files of."""
+        raise CapabilityError(
+            "Parquet cannot read through a node cache: its reader reads every file's footer at open, which "
+            "would read each file's tail from the shared tier around the cache, and its shards are row groups, "
+            "several to a file, which the cache cannot fetch or evict apart; convert it (hpcio convert SRC DST "
+            "--to mds) to read it through one", path=path)
 
     def will_read(self, indices) -> None:
         """A pass is about to read samples ``indices``: unless ``cache_bytes`` was given,
