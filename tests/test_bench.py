@@ -56,10 +56,10 @@ def test_bench_smoke_hpcio_readers_agree(tmp_path):
     assert all(not r["peer"] for r in records)
     assert not [r for r in records if r.get("error")]
     # every hpcio configuration: mds and mds-sample-zstd (copies, zero-copy views), jinx
-    # (lazy, eager), jinx-zst-bin (lazy, eager), webdataset, parquet; and for vlm
-    # jinx-bin (lazy, eager)
+    # (lazy, eager), jinx-zst-bin (lazy, eager), webdataset, parquet, streaming's own MDS;
+    # and for vlm jinx-bin (lazy, eager)
     counts = {p: sum(r["profile"] == p for r in records) for p in ("text", "vlm")}
-    assert counts == {"text": 10, "vlm": 12}, sorted(r["system"] for r in records)
+    assert counts == {"text": 11, "vlm": 13}, sorted(r["system"] for r in records)
     expected = {"text": 300, "vlm": 30}
     for profile in ("text", "vlm"):
         rows = [r for r in records if r["profile"] == profile and r["op"] == "iterate"]

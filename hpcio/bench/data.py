@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .. import demo
 from .limits import dataset_files
 
-__all__ = ["BenchDataset", "prepare", "META_FIELDS", "VLM_COLUMNS"]
+__all__ = ["BenchDataset", "prepare", "META_FIELDS", "STREAMING_COLUMNS", "VLM_COLUMNS"]
 
 # The fields "iterate-meta" touches: everything but the bulky payload.
 META_FIELDS = {"text": ["id", "meta"], "vlm": ["id", "messages"]}
@@ -109,6 +109,32 @@ def prepare(profile: str, n: int, root: str, seed: int = 0, formats=None, log=pr
     return out
 
 
+# The columns streaming's MDSWriter writes the profiles with: a list of images can only
+# be pickled there (``pkl``), which is how its users store multi-image samples.
+STREAMING_COLUMNS = {"text": {"id": "int", "text": "str", "meta": "json"},
+                     "vlm": {"id": "str", "messages": "json", "images": "pkl"}}
+
+
+def _streaming_missing(log) -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("streaming") is None:
+        log("skipping mds-streaming: mosaicml-streaming is not installed (the bench extra)")
+        return True
+    return False
+
+
+def _write_with_streaming(path: str, profile: str, samples) -> None:
+    import shutil
+
+    from streaming import MDSWriter
+
+    shutil.rmtree(path, ignore_errors=True)
+    with MDSWriter(out=path, columns=STREAMING_COLUMNS[profile]) as w:
+        for s in samples:
+            w.write(s)
+
+
 def parquet_row_group_rows(profile: str) -> int:
     """Rows per row group of the bench's Parquet file, as Hugging Face ``datasets`` writes
     them: 100 for data with binary (image) columns, 1,000 otherwise."""
@@ -116,12 +142,22 @@ def parquet_row_group_rows(profile: str) -> int:
 
 
 def _peer_formats(profile, n, root, seed, samples, formats, log) -> list[BenchDataset]:
-    """Parquet (one file written by pyarrow, row groups as Hugging Face writes them): the
+    """The layouts the peers' own writers leave: MDS by streaming's ``MDSWriter``, and
+    Parquet (one file written by pyarrow, row groups as Hugging Face writes them), the
     input of the Arrow/HF peers and of the conversion figures."""
     out = []
     def want(name):
         return formats is None or name in formats
 
+    if want("mds-streaming") and not _streaming_missing(log):
+        path = os.path.join(root, "mds-streaming")
+        if not os.path.exists(path):
+            if samples is None:
+                samples = list(demo.generate(profile, n, seed=seed))
+            log("writing mds-streaming (streaming's MDSWriter)")
+            _write_with_streaming(path + ".tmp", profile, samples)
+            os.replace(path + ".tmp", path)
+        out.append(BenchDataset("mds-streaming", "mds", path, n, {"columns": STREAMING_COLUMNS[profile]}, profile))
     if want("parquet"):
         path = os.path.join(root, "parquet")
         if not os.path.exists(path):

@@ -74,17 +74,24 @@ def systems_for(datasets: list[BenchDataset], include_interop: bool = True) -> l
                 # binary values as read-only views of the mapped (or decompressed) shard
                 out.append(System(f"hpcio {d.name} zero-copy", "hpcio", d.name, {"zero_copy": True},
                                   ops=hp_ops, peer=False))
+        elif d.name == "mds-streaming":
+            # streaming pickles a list of images: reading it runs the file's pickles, which
+            # hpcio (like streaming) does only when told the data is trusted
+            out.append(System("hpcio mds-streaming", "hpcio", d.name, {"allow_pickle": True}, ops=hp_ops,
+                              peer=False))
         elif d.name == "webdataset":
             out.append(System("hpcio webdataset", "hpcio", d.name, {}, ops=("iterate", "iterate-meta"), peer=False))
     if "mds" in names:
         out.append(System("streaming mds", "streaming", "mds"))
+    if "mds-streaming" in names:
+        out.append(System("streaming mds-streaming", "streaming", "mds-streaming", {"allow_unsafe_types": True}))
     if "webdataset" in names:
         out.append(System("webdataset", "webdataset", "webdataset", ops=("iterate", "iterate-meta")))
     if "parquet" in names:
         out.append(System("pyarrow parquet", "arrow", "parquet"))
     py = interop_python() if include_interop else None
     if py:
-        for mds in ("mds", "mds-sample-zstd"):
+        for mds in ("mds", "mds-sample-zstd", "mds-streaming"):
             if mds in names:
                 out.append(System(f"mldataforge {mds} ram", "mdf-mds", mds, {"reader": "ram"}, py))
                 out.append(System(f"mldataforge {mds} bulk", "mdf-mds", mds, {"reader": "bulk"}, py,
