@@ -269,6 +269,11 @@ class Reader(BatchReader):
             self._open(k)
         return self.maps[k], self.offsets[k]
 
+    def object_span(self, k: int, j: int) -> tuple[int, int]:
+        """Byte range of object ``j`` in file ``k``, indexing the file on first use."""
+        _, offsets = self._mapped(k)
+        return int(offsets[j]), int(offsets[j + 1])
+
     def read_many(self, indices, fields=None) -> list:
         indices = np.asarray(indices, dtype=np.int64)
         which, local = locate(self.cum, indices)

@@ -126,7 +126,7 @@ def _parquet(reader, i: int) -> Place:
 def _msgpack(reader, i: int) -> Place:
     k = int(np.searchsorted(reader.cum, i, side="right")) - 1
     j = i - int(reader.cum[k])
-    start, stop = int(reader.offsets[k][j]), int(reader.offsets[k][j + 1])
+    start, stop = reader.object_span(k, j)
     return Place(reader.paths[k], start, stop, row=j, note=f"object {j} of the file")
 
 
