@@ -12,6 +12,7 @@ KIND_JSON: int
 KIND_VIEW: int
 KIND_BYTES_LIST: int
 KIND_BYTES_DICT: int
+KIND_PICKLE: int
 MAX_COLUMNS: int
 
 def mds_samples(buf, starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple,
@@ -44,6 +45,12 @@ def mds_samples_pread(fd: int, whole, starts: NDArray[np.int64], ends: NDArray[n
                       ) -> tuple[list[dict] | None, int]:
     """:func:`mds_samples` reading each record's values from ``fd`` with ``pread``; KIND_VIEW
     values slice ``whole`` (the file's mapping) untouched."""
+
+def mds_samples_files(wholes: list, file_of: NDArray[np.int32], starts: NDArray[np.int64],
+                      ends: NDArray[np.int64], names: tuple, sizes: tuple, kinds: tuple, cols: tuple,
+                      json_loads: Callable) -> tuple[list[dict] | None, int]:
+    """:func:`mds_samples` for records ``wholes[file_of[j]][starts[j]:ends[j]]`` of several
+    mapped files, in the order given."""
 
 def mds_samples_pread_files(fds: NDArray[np.int32], wholes: list, file_of: NDArray[np.int32],
                             starts: NDArray[np.int64], ends: NDArray[np.int64], names: tuple, sizes: tuple,

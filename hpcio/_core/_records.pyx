@@ -6,17 +6,18 @@ from sample dicts (compiled).
 Slicing records into columns with numpy and zipping the column lists into dicts costs
 several Python objects per value; here each record's column bounds are computed in C and
 each value object is created once, directly from the record bytes.  Only the value kinds
-whose construction is fixed (``str``, ``bytes``, ``int``, ``json``, and hpcio's
+whose construction is fixed (``str``, ``bytes``, ``int``, ``json``, ``pkl``, and hpcio's
 ``list[bytes]`` and ``dict[bytes]``) are handled; the
 caller keeps its general path for everything else and for every error, so messages stay
 exact.  :class:`RecordPacker` is the same bargain for writing.
 """
 
-from cpython.buffer cimport PyBUF_FORMAT
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_READ
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem, PyDict_New, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
+from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
@@ -27,6 +28,7 @@ from posix.types cimport off_t
 from posix.uio cimport iovec, preadv
 
 import json as _py_json
+from _pickle import loads as _pickle_loads
 
 import numpy as np
 import orjson
@@ -59,6 +61,7 @@ cdef enum:
     _VIEW = 4
     _BYTES_LIST = 5
     _BYTES_DICT = 6
+    _PICKLE = 7
 
 KIND_STR = _STR
 KIND_BYTES = _BYTES
@@ -67,6 +70,7 @@ KIND_JSON = _JSON
 KIND_VIEW = _VIEW
 KIND_BYTES_LIST = _BYTES_LIST
 KIND_BYTES_DICT = _BYTES_DICT
+KIND_PICKLE = _PICKLE
 MAX_COLUMNS = _MAXCOL
 
 
@@ -261,7 +265,9 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
     header); ``kinds[c]`` is one of KIND_STR, KIND_BYTES, KIND_INT (8-byte little-endian
     signed), KIND_JSON (``json_loads(bytes)``), KIND_VIEW (a read-only memoryview of
     ``buf``, which it keeps alive), KIND_BYTES_LIST (a list of ``bytes``), KIND_BYTES_DICT
-    (a mapping holding ``bytes``; its JSON read exactly, whatever ``json_loads``).  Returns ``(samples, bad)``: ``bad`` is
+    (a mapping holding ``bytes``; its JSON read exactly, whatever ``json_loads``),
+    KIND_PICKLE (unpickled from the record's bytes where they lie, with no copy of them
+    first).  Returns ``(samples, bad)``: ``bad`` is
     -1, or the first record that is malformed or whose value cannot be built (then
     ``samples`` is None and the caller decodes the batch its general way to report it).
     """
@@ -274,6 +280,45 @@ def mds_samples(buf, const int64_t[::1] starts, const int64_t[::1] ends, tuple n
         if d is None:
             return None, j
         _place(out, j, d)
+    return out, -1
+
+
+def mds_samples_files(list wholes, const int32_t[::1] file_of, const int64_t[::1] starts,
+                      const int64_t[::1] ends, tuple names, tuple sizes, tuple kinds, tuple cols, json_loads):
+    """:func:`mds_samples` for records ``wholes[file_of[j]][starts[j]:ends[j]]`` of several
+    mapped files, in the order given: a shuffled batch over many shards is built record by
+    record where it lies, with no grouping by shard and no copy of the batch first.
+    Returns ``(samples, bad)`` as mds_samples; a file number out of range is ``bad``."""
+    cdef Py_ssize_t m = starts.shape[0], nfiles = len(wholes), j
+    cdef _Columns L
+    _unpack_layout("mds_samples_files", m, ends.shape[0], sizes, kinds, cols, &L)
+    if file_of.shape[0] != m:
+        raise InvalidArgumentError(f"mds_samples_files: {m} records, {file_of.shape[0]} file numbers")
+    cdef list key_of = list(names)
+    cdef list views = [byte_view(w).toreadonly() for w in wholes]  # held while their pointers are used
+    cdef const uint8_t[::1] view
+    cdef const uint8_t **base = <const uint8_t **>malloc(max(nfiles, 1) * sizeof(uint8_t *))
+    cdef int64_t *size = <int64_t *>malloc(max(nfiles, 1) * sizeof(int64_t))
+    cdef int32_t f
+    cdef list out = PyList_New(m)
+    cdef object d
+    try:
+        if base == NULL or size == NULL:
+            raise MemoryError("mds_samples_files: no memory for the file table")
+        for f in range(nfiles):
+            view = views[f]
+            base[f], size[f] = data_ptr(view), view.shape[0]
+        for j in range(m):
+            f = file_of[j]
+            if f < 0 or f >= nfiles:
+                return None, j
+            d = _sample(base[f], size[f], views[f], starts[j], ends[j], &L, key_of, json_loads)
+            if d is None:
+                return None, j
+            _place(out, j, d)
+    finally:
+        free(base)
+        free(size)
     return out, -1
 
 
@@ -359,6 +404,8 @@ cdef object _value(int k, const char *p, int64_t n, json_loads):
         return _bytes_list(p, n)
     if k == _BYTES_DICT:
         return _bytes_dict(p, n)
+    if k == _PICKLE:  # pickle copies what it builds out of the bytes; the view does not outlive it
+        return _pickle_loads(PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ))
     raise InvalidArgumentError(f"no direct construction for value kind {k}")
 
 

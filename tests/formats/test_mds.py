@@ -371,6 +371,93 @@ def test_streaming_pkl_fixture():
     assert [s["obj"] for s in ds] == [{"pair": (i, str(i)), "set": {i}} for i in range(3)]
 
 
+def test_pkl_image_lists_are_unpickled_by_the_compiled_kernel(tmp_path):
+    """streaming's only list-of-binaries encoding, ``pkl``, is built by the sample kernel
+    from the record's bytes (mapped or read with pread), equal to what was written; a value
+    that does not unpickle is named by the general decoder, file, offset and sample."""
+    import pickle
+
+    import orjson
+
+    from hpcio._core import _records
+
+    samples = [{"images": [bytes([i]) * (300 + i)] * (1 + i % 3), "n": i} for i in range(6)]
+    path = write_streaming(tmp_path / "s", samples, {"images": "pkl", "n": "int"})
+    ds = hpcio.open(path, allow_pickle=True)
+    layout = ds.reader._layout
+    kinds = layout._direct_kinds([0, 1], False, False)
+    assert kinds[layout.names.index("images")] == _records.KIND_PICKLE
+    order = [4, 0, 5, 2, 3, 1]
+    assert ds.get_batch(order) == [samples[i] for i in order]
+    assert list(ds.shuffle(seed=3)) == [samples[i] for i in ds.shuffle(seed=3).indices]
+    shard = os.path.join(path, "shard.00000.mds")
+    sh, _lidx, starts, ends = ds.reader.cache.extents(0, np.arange(6))
+    args = (starts.astype(np.int64), ends.astype(np.int64), layout._names_t, layout._sizes_t, kinds, (0, 1),
+            orjson.loads)
+    assert _records.mds_samples(read_file(shard), *args) == (samples, -1)
+    fd = os.open(shard, os.O_RDONLY)
+    try:
+        assert _records.mds_samples_pread(fd, bytes(sh.size), *args) == (samples, -1)
+    finally:
+        os.close(fd)
+    ds.close()
+
+    data = bytearray(read_file(shard))
+    value = pickle.dumps(samples[3]["images"])
+    at = data.find(value)
+    data[at + len(value) - 1] = 0  # the STOP opcode
+    with open(shard, "wb") as f:
+        f.write(data)
+    assert _records.mds_samples(bytes(data), *args) == (None, 3)
+    with hpcio.open(path, allow_pickle=True, validate_hashes=False) as ds:
+        assert ds.get_batch([2])[0] == samples[2]
+        with pytest.raises(DecodeError) as e:
+            ds.get_batch([2, 3])
+        assert str(e.value) == (f"column 'images' (pkl): cannot decode the value: invalid load key, '\\x00'. "
+                                f"({shard}, byte offset {at}, sample 3)")
+
+
+def test_large_pkl_records_are_built_from_the_mappings_not_read_twice(tmp_path, monkeypatch):
+    """A shuffled batch of large records holding ``pkl`` values, over several shards, is
+    built record by record from the shards' mappings (mds_samples_files), not through pread
+    and a read buffer; the kernel takes record j from ``wholes[file_of[j]]`` whatever the
+    order, and reports a file number out of range as that record."""
+    import orjson
+
+    from hpcio._core import _records
+    from hpcio.formats.mds import batches
+
+    samples = [{"images": [bytes([i]) * (20_000 + i)] * (1 + i % 2), "n": i} for i in range(24)]
+    path = write_streaming(tmp_path / "s", samples, {"images": "pkl", "n": "int"}, size_limit=120_000)
+    order = np.random.default_rng(7).permutation(len(samples))
+
+    def refuse(*_args):
+        raise AssertionError("pkl records read with pread")
+
+    monkeypatch.setattr(batches._records, "mds_samples_pread_files", refuse)
+    with hpcio.open(path, allow_pickle=True) as ds:
+        assert len(ds.reader.shards) >= 4 and all(sh.pread_values for sh in map(ds.reader.cache.get, range(4)))
+        assert ds.get_batch(order) == [samples[i] for i in order]
+        reader, layout = ds.reader, ds.reader._layout
+        cum = np.asarray(reader._cum_list)
+        shard_of = (np.searchsorted(cum, order, side="right") - 1).astype(np.int32)
+        starts, ends = [], []
+        for i, k in zip(order.tolist(), shard_of.tolist()):
+            _sh, _lidx, lo, hi = reader.cache.extents(k, np.array([i - cum[k]]))
+            starts.append(int(lo[0]))
+            ends.append(int(hi[0]))
+        wholes = [read_file(reader.cache.get(k).path) for k in range(len(reader.shards))]
+        kinds = layout._direct_kinds([0, 1], False, False)
+        args = [wholes, shard_of, np.array(starts, np.int64), np.array(ends, np.int64), layout._names_t,
+                layout._sizes_t, kinds, (0, 1), orjson.loads]
+        assert _records.mds_samples_files(*args) == ([samples[i] for i in order], -1)
+        args[1] = np.concatenate([shard_of[:5], [len(wholes)], shard_of[6:]]).astype(np.int32)
+        assert _records.mds_samples_files(*args) == (None, 5)
+        args[1] = shard_of[:-1]
+        with pytest.raises(hpcio.HpcioError, match="^mds_samples_files: 24 records, 23 file numbers$"):
+            _records.mds_samples_files(*args)
+
+
 # --- golden fixtures written by the reference libraries -------------------------------
 @pytest.mark.parametrize("name", STREAMING_FIXTURES)
 def test_streaming_fixture(name):

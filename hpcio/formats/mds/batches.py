@@ -366,18 +366,31 @@ def decode_slice(layout: _Layout, buf, lo, hi, cols: list[int], as_samples: bool
     return layout.columns(buf, lo, hi, cols, decode_images, where, zero_copy)
 
 
+# Value kinds parsed out of a record's bytes rather than copied whole: read with pread they
+# would be copied twice (into a read buffer, then into their objects), so records holding
+# them are built where they lie in the mapping, copied once.
+_PARSED_BINARY = frozenset((_records.KIND_BYTES_LIST, _records.KIND_BYTES_DICT, _records.KIND_PICKLE))
+
+
 def _decode_values(values: tuple, layout: _Layout, cols, as_samples, decode_images, zero_copy):
-    """The samples of a batch of cached large records, each value read with ``pread`` into
-    its own object: one copy where gathering the batch first takes two, the first into
-    fresh pages.  None when the kernel cannot build a selected column or a record is bad
-    (the gathered read then builds or reports it)."""
+    """The samples of a batch of cached large records, built in the order asked with no
+    copy of the batch first: each ``bytes`` value read with ``pread`` into its own object
+    (where the mapping would take a page fault or two per record), or, where a selected
+    column is parsed out of the record (``pkl``, lists and dicts of bytes), unpickled or
+    split straight from the mapping.  None when the kernel cannot build a selected column
+    or a record is bad (the gathered read then builds or reports it)."""
     kinds = layout._direct_kinds(cols, decode_images, zero_copy)
     if kinds is None:
         return None
     fds, buffers, file_of, starts, ends = values
-    samples, _bad = _records.mds_samples_pread_files(
-        np.array(fds, np.int32), buffers, file_of, starts.astype(np.int64, copy=False),
-        ends.astype(np.int64, copy=False), layout._names_t, layout._sizes_t, kinds, tuple(cols), orjson.loads)
+    starts, ends = starts.astype(np.int64, copy=False), ends.astype(np.int64, copy=False)
+    if any(kinds[c] in _PARSED_BINARY for c in cols):
+        samples, _bad = _records.mds_samples_files(buffers, file_of, starts, ends, layout._names_t, layout._sizes_t,
+                                                   kinds, tuple(cols), orjson.loads)
+    else:
+        samples, _bad = _records.mds_samples_pread_files(
+            np.array(fds, np.int32), buffers, file_of, starts, ends, layout._names_t, layout._sizes_t, kinds,
+            tuple(cols), orjson.loads)
     if samples is None or as_samples:
         return samples
     return [[s[name] for s in samples] for name in (layout.names[c] for c in cols)]

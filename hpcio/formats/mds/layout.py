@@ -21,8 +21,10 @@ from .encodings import COMPILED_KINDS, NUMERIC_DTYPES, ColumnCodec, column_codec
 # The compiled value kinds of the encodings whose values have one construction, read
 # (mds_samples, RecordSamples) and written (RecordPacker) alike.
 _FIXED_KINDS = {"str": _records.KIND_STR, "int": _records.KIND_INT, "json": _records.KIND_JSON}
-# And those read only: hpcio's extension encodings, whose values the writer packs itself.
-_READ_KINDS = {**_FIXED_KINDS, **COMPILED_KINDS}
+# And those read only: hpcio's extension encodings, whose values the writer packs itself,
+# and pickle, unpickled from the record's bytes in place (a value it cannot load makes the
+# kernel hand the batch to the general decoder, which names the record).
+_READ_KINDS = {**_FIXED_KINDS, **COMPILED_KINDS, "pkl": _records.KIND_PICKLE}
 
 
 class _Layout:
