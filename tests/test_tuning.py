@@ -106,3 +106,14 @@ def test_an_unknown_switch_in_the_environment_is_an_error(monkeypatch):
     with pytest.raises(TuningError, match="HPCIO_TUNE='pause_gc,fast': unknown switch fast; expected all, none "
                                           "or a comma list of keep_freed_heap, pause_gc, arrow_jemalloc"):
         tuning._from_environment()
+
+
+@pytest.mark.parametrize("env, want", [({}, False), ({"HPCIO_TUNE": "all"}, True)])
+def test_the_bench_readers_run_as_their_environment_says(env, want):
+    """``hpcio bench`` times hpcio as a user's process runs it: its reader workers tune
+    nothing unless HPCIO_TUNE says so (``hpcio bench --tuned`` sets it for them)."""
+    code = "import json, hpcio, hpcio.bench.worker as w; w.load_hpcio(); print(json.dumps(hpcio.tune()))"
+    clean = {k: v for k, v in os.environ.items() if k != "HPCIO_TUNE"}
+    out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == dict.fromkeys(("keep_freed_heap", "pause_gc", "arrow_jemalloc"), want)

@@ -136,13 +136,14 @@ def run_bench(
     ``workers``, ``max_len``, ``rows``) adds the packed-LLM row over the text profile,
     each run ``repeats`` times.
     """
-    from ..tuning import SWITCHES, fully_tuned
+    import hpcio
 
-    # The bench owns its process and its workers' (hpcio.bench.worker): all run tuned.
-    log(f"process tuning: {', '.join(SWITCHES)} (hpcio.tune: the bench owns its processes)")
-    with fully_tuned():
-        return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
-                          staging, conversion, conversion_scale, pipeline_repeats, packed_llm, log)
+    # The readers run as a user's process does: tuned only as HPCIO_TUNE says, which the
+    # workers inherit (``hpcio bench --tuned`` sets it to all).
+    tuned = ", ".join(name for name, on in hpcio.tune().items() if on) or "none"
+    log(f"process tuning: {tuned} (HPCIO_TUNE; --tuned turns every switch on)")
+    return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
+                      staging, conversion, conversion_scale, pipeline_repeats, packed_llm, log)
 
 
 def _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader, staging,

@@ -281,7 +281,6 @@ def _hpcio_run(spec: dict) -> dict:
     import hpcio
     from hpcio.torch import IterableDataset
 
-    hpcio.tune(**dict.fromkeys(hpcio.tuning.SWITCHES, True))  # the bench owns its process
     cache = hpcio.NodeCache(spec["cache_dir"], limit=spec["limit"], policy=spec["policy"])
     ds = hpcio.open(spec["path"], cache=cache)
     # the adapter a training loop reads through: it announces each epoch's order, and the

@@ -138,10 +138,8 @@ def load_hpcio():
     import hpcio
 
     # Nothing more: as in a user's program, the format modules and compiled kernels are
-    # imported by the first open, whose time they count in.  The bench owns its process,
-    # so it opts in to the tuning a user's program may choose (docs/performance.md): the
-    # figures are those of a tuned reader.
-    hpcio.tune(**dict.fromkeys(hpcio.tuning.SWITCHES, True))
+    # imported by the first open, whose time they count in, and the process is tuned only
+    # as its environment says (HPCIO_TUNE, which ``hpcio bench --tuned`` sets to all).
     return lambda path, options: hpcio.open(path, **options)
 
 

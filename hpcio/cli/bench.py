@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "compare hpcio with streaming, mldataforge, webdataset, pyarrow and HF datasets"
 
@@ -33,6 +34,10 @@ def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per measurement; the median is kept (default: %(default)s)")
     parser.add_argument("--only", action="append", help="run only systems whose label contains this word (repeatable)")
     parser.add_argument("--no-interop", action="store_true", help="skip the peers that need the Python 3.12 interop environment")
+    parser.add_argument("--tuned", action="store_true",
+                        help="run hpcio's readers with every process-wide switch of hpcio.tune on (HPCIO_TUNE=all), "
+                             "as a program that owns its process may choose; by default they run as a user's "
+                             "process does, tuned only as HPCIO_TUNE says")
     loader = parser.add_argument_group(
         "DataLoader loop", "the calculation-free I/O test: a PyTorch DataLoader over each format and storage "
         "tier (HPCIO_TIERS=name=path,..., default a temp dir and /dev/shm), compute emulated by sleeping; "
@@ -177,7 +182,6 @@ def _bytes(text: str) -> int:
 
 def _run_cold(args) -> int:
     import json
-    import os
 
     from ..bench import cold
     from ..errors import HpcioError
@@ -217,7 +221,6 @@ def _emulated_tier(args) -> dict | None:
 
 def _run_node_cache(args) -> int:
     import json
-    import os
 
     from ..bench import machine_facts
     from ..bench.node_cache import BANDWIDTH, LATENCY_US, markdown, node_cache_figures
@@ -244,7 +247,6 @@ def _run_node_cache(args) -> int:
 
 def _run_open_cost(args) -> int:
     import json
-    import os
 
     from ..bench import machine_facts
     from ..bench.open_cost import markdown, open_cost_figures
@@ -289,7 +291,10 @@ def _packed_options(args) -> dict:
 def run(args) -> int:
     from ..bench import CONVERSION_SCALE, OPERATIONS, run_bench
     from ..bench.pipeline import PIPELINE_REPEATS
+    from ..tuning import ENVIRONMENT_VARIABLE
 
+    if args.tuned:  # read by this process's first hpcio.tune() and inherited by the workers
+        os.environ[ENVIRONMENT_VARIABLE] = "all"
     if args.cold:
         return _run_cold(args)
     if args.node_cache:
