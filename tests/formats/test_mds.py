@@ -389,6 +389,7 @@ def test_pkl_image_lists_are_unpickled_by_the_compiled_kernel(tmp_path):
     assert kinds[layout.names.index("images")] == _records.KIND_PICKLE
     order = [4, 0, 5, 2, 3, 1]
     assert ds.get_batch(order) == [samples[i] for i in order]
+    assert ds.get_columns(order)["images"] == [samples[i]["images"] for i in order]
     assert list(ds.shuffle(seed=3)) == [samples[i] for i in ds.shuffle(seed=3).indices]
     shard = os.path.join(path, "shard.00000.mds")
     sh, _lidx, starts, ends = ds.reader.cache.extents(0, np.arange(6))
@@ -411,10 +412,11 @@ def test_pkl_image_lists_are_unpickled_by_the_compiled_kernel(tmp_path):
     assert _records.mds_samples(bytes(data), *args) == (None, 3)
     with hpcio.open(path, allow_pickle=True, validate_hashes=False) as ds:
         assert ds.get_batch([2])[0] == samples[2]
-        with pytest.raises(DecodeError) as e:
-            ds.get_batch([2, 3])
-        assert str(e.value) == (f"column 'images' (pkl): cannot decode the value: invalid load key, '\\x00'. "
-                                f"({shard}, byte offset {at}, sample 3)")
+        for read in (ds.get_batch, ds.get_columns):
+            with pytest.raises(DecodeError) as e:
+                read([2, 3])
+            assert str(e.value) == (f"column 'images' (pkl): cannot decode the value: invalid load key, '\\x00'. "
+                                    f"({shard}, byte offset {at}, sample 3)")
 
 
 def test_large_pkl_records_are_built_from_the_mappings_not_read_twice(tmp_path, monkeypatch):

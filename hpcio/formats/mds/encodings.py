@@ -364,6 +364,9 @@ class ColumnCodec:
         if kind in COMPILED_KINDS:  # a bad value: the caller reports it through decode_one
             return _records.values_of_kind(buf, np.ascontiguousarray(starts, np.int64),
                                            np.ascontiguousarray(ends, np.int64), COMPILED_KINDS[kind], None)
+        if kind == "pkl":  # unpickled in C from where the values lie; a bad one: decode_one names it
+            return _records.values_of_kind(buf, np.ascontiguousarray(starts, np.int64),
+                                           np.ascontiguousarray(ends, np.int64), _records.KIND_PICKLE, None)
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 
