@@ -83,8 +83,8 @@ def tune(*, keep_freed_heap: bool | None = None, pause_gc: bool | None = None,
 
 @contextlib.contextmanager
 def fully_tuned() -> Iterator[dict[str, bool]]:
-    """Every switch on for the block, for programs that own their process (``hpcio bench``,
-    the demo tour).  The garbage-collector and Arrow switches are put back after; the kept
+    """Every switch on for the block, for programs that own their process (the demo tour,
+    ``hpcio-convert``).  The garbage-collector and Arrow switches are put back after; the kept
     heap stays, as it cannot be undone."""
     before = tune()
     try:
