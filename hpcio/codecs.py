@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ._struct import Struct
 from .errors import (
     DecodeError,
     DecompressionLimitError,
@@ -44,16 +44,18 @@ def max_decoded_bytes(value=None) -> int:
     return DEFAULT_LIMIT if env is None else parse_bytes(env, what=MAX_DECODED_ENV)
 
 
-@dataclass(frozen=True)
-class Codec:
+class Codec(Struct):
     """A named codec: ``compress(data, level)`` and ``decompress(data, limit, **where)``;
     the codecs whole files are compressed with (zstd, gzip) also ``decompress_file``."""
 
+    _fields = ("name", "default_level", "_compress", "_decompress", "_decompress_file")
+    _defaults = {"_decompress_file": None}
+    __slots__ = _fields
     name: str
     default_level: int | None
     _compress: Callable
     _decompress: Callable
-    _decompress_file: Callable | None = None
+    _decompress_file: Callable | None
 
     def compress(self, data, level: int | None = None, **options) -> bytes:
         """``options`` are codec-specific: zstd takes ``content_size=False`` to leave the

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import asdict, dataclass
 from types import ModuleType
 
+from ._struct import Struct
 from .errors import (
     CapabilityError,
     FormatContractError,
@@ -41,8 +41,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(Struct):
     """What a format's reader and writer can do.
 
     random_access
@@ -55,13 +54,16 @@ class Capabilities:
         ``Reader.read_many`` has a vectorised path, not a per-sample loop.
     """
 
-    random_access: bool = True
-    append: bool = False
-    partial_read: bool = False
-    batch_read: bool = False
+    _fields = ("random_access", "append", "partial_read", "batch_read")
+    _defaults = {"random_access": True, "append": False, "partial_read": False, "batch_read": False}
+    __slots__ = _fields
+    random_access: bool
+    append: bool
+    partial_read: bool
+    batch_read: bool
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return self._asdict()
 
 
 # Sniffing order matters: the most specific layouts first, plain line formats last.

@@ -38,8 +38,19 @@ def test_reading_mds_imports_no_other_format_nor_service(tmp_path):
     assert "hpcio.formats.mds.reader" in loaded
     unwanted = ("hpcio.formats.jinx", "hpcio.formats.parquet", "hpcio.formats.webdataset", "hpcio.formats.zarr",
                 "hpcio.formats.hdf5", "hpcio.nodecache", "hpcio.mixture", "hpcio.convert", "hpcio.lineage",
-                "hpcio.staging", "torch")
+                "hpcio.staging", "hpcio.distributed.context", "torch")
     assert [m for m in loaded if m.startswith(unwanted)] == []
+
+
+def test_the_distributed_names_bind_on_first_use():
+    got = _fresh("import sys, json\nfrom hpcio.distributed import GlobalOrder\n"
+                 "before = 'hpcio.distributed.context' in sys.modules\n"
+                 "import hpcio.distributed as d\n"
+                 "print(json.dumps([before, d.RuntimeContext.__module__, 'infer_context' in dir(d),"
+                 " [n for n in d.__all__ if getattr(d, n, None) is None]]))")
+    assert got == [False, "hpcio.distributed.context", True, []]
+    with pytest.raises(AttributeError, match=r"^module 'hpcio.distributed' has no attribute 'Order'$"):
+        hpcio.distributed.Order  # noqa: B018
 
 
 def test_convert_is_the_function_whichever_module_is_imported_first():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._paths import listed_inside
+from .._struct import Struct
 from ..errors import CapabilityError, HpcioError, IndexOutOfRangeError, ShardNotFoundError
 from ._checksums import recorded_entries, verify_files
 from .reports import InspectReport, VerifyReport, problem
@@ -141,14 +141,17 @@ def handed_out(samples: list) -> Iterator:
         yield sample
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardFile:
+class ShardFile(Struct):
     """One file of a shard: its ``path``, and the ``size`` and ``hashes`` (hex digests by
     algorithm name) its dataset's index records, when it records them."""
 
+    _fields = ("path", "size", "hashes")
+    _defaults = {"size": None}
+    _factories = {"hashes": dict}
+    __slots__ = _fields
     path: str
-    size: int | None = None
-    hashes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    size: int | None
+    hashes: Mapping[str, str]
 
 
 def manifest_shard_files(paths: Sequence[str]) -> list[list[ShardFile]]:

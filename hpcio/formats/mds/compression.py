@@ -8,16 +8,15 @@ compressed, ``zip_data`` describes it) or, as mldataforge writes it, a per-recor
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from ... import codecs as _codec_table
+from ..._struct import Struct
 from ...errors import CorruptShardError, InvalidArgumentError
 
 __all__ = ["Compression", "parse_compression", "DEFAULT_HASHES"]
 
 
-@dataclass(frozen=True)
-class Compression:
+class Compression(Struct):
     """A parsed MDS ``compression`` value.
 
     ``spec`` is the string written to ``index.json``; ``name`` the MDS family (``zstd``,
@@ -25,6 +24,8 @@ class Compression:
     ``per_sample`` is True for ``sample::<algo>`` (each record compressed on its own).
     """
 
+    _fields = ("spec", "name", "codec", "level", "per_sample")
+    __slots__ = _fields
     spec: str
     name: str
     codec: str

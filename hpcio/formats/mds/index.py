@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 import orjson
 
 from ..._paths import encodable
+from ..._struct import Struct
 from ...errors import CorruptShardError, ShardNotFoundError
 from .compression import Compression, parse_compression
 from .encodings import column_codec
@@ -57,10 +57,14 @@ def sniff(path) -> bool:
     return head.strip() == b'{"shards": [], "version": 2}'
 
 
-@dataclass
-class _ShardInfo:
+class _ShardInfo(Struct):
     """One entry of ``index.json``, checked."""
 
+    _fields = ("position", "samples", "raw_basename", "raw_bytes", "raw_hashes", "zip_basename", "zip_bytes",
+               "zip_hashes", "compression", "columns", "entry", "source")
+    _defaults = {"source": INDEX_NAME}
+    _frozen = False
+    __slots__ = _fields
     position: int
     samples: int
     raw_basename: str
@@ -72,7 +76,7 @@ class _ShardInfo:
     compression: Compression | None
     columns: tuple  # (names, encodings, sizes) as tuples
     entry: dict
-    source: str = INDEX_NAME  # the index the entry came from, named by errors
+    source: str  # the index the entry came from, named by errors
 
     @property
     def file_basename(self) -> str:
