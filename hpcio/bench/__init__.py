@@ -28,6 +28,14 @@ DEFAULT_SIZES = {"text": 20000, "vlm": 2000}
 CONVERSION_SCALE = 4
 
 
+def switches_on() -> str:
+    """The :func:`hpcio.tune` switches on in this process (and so in the workers, which
+    inherit its HPCIO_TUNE), or ``none``."""
+    import hpcio
+
+    return ", ".join(name for name, on in hpcio.tune().items() if on) or "none"
+
+
 def machine_facts() -> dict:
     import hpcio
 
@@ -45,7 +53,7 @@ def machine_facts() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hpcio": hpcio.__version__,
-        "hpcio tuning": ", ".join(name for name, on in hpcio.tune().items() if on) or "none",
+        "hpcio tuning": switches_on(),
     }
     for mod in ("numpy", "streaming", "webdataset", "pyarrow", "orjson"):
         try:
@@ -136,12 +144,9 @@ def run_bench(
     ``workers``, ``max_len``, ``rows``) adds the packed-LLM row over the text profile,
     each run ``repeats`` times.
     """
-    import hpcio
-
     # The readers run as a user's process does: tuned only as HPCIO_TUNE says, which the
     # workers inherit (``hpcio bench --tuned`` sets it to all).
-    tuned = ", ".join(name for name, on in hpcio.tune().items() if on) or "none"
-    log(f"process tuning: {tuned} (HPCIO_TUNE; --tuned turns every switch on)")
+    log(f"process tuning: {switches_on()} (HPCIO_TUNE; --tuned turns every switch on)")
     return _run_bench(out_dir, data_dir, profiles, sizes, ops, repeats, include_interop, only, dataloader,
                       staging, conversion, conversion_scale, pipeline_repeats, packed_llm, log)
 

@@ -80,8 +80,9 @@ _PLAIN = {
 }  # fmt: skip
 #: Encodings hpcio adds to streaming's; readable by streaming after register_streaming_reader().
 EXTENSION_ENCODINGS = ("list[bytes]", "dict[bytes]")
-#: Their values are built by the compiled record kernels (these value kinds), a batch at a time.
-COMPILED_KINDS = {"list[bytes]": _records.KIND_BYTES_LIST, "dict[bytes]": _records.KIND_BYTES_DICT}
+#: Their values, and pickled ones, are built a batch at a time by the compiled record kernels.
+COMPILED_KINDS = {"list[bytes]": _records.KIND_BYTES_LIST, "dict[bytes]": _records.KIND_BYTES_DICT,
+                  "pkl": _records.KIND_PICKLE}
 _UNSAFE = {"pkl"}
 _U32 = struct.Struct("<I")
 _Q = struct.Struct("<q")
@@ -364,9 +365,6 @@ class ColumnCodec:
         if kind in COMPILED_KINDS:  # a bad value: the caller reports it through decode_one
             return _records.values_of_kind(buf, np.ascontiguousarray(starts, np.int64),
                                            np.ascontiguousarray(ends, np.int64), COMPILED_KINDS[kind], None)
-        if kind == "pkl":  # unpickled in C from where the values lie; a bad one: decode_one names it
-            return _records.values_of_kind(buf, np.ascontiguousarray(starts, np.int64),
-                                           np.ascontiguousarray(ends, np.int64), _records.KIND_PICKLE, None)
         one = self.decode_one
         return [one(mv[a:b], decode_images) for a, b in pairs]
 

@@ -22,9 +22,8 @@ from .encodings import COMPILED_KINDS, NUMERIC_DTYPES, ColumnCodec, column_codec
 # (mds_samples, RecordSamples) and written (RecordPacker) alike.
 _FIXED_KINDS = {"str": _records.KIND_STR, "int": _records.KIND_INT, "json": _records.KIND_JSON}
 # And those read only: hpcio's extension encodings, whose values the writer packs itself,
-# and pickle, unpickled from the record's bytes in place (a value it cannot load makes the
-# kernel hand the batch to the general decoder, which names the record).
-_READ_KINDS = {**_FIXED_KINDS, **COMPILED_KINDS, "pkl": _records.KIND_PICKLE}
+# and pickle, unpickled from the record's bytes in place.
+_READ_KINDS = {**_FIXED_KINDS, **COMPILED_KINDS}
 
 
 class _Layout:
