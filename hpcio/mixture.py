@@ -357,6 +357,20 @@ class MixtureReader(Reader):
             return None
         return float(np.dot(hints, seg.counts)) / seg.block
 
+    def will_read(self, indices) -> None:
+        """Announce to each source its part of the pass, in the order the mixture reads
+        it: a node cache under the sources then evicts and prefetches by their future."""
+        self._announce(indices, after=False)
+
+    def will_read_after(self, indices) -> None:
+        self._announce(indices, after=True)
+
+    def _announce(self, indices, after: bool) -> None:
+        gid, draw = self.schedule.locate(np.asarray(indices, dtype=np.int64))
+        index = self.schedule.source_indices(gid, draw)
+        for s in np.unique(gid).tolist():
+            self.sources[self.schedule.names[s]].will_read(index[gid == s], after=after)
+
     def prefetch(self, indices) -> None:
         gid, draw = self.schedule.locate(indices)
         index = self.schedule.source_indices(gid, draw)

@@ -174,7 +174,7 @@ class _EpochCursor:
     def _announce_next(self, dataset, ctx: RuntimeContext, worker: int, num_workers: int) -> None:
         """Tell a node cache this consumer's part of the next epoch too: its eviction then
         keeps the shards the next epoch begins with (other readers have no use for it)."""
-        if self.mixture or not hasattr(dataset.reader, "will_read_after"):
+        if not hasattr(dataset.reader, "will_read_after"):
             return
         epoch = int(self._shared[0]) + 1
         plan = epoch_plan(self.dataset, epoch, self.mode, self.seed, self.shard_sizes, self.window)

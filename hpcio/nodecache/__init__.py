@@ -25,6 +25,7 @@ import numpy as np
 from .._paths import trust_links
 from ..errors import CapabilityError, NodeCacheError
 from ..units import parse_bytes
+from .budget import Budget
 from .consumer import Consumer
 from .policy import POLICIES, check_policy, simulate
 from .reader import CachedReader
@@ -52,8 +53,9 @@ class NodeCache:
         Node-local directory of the cache (default :func:`default_directory`); every
         process of the node given the same one shares its shards.
     limit
-        Most bytes of shards resident at once, an int or a size such as ``"1.5TB"``;
-        default 80% of the space free on the directory's filesystem now.
+        Most bytes of shards resident at once over every dataset read through
+        ``directory`` (a mixture's sources share it), an int or a size such as
+        ``"1.5TB"``; default 80% of the space free on the directory's filesystem now.
     policy
         ``"belady"`` (evict the shard used furthest in the future) or ``"lru"``.
     prefetch
@@ -75,6 +77,7 @@ class NodeCache:
                 raise NodeCacheError(f"NodeCache {name} must be an int >= {low}, got {value!r}")
         self.prefetch, self.fetchers, self.horizon = prefetch, fetchers, horizon
         self._readers: list[CachedReader] = []
+        self._budget = Budget(self.directory, self.limit, self._stores)
 
     def __reduce__(self):
         return (_rebuild, (self.directory, self.limit, self.policy, self.prefetch, self.fetchers, self.horizon))
@@ -108,7 +111,7 @@ class NodeCache:
             files = _files(inner, os.path.join(root, "data"), module.NAME)
             store = Store(root, remote, files, self.fetchers)
             cum = np.concatenate([[0], np.cumsum(inner.shard_sizes(), dtype=np.int64)])
-            consumer = Consumer(store, cum, limit=self.limit, policy=self.policy, prefetch=self.prefetch,
+            consumer = Consumer(store, cum, budget=self._budget, policy=self.policy, prefetch=self.prefetch,
                                 horizon=self.horizon, release=inner.release_shards)
         except BaseException:
             inner.close()
@@ -116,6 +119,10 @@ class NodeCache:
         reader = CachedReader(inner, consumer, remote)
         self._readers.append(reader)
         return reader
+
+    def _stores(self) -> list[Store]:
+        """The stores of the datasets this cache has open in this process."""
+        return [reader.consumer.store for reader in self._readers]
 
     def stats(self) -> dict:
         """``fetched_bytes``, ``fetches``, ``evictions``, ``resident_bytes`` and

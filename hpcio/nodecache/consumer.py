@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NodeCacheError
+from .budget import Budget
 from .policy import NEVER, first_uses, victims
 from .store import ABSENT, FETCHING, RESIDENT, Store
 
@@ -35,14 +36,19 @@ _serial = itertools.count()
 class Consumer:
     """This process's reads of one dataset through the node cache ``store``."""
 
-    def __init__(self, store: Store, cum: np.ndarray, *, limit: int, policy: str, prefetch: int,
+    def __init__(self, store: Store, cum: np.ndarray, *, budget: Budget, policy: str, prefetch: int,
                  horizon: int, release):
-        self.store, self.cum = store, np.asarray(cum, dtype=np.int64)
-        self.limit, self.policy, self.ahead, self.horizon = limit, policy, prefetch, horizon
+        self.store, self.cum, self.budget = store, np.asarray(cum, dtype=np.int64), budget
+        self.policy, self.ahead, self.horizon = policy, prefetch, horizon
         self.release = release  # the reader's release_shards
         self.pid = -1
         self._lock = threading.Lock()  # the table lock is per process file: one thread at a time
         self._reset()
+
+    @property
+    def limit(self) -> int:
+        """The cache directory's byte limit, over all its datasets."""
+        return self.budget.limit
 
     def _reset(self) -> None:
         """Fresh per-process state (also in a forked DataLoader worker, whose threads and
@@ -248,52 +254,68 @@ class Consumer:
     def fetch(self, k: int, ahead: bool = False) -> bool:
         """Bring shard ``k`` onto the node: True when this process copied it.  A demand fetch
         evicts what it must.  A fetch ``ahead`` of need evicts only shards whose next use
-        comes after ``k``'s (so it makes no fetch that waiting would have saved) and gives
-        up when that frees too little."""
+        comes after ``k``'s (so it makes no fetch that waiting would have saved), or that
+        no consumer reads again, and gives up when that frees too little."""
         store = self.store
         with store.shard_lock(k):
             if store.state[k] == RESIDENT:
                 return False
             size = int(store.sizes[k]) or _stat_size(store, k)
-            with store.locked():
-                need = store.resident_bytes() - (store.table[k, 1] if store.state[k] == FETCHING else 0) \
-                    + size - self.limit
+            with self.budget.locked(), store.locked():
+                need = self.budget.used() - (store.table[k, 1] if store.state[k] == FETCHING else 0) \
+                    + size - self.budget.limit
                 if need > 0 and not self._make_room(need, k, ahead):
                     if ahead:
                         return False
                     self.counts["over_limit"] += 1
-                store.table[k] = (FETCHING, size, store.tick(), os.getpid())
+                store.set_shard(k, FETCHING, size, time.monotonic_ns())
             try:
                 with store.fetch_slot():
                     got = store.copy_in(k)
             except BaseException:
                 with store.locked():
-                    store.table[k] = (ABSENT, 0, store.table[k, 2], 0)
+                    store.set_shard(k, ABSENT, 0)
                 raise
             with store.locked():
-                store.table[k] = (RESIDENT, got, store.tick(), 0)
+                store.set_shard(k, RESIDENT, got, time.monotonic_ns())
                 store.header[2] += got
                 store.header[3] += 1
         return True
 
     def _make_room(self, need: int, k: int, ahead: bool) -> bool:
-        """Evict until ``need`` bytes are free for shard ``k`` (under the table lock);
-        False if it cannot."""
-        store = self.store
-        next_use, pinned = node_future(store)
+        """Evict until ``need`` bytes are free for shard ``k`` (under the budget and table
+        locks), from this dataset and the others this process has open under the cache
+        directory; False if it cannot."""
+        stores = self.budget.stores(self.store)
         beyond = -1
         if ahead:
-            beyond = int(next_use[k])
+            beyond = int(node_future(self.store)[0][k])
             if beyond == NEVER:
                 return False
-        pinned[self.protected] = True
-        candidates = np.flatnonzero((store.state == RESIDENT) & ~pinned)
-        chosen = victims(self.policy, candidates, next_use, store.table[:, 2], store.table[:, 1], need, beyond)
-        freed = int(store.table[chosen, 1].sum()) if chosen else 0
+        found = []  # per store: its resident shards no consumer's batch reads, with their marks
+        for i, s in enumerate(stores):
+            next_use, pinned = node_future(s)
+            if s is self.store:
+                pinned[self.protected] = True
+            shards = np.flatnonzero((s.state == RESIDENT) & ~pinned)
+            found.append((np.full(len(shards), i, np.int64), shards, next_use[shards], s.table[shards, 2],
+                          s.table[shards, 1]))
+        owner, shards, next_use, last_use, sizes = (np.concatenate(column) for column in zip(*found))
+        if ahead:  # this dataset's shards read after k, or any shard no consumer reads again
+            keep = ((next_use > beyond) & (owner == 0)) | (next_use == NEVER)
+            owner, shards, next_use, last_use, sizes = (a[keep] for a in (owner, shards, next_use, last_use, sizes))
+        chosen = victims(self.policy, next_use, last_use, sizes, need, other=owner > 0)
+        freed = int(sizes[chosen].sum())
         if freed < need and ahead:
             return False
-        for v in chosen:
-            store.evict(v)
+        for o, j in zip(owner[chosen].tolist(), shards[chosen].tolist()):
+            s = stores[o]
+            if s is self.store:
+                s.evict(j)
+                continue
+            with s.locked():
+                if s.state[j] == RESIDENT:
+                    s.evict(j)
         return freed >= need
 
     def wait(self) -> None:

@@ -44,26 +44,23 @@ def first_uses(shards: np.ndarray, starts: np.ndarray, cursor: int, n_shards: in
     return out
 
 
-def victims(policy: str, candidates: np.ndarray, next_use: np.ndarray, last_use: np.ndarray,
-            sizes: np.ndarray, need: int, beyond: int = -1) -> list[int]:
-    """The candidates to evict, in order, until ``need`` bytes are free; only shards whose
-    next use is further than ``beyond`` samples away (a prefetch never evicts a shard read
-    before the one it brings).  Fewer than needed when not enough qualify."""
-    if need <= 0 or not len(candidates):
-        return []
-    allowed = candidates[next_use[candidates] > beyond]
+def victims(policy: str, next_use: np.ndarray, last_use: np.ndarray, sizes: np.ndarray, need: int,
+            other: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the candidates to evict, in order, until ``need`` bytes are free
+    (fewer when they hold less).  ``other`` marks candidates of another dataset than the
+    one fetching: under Belady they go after its own, but for a shard no consumer reads
+    again, because next uses in two datasets' streams are not on one scale; LRU compares
+    last uses, which are on the node's clock in every dataset."""
+    if need <= 0 or not len(sizes):
+        return np.zeros(0, np.int64)
     if policy == "belady":
-        # furthest next use first; among shards never used again, the oldest use first
-        order = np.lexsort((last_use[allowed], -next_use[allowed].astype(np.float64)))
+        # no next use first (oldest use first), then this dataset's furthest next use
+        later = np.zeros(len(sizes), bool) if other is None else other & (next_use != NEVER)
+        order = np.lexsort((last_use, -next_use.astype(np.float64), later))
     else:
-        order = np.argsort(last_use[allowed], kind="stable")
-    chosen, freed = [], 0
-    for k in allowed[order].tolist():
-        if freed >= need:
-            break
-        chosen.append(k)
-        freed += int(sizes[k])
-    return chosen
+        order = np.argsort(last_use, kind="stable")
+    freed = np.cumsum(sizes[order])
+    return order[: int(np.searchsorted(freed, need)) + 1]
 
 
 def simulate(sequence, shard_bytes, limit: int, policy: str = "belady", batch: int = 1) -> int:

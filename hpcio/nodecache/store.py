@@ -10,7 +10,9 @@ never a torn one, and a fetcher killed mid-copy leaves only a temporary file tha
 next fetch of that shard removes.
 
 ``meta/state`` is a table shared by every process of the node through ``mmap``: per shard
-its state (absent, fetching, resident), bytes and last use, plus node-wide counters.  It
+its state (absent, fetching, resident), bytes and last use (the node's monotonic clock, so
+uses compare across datasets), plus node-wide counters and the resident total, which the
+cache directory's limit sums over its datasets (:mod:`.budget`).  It
 changes under ``meta/lock`` (``flock``); each shard has its own lock file, held while it is
 fetched, so two processes never fetch the same shard and a waiting one takes over from a
 killed one.  At most ``fetchers`` copies run on the node at once (slot locks).
@@ -34,10 +36,11 @@ from .._hashing import new_hash
 from ..errors import ChecksumMismatchError, NodeCacheError, ShardChangedError
 from ..formats.base import ShardFile
 
-__all__ = ["Store", "ABSENT", "FETCHING", "RESIDENT"]
+__all__ = ["Store", "ABSENT", "FETCHING", "RESIDENT", "RESIDENT_WORD", "resident_word"]
 
 ABSENT, FETCHING, RESIDENT = 0, 1, 2
-_HEADER = 8  # int64 words: magic, shards, fetched bytes, fetches, evictions, clock, 2 spare
+_HEADER = 8  # int64 words: magic, shards, fetched bytes, fetches, evictions, spare, resident bytes, spare
+RESIDENT_WORD = 6
 _MAGIC = 0x4E4F444543414331  # "NODECAC1"
 _FIELDS = 4  # per shard: state, bytes, last use (clock), fetching pid
 _COPY_CHUNK = 8 << 20
@@ -82,12 +85,13 @@ class Store:
             self.header[:] = 0
             self.header[0], self.header[1] = _MAGIC, self.n
             self._reconcile()
+        self.header[RESIDENT_WORD] = int(self.table[self.state != ABSENT, 1].sum())
 
     def _reconcile(self) -> None:
         """Enter the shards a table lost (a new table over an old mirror) as resident."""
         for k, shard in enumerate(self.files):
             if all(os.path.isfile(m) and not os.path.islink(m) for _r, m, _s, _h in shard):
-                self.table[k] = (RESIDENT, self.sizes[k], 0, 0)
+                self.table[k] = (RESIDENT, self.sizes[k], 0, 0)  # the total is summed after
 
     @contextlib.contextmanager
     def locked(self):
@@ -108,17 +112,22 @@ class Store:
     def state(self) -> np.ndarray:
         return self.table[:, 0]
 
-    def tick(self) -> int:
-        self.header[5] += 1
-        return int(self.header[5])
+    def set_shard(self, k: int, state: int, size: int, last_use: int | None = None) -> None:
+        """Enter shard ``k``'s state and bytes (under the table lock), keeping the resident
+        total; ``last_use`` None keeps its mark."""
+        old = int(self.table[k, 1]) if self.table[k, 0] != ABSENT else 0
+        new = size if state != ABSENT else 0
+        use = int(self.table[k, 2]) if last_use is None else last_use
+        self.table[k] = (state, new, use, os.getpid() if state == FETCHING else 0)
+        self.header[RESIDENT_WORD] += new - old
 
     def touch(self, shards: np.ndarray) -> None:
         """Mark ``shards`` used now (without the lock: a lost update only ages an LRU mark)."""
-        self.header[5] += 1
-        self.table[shards, 2] = self.header[5]
+        self.table[shards, 2] = time.monotonic_ns()
 
     def resident_bytes(self) -> int:
-        return int(self.table[self.state != ABSENT, 1].sum())
+        """Bytes of this dataset's shards resident or being fetched."""
+        return int(self.header[RESIDENT_WORD])
 
     def counters(self) -> dict:
         return {"fetched_bytes": int(self.header[2]), "fetches": int(self.header[3]),
@@ -184,7 +193,7 @@ class Store:
         """Put links back in place of shard ``k``'s files (under the table lock)."""
         for remote, mirror, _size, _hashes in self.files[k]:
             link_to(remote, mirror)
-        self.table[k] = (ABSENT, 0, self.table[k, 2], 0)
+        self.set_shard(k, ABSENT, 0)
         self.header[4] += 1
         with open(os.path.join(self.meta, "evicted"), "ab") as f:
             f.write(np.int64(k).tobytes())
@@ -245,6 +254,12 @@ def _copy(src: str, dst: str, hash_it: bool) -> tuple[int, str | None]:
     finally:
         os.close(fin)
     return total, None if h is None else h.hexdigest()
+
+
+def resident_word(words: np.ndarray) -> int:
+    """The resident total of a table whose first header words are ``words`` (0 when they
+    are not a whole header of this layout)."""
+    return int(words[RESIDENT_WORD]) if len(words) > RESIDENT_WORD and words[0] == _MAGIC else 0
 
 
 def link_to(remote: str, mirror: str) -> None:
