@@ -124,7 +124,7 @@ def test_jsonl_round_trip_and_determinism(tmp_path, suffix, demo_samples):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
-def test_jsonl_bytes_fields_are_base64(tmp_path, demo_samples):
+def test_jsonl_bytes_fields_are_base64_data_urls(tmp_path, demo_samples):
     import base64
 
     path = tmp_path / "v.jsonl"
@@ -133,7 +133,8 @@ def test_jsonl_bytes_fields_are_base64(tmp_path, demo_samples):
     assert len(lines) == 2
     record = orjson.loads(lines[1])
     expected = demo_samples("vlm", 2)[1]
-    assert record["images"] == [base64.b64encode(image).decode("ascii") for image in expected["images"]]
+    assert record["images"] == ["data:image/jpeg;base64," + base64.b64encode(image).decode("ascii")
+                                for image in expected["images"]]
     assert record["messages"] == expected["messages"] and record["id"] == expected["id"]
 
 

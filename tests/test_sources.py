@@ -252,6 +252,30 @@ def test_convert_base64_fields(tmp_path):
     assert {s["id"]: s["images"] for s in hpcio.open(tmp_path / "vlm")} == expected
 
 
+def test_generated_vlm_jsonl_converts_to_bytes_with_no_option(tmp_path, capsys):
+    from hpcio import demo
+
+    raw = tmp_path / "raw.jsonl"
+    assert main(["demo", "generate", "--profile", "vlm", "-n", "4", str(raw)]) == 0
+    assert convert(raw, tmp_path / "out") == 0
+    assert "warning" not in capsys.readouterr().err
+    expected = {s["id"]: s["images"] for s in demo.generate("vlm", 4)}
+    got = {s["id"]: [bytes(v) for v in s["images"]] for s in hpcio.open(tmp_path / "out")}
+    assert got == expected and all(v[:3] == b"\xff\xd8\xff" for images in got.values() for v in images)
+
+
+def test_base64_text_of_a_binary_format_is_named_in_a_warning(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "plain.jsonl", [{"id": i, "img": [b64(IMAGES[i])], "note": b64(b"just words here!")}
+                                                  for i in range(3)])
+    assert convert(path, tmp_path / "out") == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"hpcio: warning: field 'img' of {path} holds base64 text of PNG data, converted as text; "
+        "-I base64_fields=img converts it to bytes"]
+    assert converted(tmp_path / "out")[0]["img"] == [b64(IMAGES[0])]  # as given: the warning changes nothing
+    assert convert(path, tmp_path / "out2", "-I", "base64_fields=img") == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_convert_bad_base64_message(tmp_path, capsys):
     path = write_jsonl(tmp_path / "a.jsonl", [{"id": 0, "img": b64(b"ok")}, {"id": 1, "img": "AA*C"}])
     assert convert(path, tmp_path / "out", "-I", "base64_fields=img") == 1

@@ -26,9 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     gen = sub.add_parser(
         "generate",
-        help="write demo samples as JSON Lines (bytes fields base64)",
+        help="write demo samples as JSON Lines (bytes fields as base64 data: URLs)",
         description="Write demo samples as JSON Lines; bytes fields (the vlm images) "
-        "are standard base64 strings. A .zst or .gz suffix compresses the file. "
+        "are base64 data: URLs (data:image/jpeg;base64,...), which hpcio convert decodes to bytes "
+        "by default. A .zst or .gz suffix compresses the file. "
         f"Profiles: {profiles}.",
     )
     gen.add_argument("out", metavar="OUT", help="output file (.jsonl, .jsonl.zst, .jsonl.gz)")

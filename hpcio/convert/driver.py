@@ -46,6 +46,7 @@ from ..distributed.comm import Comm, get_comm
 from ..errors import CapabilityError, PlanError, ResumeError
 from ..registry import get_format
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
+from ..sources.fields import warn_binary_text
 from ..sources.inputs import size_windows
 from ..units import format_bytes
 from . import jobstate, plan as planning
@@ -269,6 +270,7 @@ class _Job:
     def measure_source(source: Source, reader, path: str, first: int) -> np.ndarray:
         """Write the sizes of ``source``'s samples (global ids from ``first``) into the
         sizes file a window at a time; returns the first sample of each of its blocks."""
+        warn_binary_text(reader, source.path, source.format)  # one rank measures each source
         blocks = [np.zeros(0, np.int64)]
         for start, sizes, starts in size_windows(source, reader):
             SampleSizes.write(path, first + start, sizes)

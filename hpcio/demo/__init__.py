@@ -32,9 +32,10 @@ Profiles
 JSON Lines layout
 -----------------
 :func:`write_jsonl` writes one JSON object per line, fields as above, except that
-``bytes`` values are standard base64 strings with padding (RFC 4648 section 4): the
-``vlm`` profile's ``images`` is a list of base64 strings.  This is the layout the JSONL
-source of ``hpcio-convert`` reads with ``images`` named as a base64 field;
+``bytes`` values are ``data:image/jpeg;base64,...`` URLs (standard base64 with padding,
+RFC 4648 section 4): the ``vlm`` profile's ``images`` is a list of them.  The JSON Lines
+source of ``hpcio convert`` decodes media data URLs by default, so its images convert to
+bytes with no option;
 :func:`read_jsonl` decodes it back to samples equal to :func:`generate`'s.  A path
 ending in ``.zst`` is zstd-compressed (needs ``zstandard``), in ``.gz`` gzip-compressed
 (with a zero timestamp, so the bytes stay deterministic).

@@ -1,4 +1,5 @@
-"""The demo datasets as JSON Lines, ``bytes`` fields as base64 (see :mod:`hpcio.demo`)."""
+"""The demo datasets as JSON Lines, ``bytes`` fields as base64 ``data:`` URLs (see
+:mod:`hpcio.demo`)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,34 @@ from .samples import BYTES_FIELDS, _check_profile, generate
 __all__ = ["write_jsonl", "read_jsonl"]
 
 
+# The media type of each bytes field: a data URL carries it, and the converter decodes
+# media data URLs of JSON Lines by default, so the bytes come back as bytes.
+MEDIA_TYPES = {"images": "image/jpeg"}
+
+
+def _url(field: str, value: bytes) -> str:
+    return f"data:{MEDIA_TYPES[field]};base64," + base64.b64encode(value).decode("ascii")
+
+
+def _bytes(field: str, url: str) -> bytes:
+    prefix = f"data:{MEDIA_TYPES[field]};base64,"
+    if not url.startswith(prefix):
+        raise InvalidArgumentError(f"field {field!r} is not a {prefix}... URL: {url[:40]!r}")
+    return base64.b64decode(url[len(prefix):], validate=True)
+
+
 def _to_json(sample: dict, profile: str) -> dict:
     record = dict(sample)
     for name in BYTES_FIELDS[profile]:
         value = record[name]
-        if isinstance(value, list):
-            record[name] = [base64.b64encode(v).decode("ascii") for v in value]
-        else:
-            record[name] = base64.b64encode(value).decode("ascii")
+        record[name] = [_url(name, v) for v in value] if isinstance(value, list) else _url(name, value)
     return record
 
 
 def _from_json(record: dict, profile: str) -> dict:
     for name in BYTES_FIELDS[profile]:
         value = record[name]
-        if isinstance(value, list):
-            record[name] = [base64.b64decode(v, validate=True) for v in value]
-        else:
-            record[name] = base64.b64decode(value, validate=True)
+        record[name] = [_bytes(name, v) for v in value] if isinstance(value, list) else _bytes(name, value)
     return record
 
 
@@ -72,7 +83,7 @@ def write_jsonl(
 ) -> int:
     """Write samples ``start .. start+n-1`` as JSON Lines; return the bytes written.
 
-    ``bytes`` fields become base64 strings (see the module documentation); a ``.zst``
+    ``bytes`` fields become base64 ``data:`` URLs (see the module documentation); a ``.zst``
     or ``.gz`` suffix compresses the file.  The output is written to a temporary name
     and renamed, so a reader never sees a partial file.
     """

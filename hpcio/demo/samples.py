@@ -16,7 +16,7 @@ PROFILES = {
     "vlm": "llava-instruct-like chat samples with 1-4 JPEGs of 30-150 KB each",
     "text": "pretraining documents of 0.5-4 KB text with a meta dict",
 }
-# Fields stored as base64 strings in JSON Lines, per profile.
+# Fields stored as base64 data: URLs in JSON Lines, per profile.
 BYTES_FIELDS = {"vlm": ("images",), "text": ()}
 # Inclusive size ranges the generators guarantee (UTF-8 bytes of `text`, JPEG bytes,
 # images per vlm sample).

@@ -268,7 +268,7 @@ def format_report(report: TourReport) -> str:
         f"demo: {report.n} {report.profile} samples, seed {report.seed}, in {report.out}",
         f"generated at {report.generate_rate:,.0f} samples/s; raw source "
         f"{report.source_bytes / 1e6:.1f} MB ({os.path.basename(report.source_path)}"
-        + (f", {'/'.join(BYTES_FIELDS[report.profile])} as base64)"
+        + (f", {'/'.join(BYTES_FIELDS[report.profile])} as data: URLs)"
            if BYTES_FIELDS[report.profile] else ")"),
         "process tuning: " + (", ".join(report.tuned) + " (hpcio.tune: the demo owns its process)"
                               if report.tuned else "none"),

@@ -36,6 +36,7 @@ from __future__ import annotations
 import binascii
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -44,7 +45,8 @@ from ..errors import DecodeError, HpcioError, InvalidArgumentError, OptionError
 from ..formats import base
 from .references import DEFAULT_MAX_REF_BYTES, References
 
-__all__ = ["FIELD_OPTIONS", "DATA_URL_FORMATS", "FILE_STRUCT_FORMATS", "FieldDecoder", "DecodedReader", "split_options"]
+__all__ = ["FIELD_OPTIONS", "DATA_URL_FORMATS", "FILE_STRUCT_FORMATS", "FieldDecoder", "DecodedReader", "split_options",
+           "binary_text_fields", "warn_binary_text"]
 
 FIELD_OPTIONS = ("base64_fields", "ref_fields", "ref_root", "ref_anywhere", "ref_max_bytes", "max_open_tars",
                  "decode_data_urls", "decode_file_structs")
@@ -56,6 +58,12 @@ FILE_STRUCT_FORMATS = frozenset({"parquet", "msgpack", "huggingface"})
 # Media whose bytes identify their own type, so dropping the URL's header loses nothing.
 _DATA_URL = re.compile(r"data:(?:image|audio|video)/[\w.+-]+(?:;[\w.+-]+=[^;,]*)*;base64,")
 _FILE_STRUCT_KEYS = frozenset({"bytes", "path"})
+# Leading bytes of binary formats, by name: base64 text opening with one of them is
+# almost surely a file that a source could not store as bytes.
+_SIGNATURES = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF8", "GIF"),
+               (b"RIFF", "RIFF (WebP, WAV)"), (b"\x93NUMPY", "npy"), (b"\x28\xb5\x2f\xfd", "zstd"),
+               (b"\x1f\x8b", "gzip"), (b"%PDF-", "PDF"), (b"fLaC", "FLAC"), (b"OggS", "Ogg"),
+               (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
 
 
 def split_options(options: Mapping | None) -> tuple[dict, dict]:
@@ -116,6 +124,40 @@ def _b64(text: str) -> bytes:
 
 # (file, byte offset or None, "on line N" / "in row N" or None, sample index)
 Where = tuple
+
+
+def binary_text_fields(sample: Mapping) -> dict[str, str]:
+    """The top-level fields of ``sample`` whose string (or a list's first string) is
+    base64 text of a binary format's bytes, with that format's name."""
+    out = {}
+    for field, value in sample.items():
+        if isinstance(value, list):
+            value = next((v for v in value if v is not None), None)
+        if not isinstance(value, str) or len(value) < 16:
+            continue
+        try:
+            head = binascii.a2b_base64(value[:16], strict_mode=True)
+        except (binascii.Error, ValueError):
+            continue
+        kind = next((name for magic, name in _SIGNATURES if head.startswith(magic)), None)
+        if kind is not None:
+            out[field] = kind
+    return out
+
+
+def warn_binary_text(reader: base.Reader, source_path: str, source_format: str) -> None:
+    """Warn, a line per field, when the first sample of a source that stores text (JSON
+    Lines, Parquet, ...) holds base64 text of a known binary format that no option
+    decodes: it would be converted as text, a third larger, not as the bytes it holds."""
+    if source_format not in DATA_URL_FORMATS or not len(reader):
+        return
+    try:
+        sample = reader.read(0)
+    except HpcioError:
+        return  # the conversion reads it again and reports it where it belongs
+    for field, kind in binary_text_fields(sample).items():
+        warnings.warn(f"field {field!r} of {source_path} holds base64 text of {kind} data, converted as text; "
+                      f"-I base64_fields={field} converts it to bytes", stacklevel=2)
 
 
 class FieldDecoder:
