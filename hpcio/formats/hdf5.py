@@ -12,6 +12,9 @@ Datasets are compressed with blosc (zstd, byte shuffle) through ``hdf5plugin`` w
 is installed, else with gzip, which every HDF5 build reads.  Parallel writers each write
 their own files (``pattern="rank00003-%06d.h5"``); the ``mpio`` driver is only used when
 asked for and h5py was built with MPI (``h5py.get_config().mpi``), which PyPI wheels are not.
+
+The writer also records each file's bytes, xxh3_64, sample count and fields in
+``hashes.json`` (:mod:`hpcio.formats._hdf5_manifest`); the files are the same without it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from ..errors import (
 )
 from ..registry import Capabilities
 from ..units import format_bytes
-from . import _layout
+from . import _hdf5_manifest, _layout
+from ._checksums import Manifest
 from .base import (
     PendingFiles,
     Writer as _Writer,
@@ -140,16 +144,23 @@ class Writer(_Writer):
         The sharded-writing hook (:mod:`hpcio.formats.contract`): every sample goes into the
         single file ``shard-<shard_id>.h5`` (no roll-over); :meth:`index_part` then
         describes it for :func:`merge_index`.
+    hashes
+        ``["xxh3_64"]`` (None, the default): ``hashes.json`` beside the files records each
+        file's bytes, xxh3_64, sample count and fields
+        (:mod:`hpcio.formats._hdf5_manifest`); ``[]`` writes the files alone.  The files
+        are the same either way.
     """
 
     def __init__(self, path, max_count: int = 100_000, max_size: int = 1 << 30, chunk_samples: int = 1024,
                  chunk_bytes: int = 1 << 20, compression: str | None = "blosc", clevel: int = 5,
                  checksum: bool = True, pattern: str = SHARD_PATTERN, start_shard: int = 0,
                  schema: Mapping | None = None, driver: str | None = None, comm=None,
-                 shard_id: int | None = None, num_shards: int | None = None, **options):
+                 shard_id: int | None = None, num_shards: int | None = None, hashes=None, **options):
         super().__init__(path)
         if options:
             raise OptionError(f"unknown HDF5 writer options: {', '.join(options)}")
+        self.manifest = Manifest(hashes, "HDF5")
+        self.shard_id = shard_id
         if shard_id is not None:
             max_count, max_size, start_shard = float("inf"), float("inf"), shard_id  # type: ignore[assignment]
         self.file_names: list[str] = []
@@ -192,6 +203,8 @@ class Writer(_Writer):
             _check_space(tmp, estimate)
             with self.h5py.File(tmp, "w", **self.file_kwargs) as f:
                 self._fill(f, fields, columns, n)
+            if self.manifest.enabled:
+                self.manifest.files[os.path.basename(final)] = _hdf5_manifest.file_entry(tmp, n, fields)
             return
         with self.h5py.File(f"{tmp}.image", "w", driver="core", backing_store=False) as f:
             self._fill(f, fields, columns, n)
@@ -199,6 +212,8 @@ class Writer(_Writer):
             f.flush()
             image = f.id.get_file_image()
         _write_image(tmp, image)
+        if self.manifest.enabled:
+            self.manifest.files[os.path.basename(final)] = _hdf5_manifest.image_entry(image, n, fields)
 
     def _fill(self, f, fields: dict, columns: dict, n: int) -> None:
         for name, spec in fields.items():
@@ -224,14 +239,19 @@ class Writer(_Writer):
         with self.aborting():
             if self.buffer.count or not self.pending:
                 self._write_file()
+            if self.shard_id is None:  # under the hook merge_index writes every shard's entry
+                _hdf5_manifest.add_manifest(self.pending, self.manifest, self.path)
             self.pending.publish()
 
     def abort(self) -> None:
         self.pending.discard()
 
     def index_part(self) -> dict:
-        """The file written under the sharded-writing hook: name, sample count, fields."""
-        return {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
+        """The file written under the sharded-writing hook: name, sample count, fields,
+        and its manifest entry (``hashes``) unless ``hashes=[]``."""
+        part = {"file": self.file_names[0], "samples": self.count, "fields": self.buffer.fields or {}}
+        entry = self.manifest.files.get(self.file_names[0])
+        return part if entry is None else {**part, "hashes": entry}
 
 
 def _check_space(path: str, need: int) -> None:
@@ -260,18 +280,27 @@ def _write_image(path: str, image: bytes) -> None:
 def merge_index(directory, parts, **options) -> None:
     """The sharded-writing hook's last step.  Every HDF5 file carries its own layout, so
     there is no dataset index to write; this checks that every file a part names exists
-    and that the files holding samples agree on their fields (the reader requires it)."""
+    and that the files holding samples agree on their fields (the reader requires it),
+    and writes the ``hashes.json`` of the files whose parts carry their entry, as the
+    WebDataset hook does (the manifest is the same at any rank count: one entry per
+    shard, sorted by name)."""
     directory = os.fspath(directory)
     fields = None
+    manifest = Manifest(None, "HDF5")
     for part in parts:
         path = resolve_inside(directory, part["file"], what="HDF5 shard name", source=directory)
         if not os.path.isfile(path):
             raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
+        if "hashes" in part:
+            manifest.files[os.path.basename(path)] = part["hashes"]
         if not part["samples"]:
             continue
         if fields is not None and part["fields"] != fields:
             raise SchemaError(_layout.field_conflict(part["fields"], fields), path=path)
         fields = part["fields"] if fields is None else fields
+    pending = PendingFiles()
+    _hdf5_manifest.add_manifest(pending, manifest, directory)
+    pending.publish()
 
 
 class _File:

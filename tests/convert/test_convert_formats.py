@@ -238,7 +238,7 @@ def test_hdf5_output_reads_in_h5py(converted, tmp_path):
         "print(json.dumps(rows))\n"
     )
     assert sorted(_run_reader(code, out, tmp_path)) == _expected_rows()
-    assert sorted(os.listdir(out)) == [".hpcio"] + [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
+    assert sorted(os.listdir(out)) == [".hpcio", "hashes.json"] + [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
 
 
 @pytest.mark.parametrize(("to", "where"), [("zarr", "part-00001"), ("hdf5", "shard-000001.h5")])
