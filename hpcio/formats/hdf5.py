@@ -14,7 +14,10 @@ their own files (``pattern="rank00003-%06d.h5"``); the ``mpio`` driver is only u
 asked for and h5py was built with MPI (``h5py.get_config().mpi``), which PyPI wheels are not.
 
 The writer also records each file's bytes, xxh3_64, sample count and fields in
-``hashes.json`` (:mod:`hpcio.formats._hdf5_manifest`); the files are the same without it.
+``hashes.json`` (:mod:`hpcio.formats._hdf5_manifest`); a reader of a dataset whose every
+file is recorded opens each file on its first read, so opening reads no file's bytes
+(what a node cache, :class:`hpcio.NodeCache`, needs).  Other datasets open every file
+at open, as h5py reads them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,13 +50,15 @@ from ..errors import (
 from ..registry import Capabilities
 from ..units import format_bytes
 from . import _hdf5_manifest, _layout
-from ._checksums import Manifest
+from ._checksums import Manifest, validate_files
 from .base import (
     PendingFiles,
+    ShardFile,
     Writer as _Writer,
     files_bytes,
     first_file_head,
     inspect_report,
+    manifest_shard_files,
     sample_starts,
     shard_files,
     verify_samples,
@@ -304,11 +310,32 @@ def merge_index(directory, parts, **options) -> None:
 
 
 class _File:
-    def __init__(self, path: str, h5py, limit: int):
+    """One HDF5 file of a dataset: its sample count ``n`` and ``fields``, and (while it is
+    open) its datasets and ragged offset tables.
+
+    ``recorded`` is the ``(samples, fields)`` the hash manifest records: the file is then
+    opened on its first read, and its layout attribute checked against the record; without
+    it the file is opened now.  :meth:`release` closes it, and the next read opens the
+    file now at its path again (a node cache fetched or evicted it)."""
+
+    def __init__(self, path: str, h5py, limit: int, recorded: tuple[int, dict] | None = None):
         self.path = path
+        self.h5py = h5py
         self.limit = limit
+        self.recorded, self.recorded_by = recorded, "its hash manifest records"
+        self.file: Any = None  # an h5py.File while open
+        self.data: dict = {}
+        self.offsets: dict = {}
+        self.sample_base = 0  # the file's first sample in the dataset (the reader sets it), for errors
+        if recorded is None:
+            self.open()
+        else:
+            self.n, self.fields = recorded
+
+    def open(self) -> None:
+        path = self.path
         try:
-            self.file = h5py.File(path, "r")
+            self.file = self.h5py.File(path, "r")
         except FileNotFoundError:
             raise ShardNotFoundError("HDF5 shard is missing", path=path) from None
         except OSError as exc:
@@ -316,11 +343,13 @@ class _File:
         try:
             self._load()
         except BaseException as exc:
-            self.file.close()
+            self.release()
             if isinstance(exc, _H5_ERRORS) and not isinstance(exc, HpcioError):
                 raise CorruptShardError(f"damaged hpcio layout in HDF5 file: {type(exc).__name__}: {exc}",
                                         path=path) from None
             raise
+        if self.recorded is None:  # a file opened again must still be the file counted at open
+            self.recorded, self.recorded_by = (self.n, self.fields), "the reader counted at open"
 
     def _load(self):
         raw = self.file.attrs.get("hpcio")
@@ -328,6 +357,9 @@ class _File:
             raise SchemaError("HDF5 file has no 'hpcio' layout attribute (wrong layout, or not "
                               "written by hpcio)", path=self.path)
         layout = json.loads(raw)
+        if self.recorded is not None:
+            _hdf5_manifest.check_recorded(self.path, layout["num_samples"], layout["fields"], self.recorded,
+                                          self.sample_base, self.recorded_by)
         self.n = layout["num_samples"]
         self.fields = layout["fields"]
         self.data = {}
@@ -408,10 +440,18 @@ class _File:
                                       f"the file ({file_size} bytes) stores {off.id.get_storage_size()}",
                                       path=self.path)
 
+    def datasets(self) -> list:
+        """The file's datasets, the file opened if it is not."""
+        if self.file is None:
+            self.open()
+        return list(self.data.values())
+
     def read_rows(self, rows: np.ndarray, fields, sample_base: int) -> list[dict]:
         out = [dict() for _ in range(len(rows))]
         if not len(rows):
             return out
+        if self.file is None:
+            self.open()
         for field in fields:
             spec = self.fields[field]
             ds = self.data[field]
@@ -442,25 +482,43 @@ class _File:
                     out[pos][field] = value
         return out
 
-    def close(self):
-        self.file.close()
+    def release(self) -> None:
+        """Close the file (its datasets with it); the next read opens it again."""
+        file, self.file = self.file, None
+        self.data, self.offsets = {}, {}
+        if file is not None:
+            file.close()
+
+    close = release
 
 
 class Reader(_layout.LayoutReader):
     """Random-access reader of HDF5 shards written by :class:`Writer` (a directory of
-    ``.h5`` files or one file)."""
+    ``.h5`` files or one file).
 
-    def __init__(self, path, max_decoded_bytes: int | str | None = None, validate_hashes: bool = False,
+    When ``hashes.json`` records every file's sample count and fields, a file is opened
+    on its first read (its layout attribute checked against the record then,
+    :class:`~hpcio.errors.CorruptShardError` naming it); otherwise every file is opened
+    at open.  ``validate_hashes=True`` checks every file against the xxh3_64 the manifest
+    records before reading; ``"xxh3_64"`` also requires every file to have one.  HDF5's
+    fletcher32 chunk checksums, where the writer stored them, are checked on every read
+    whatever it says.
+    """
+
+    def __init__(self, path, max_decoded_bytes: int | str | None = None, validate_hashes: bool | str = False,
                  **options):
-        # validate_hashes is accepted as every format takes it: HDF5's fletcher32 chunk
-        # checksums, where the writer stored them, are checked on every read whatever it says.
         super().__init__(path)
         h5py = _h5py()
         limit = max_decoded_bytes_option(max_decoded_bytes)
         self.parts: list[_File] = []
         try:
-            for p in _files(self.path):
-                self.parts.append(_File(p, h5py, limit))
+            self.paths = _files(self.path)
+            validate_files(self.paths, validate_hashes)
+            recorded = _hdf5_manifest.recorded_layouts(self.paths)
+            if not all(recorded):  # a file left out would be opened here: open them all, as h5py does
+                recorded = [None] * len(self.paths)
+            for p, layout in zip(self.paths, recorded):
+                self.parts.append(_File(p, h5py, limit, layout))
         except BaseException:
             self.close()
             raise
@@ -474,6 +532,28 @@ class Reader(_layout.LayoutReader):
         self.layout_fields = fields or {}
         self.fields = list(self.layout_fields)
         self.cum = sample_starts([f.n for f in self.parts])
+        for f, base in zip(self.parts, self.cum.tolist()):
+            f.sample_base = base
+
+    @classmethod
+    def check_node_cache(cls, path, options) -> None:
+        """A node cache reads a directory of HDF5 files each with its size, xxh3_64,
+        sample count and fields in ``hashes.json`` (what hpcio's writer records): without
+        them, opening would open every file through the shared tier.  ``validate_hashes``
+        (every file hashed at open; the cache checks each file's xxh3_64 as it fetches it)
+        and a single file are refused too."""
+        _hdf5_manifest.check_node_cache(path, options, _files)
+
+    def files_of_shards(self) -> list[list[ShardFile]]:
+        """Each file, with the size and xxh3_64 its hash manifest records (its size on
+        disk where none names it)."""
+        return manifest_shard_files(self.paths)
+
+    def release_shards(self, shards) -> None:
+        """Close the files of ``shards``; the next read opens the file now there (its
+        layout checked against the one counted at open)."""
+        for k in shards:
+            self.parts[int(k)].release()
 
     def close(self) -> None:
         for f in self.parts:
@@ -485,12 +565,12 @@ class Reader(_layout.LayoutReader):
 def inspect(path) -> InspectReport:
     """Samples, files and fields of HDF5 shards, from their layout attributes."""
     with Reader(path) as r:
-        datasets = [ds for f in r.parts for ds in f.data.values()]
+        first = next((ds for f in r.parts for ds in f.datasets()), None)  # opens files until one has a dataset
         return inspect_report(
             NAME, path, samples=len(r), shards=len(r.parts),
             fields={k: _layout.describe(spec) for k, spec in r.layout_fields.items()},
             stored_bytes=files_bytes(f.path for f in r.parts),
-            details={"filters": _filters(datasets[0]) if datasets else []})
+            details={"filters": _filters(first) if first is not None else []})
 
 
 def _filters(dataset) -> list[str]:
@@ -501,6 +581,7 @@ def _filters(dataset) -> list[str]:
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
     """Decode every sample of every file; HDF5 checks the checksums of its own metadata
-    as it opens a file, and a mismatch is reported as an unreadable file."""
-    return verify_samples(NAME, path, lambda: Reader(path), lambda p: _files(os.fspath(p)),
-                          max_errors=max_errors)
+    as it opens a file, and a mismatch is reported as an unreadable file.  Every file is
+    opened (and checked against the manifest's record of it) before any is decoded."""
+    return verify_samples(NAME, path, lambda: _hdf5_manifest.open_every_file(Reader(path)),
+                          lambda p: _files(os.fspath(p)), max_errors=max_errors)

@@ -87,7 +87,9 @@ def test_zarr_merge_index_refuses_part_names_leaving_the_store(tmp_path):
 @pytest.fixture
 def h5_shard(tmp_path):
     h5py = pytest.importorskip("h5py")
-    out = write(tmp_path / "ds", "hdf5", [{"v": i, "t": f"x{i}"} for i in range(4)], compression=None)
+    # no hash manifest: the file is edited below, and the reader checks it as it opens
+    # (a recorded file is checked on its first read: tests/test_nodecache_hdf5.py)
+    out = write(tmp_path / "ds", "hdf5", [{"v": i, "t": f"x{i}"} for i in range(4)], compression=None, hashes=[])
     secret = tmp_path / "secret.bin"
     np.arange(4, dtype="<i8").__add__(7000).tofile(secret)
     other = tmp_path / "other.h5"
