@@ -283,7 +283,7 @@ def test_convert_bad_base64_message(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"hpcio: error: bad sample, conversion stopped (read failed at {path}, byte offset {second_line}, sample 1: "
         f"DecodeError: field 'img' on line 2 is not base64: Only base64 data is allowed); pass --skip-bad "
-        f"to leave such samples out and list them in a report\n")
+        f"to leave such samples out and list them in a report, or fix the sample and run the same command again\n")
 
 
 def test_convert_data_urls_and_opt_out(tmp_path):
@@ -341,3 +341,46 @@ def test_source_totals_sum_the_sizes_a_window_at_a_time(tmp_path):
         spread = np.concatenate([sample_sizes(source, reader, a, min(10, a + 3)) for a in range(0, 10, 3)])
     assert spread.tolist() == measure_source(source).tolist() and int(spread.sum()) == source.nbytes
     assert spread.max() - spread.min() <= 1
+
+
+# --- reader options across the sources' formats ------------------------------------------
+def write_webdataset(path, n=4):
+    """A tar as webdataset tools write it, keys holding a dot (``k000.part``)."""
+    import io
+    import tarfile
+
+    os.makedirs(path)
+    with tarfile.open(os.path.join(path, "shard-000000.tar"), "w") as tar:
+        for i in range(n):
+            for suffix, data in (("id", str(i).encode()), ("txt", f"text {i}".encode())):
+                info = tarfile.TarInfo(f"k{i:03d}.part.{suffix}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_webdataset_conversions_keep_the_key(tmp_path):
+    src = write_webdataset(tmp_path / "wds")
+    assert convert(src, tmp_path / "out") == 0
+    assert [s["__key__"] for s in hpcio.open(tmp_path / "out")] == [f"k{i:03d}" for i in range(4)]
+    assert convert(src, tmp_path / "dots", "-I", "key_dots=1") == 0
+    assert [s["__key__"] for s in hpcio.open(tmp_path / "dots")] == [f"k{i:03d}.part" for i in range(4)]
+    assert convert(src, tmp_path / "nokey", "-I", "include_key=false") == 0
+    assert "__key__" not in hpcio.open(tmp_path / "nokey")[0]
+
+
+def test_a_reader_option_goes_to_the_formats_that_take_it(tmp_path):
+    wds = write_webdataset(tmp_path / "wds")
+    lines = write_jsonl(tmp_path / "a.jsonl", [{"__key__": f"j{i}", "id": 10 + i, "txt": "x"} for i in range(3)])
+    assert convert(wds, lines, tmp_path / "out", "-I", "key_dots=1") == 0  # jsonl is not given key_dots
+    got = sorted(s["__key__"] for s in hpcio.open(tmp_path / "out"))
+    assert got == ["j0", "j1", "j2", "k000.part", "k001.part", "k002.part", "k003.part"]
+
+
+def test_a_reader_option_no_source_format_takes_is_refused_by_name(tmp_path, capsys):
+    lines = write_jsonl(tmp_path / "good.jsonl", [{"id": 0}])
+    assert main(["convert", lines, str(tmp_path / "out"), "--to", "mds", "-I", "key_dots=1"]) == 2
+    assert capsys.readouterr().err == (
+        "hpcio: error: reader option 'key_dots' is taken by none of the sources' formats (jsonl); their "
+        "options: cache_dir, validate_hashes\n")
+    assert sorted(os.listdir(tmp_path)) == ["good.jsonl"]  # refused before any work: no partial output

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
-from ..errors import FormatSniffError, HpcioError, ShardNotFoundError, UnknownFormatError
+from ..errors import FormatSniffError, HpcioError, OptionError, ShardNotFoundError, UnknownFormatError
 from ..formats.base import even_sizes
 from ..options import check_options, reader_option_names
 from . import huggingface
@@ -29,7 +29,7 @@ from .fields import FIELD_OPTIONS, DecodedReader, FieldDecoder, split_options
 
 __all__ = ["Source", "expand_sources", "measure_source", "source_totals", "size_windows", "sample_sizes",
            "disk_bytes", "ReaderCache", "BLOCK_BYTES", "SIZE_WINDOW", "open_reader", "source_format",
-           "load_libraries", "check_source_options"]
+           "load_libraries", "check_source_options", "check_options_taken"]
 
 # Formats the converter reads but hpcio does not write: consulted before the registry.
 _SOURCE_ONLY = {huggingface.NAME: huggingface, **{alias: huggingface for alias in huggingface.ALIASES}}
@@ -66,6 +66,19 @@ def check_source_options(reader_options, format: str | None = None) -> None:
     check_options(dict(reader_options or {}), [*valid, *FIELD_OPTIONS], what)
 
 
+def check_options_taken(sources: list[Source], reader_options) -> None:
+    """OptionError for a reader option that none of ``sources``' formats takes: each
+    source's reader is given only the options of its format, so one that no format takes
+    would otherwise change nothing, without a word."""
+    _fields, options = split_options(reader_options)
+    formats = sorted({source.format for source in sources})
+    taken = {name for f in formats for name in reader_option_names(source_format(f).Reader)}
+    unused = [key for key in options if key not in taken]
+    if unused:
+        raise OptionError(f"reader option {unused[0]!r} is taken by none of the sources' formats "
+                          f"({', '.join(formats)}); their options: {', '.join(sorted(taken)) or 'none'}")
+
+
 def _sniff(path: str):
     """The format module that claims ``path`` (FormatSniffError if none does)."""
     for module in dict.fromkeys(_SOURCE_ONLY.values()):
@@ -83,11 +96,20 @@ def load_libraries(names) -> None:
     registry.load_libraries(names - set(_SOURCE_ONLY))
 
 
+# Reader options the converter gives a source format unless the user gives them:
+# a WebDataset sample's key is data (joins, lineage), which webdataset always yields.
+_SOURCE_DEFAULTS = {"webdataset": {"include_key": True}}
+
+
 def open_reader(source: Source, reader_options: dict | None = None):
-    """A reader of ``source``: its format's reader given the reader options, wrapped in a
+    """A reader of ``source``: its format's reader given the reader options that format
+    takes (sources of several formats share one set), wrapped in a
     :class:`~.fields.DecodedReader` when field options ask for (or default to) decoding."""
     field_options, options = split_options(reader_options)
-    reader = source_format(source.format).Reader(source.path, **options)
+    module = source_format(source.format)
+    taken = set(reader_option_names(module.Reader))
+    options = {**_SOURCE_DEFAULTS.get(module.NAME, {}), **{k: v for k, v in options.items() if k in taken}}
+    reader = module.Reader(source.path, **options)
     try:
         decoder = FieldDecoder(field_options, source.path, source.format, reader)
     except BaseException:
