@@ -263,7 +263,8 @@ class BadSampleError(HpcioError, ValueError):
         self.bad = bad
         super().__init__(
             f"bad sample, conversion stopped ({bad.describe()}); "
-            "pass --skip-bad to leave such samples out and list them in a report"
+            "pass --skip-bad to leave such samples out and list them in a report, or fix the sample and "
+            "run the same command again"
         )
 
 

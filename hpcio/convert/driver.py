@@ -47,7 +47,7 @@ from ..errors import CapabilityError, PlanError, ResumeError
 from ..registry import get_format
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.fields import warn_binary_text
-from ..sources.inputs import size_windows
+from ..sources.inputs import check_options_taken, size_windows
 from ..units import format_bytes
 from . import jobstate, plan as planning
 from .affinity import share_node_cpus
@@ -229,12 +229,17 @@ class _Job:
         if os.path.exists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
             raise ResumeError("the destination already exists; remove it or choose another", path=dst)
         if os.path.exists(staging) and not self.options.resume:
-            raise ResumeError(
-                "an interrupted conversion left this partial output; pass --resume to "
-                "finish it, or delete it to start over",
-                path=staging,
-            )
+            if jobstate.recorded_failure(staging) is None:
+                raise ResumeError(
+                    "an interrupted conversion left this partial output; run the same command with "
+                    "--resume to finish it, or delete it to start over",
+                    path=staging,
+                )
+            warnings.warn(f"starting over: removed the partial output that a failed conversion left "
+                          f"({staging})", stacklevel=2)
+            shutil.rmtree(staging)
         sources = expand_sources(self.src, self.options.from_format)
+        check_options_taken(sources, self.options.reader_options)
         scan = scan_dir(staging)
         shutil.rmtree(scan, ignore_errors=True)
         os.makedirs(scan)
@@ -337,8 +342,10 @@ class _Job:
                 saved = json.load(f)
             if saved.get("fingerprint") != digest:
                 raise ResumeError(
-                    "the partial output was made from other inputs or options; delete it "
-                    "or convert with the original ones",
+                    "the partial output was made from other inputs or options"
+                    + (" by a conversion that failed; run the same command without --resume to start over"
+                       if jobstate.recorded_failure(staging) is not None
+                       else "; delete it or convert with the original ones"),
                     path=staging,
                 )
         else:
@@ -390,6 +397,7 @@ class _Job:
             bar.finish()
         except BaseException as exc:  # noqa: BLE001 -- every failure must end all ranks
             writer.close()
+            jobstate.record_failure(self.staging, exc)
             _fail_rank(comm, exc)
         finally:
             restore_cpus()
@@ -411,6 +419,7 @@ class _Job:
                 summary = publish_dataset(self.fmt, self.staging, self.dst, plan.num_shards,
                                           self.options.output_writer_options, plan, lineage)
             except BaseException as exc:  # noqa: BLE001
+                jobstate.record_failure(self.staging, exc)
                 _fail_rank(comm, exc)
             clock.lap("merge")
         # Gathered after the merge, so rank 0's own time includes it; the other ranks'

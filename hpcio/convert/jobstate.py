@@ -87,6 +87,35 @@ def raise_if_stopped(staging: str, written: int, todo: int) -> None:
     )
 
 
+def _failure_file(staging: str) -> str:
+    return os.path.join(staging, ".hpcio", "failed.json")
+
+
+def record_failure(staging: str, exc: BaseException) -> None:
+    """Note in the partial output that the run writing it failed on ``exc`` (a bad sample,
+    a read or write error), unless it was interrupted: the same command run again then
+    starts over instead of asking for a ``--resume`` that the fixed input would refuse."""
+    if isinstance(exc, (KeyboardInterrupt, ConversionInterrupted)) or not os.path.isdir(os.path.dirname(
+            _failure_file(staging))):
+        return
+    from .resume import write_json_atomic
+
+    with contextlib.suppress(OSError):
+        write_json_atomic(_failure_file(staging), {"error": " ".join(str(exc).split()) or type(exc).__name__,
+                                                   "type": type(exc).__name__})
+
+
+def recorded_failure(staging: str) -> str | None:
+    """The error a failed run recorded in the partial output ``staging``, else None."""
+    import json
+
+    try:
+        with open(_failure_file(staging), encoding="utf-8") as f:
+            return str(json.load(f)["error"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def finished_output(comm, dst: str, staging: str, to: str) -> dict | None:
     """Collective: the summary of a finished conversion already at ``dst`` (no partial
     output beside it, and the dataset verifies), else None.  Rank 0 checks, every rank gets

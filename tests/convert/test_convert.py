@@ -114,6 +114,33 @@ def test_without_skip_bad_the_first_bad_sample_stops_and_nothing_is_visible(sour
     assert not os.path.exists(str(out) + ".bad-samples.jsonl")
 
 
+def test_the_same_command_starts_over_once_the_bad_sample_is_fixed(sources, tmp_path):
+    """A conversion that failed on a bad sample leaves a partial output the same command
+    replaces once the input is fixed; --resume says to run it without --resume."""
+    import warnings
+
+    with open(sources[1], "rb") as f:
+        good = f.read()
+    _corrupt(sources[1])
+    out = tmp_path / "out"
+    with pytest.raises(BadSampleError, match="or fix the sample and run the same command again$"):
+        hpcio.convert(sources, out, to="lines", num_shards=2, progress=False)
+    staging = staging_path(out)
+    assert os.path.isdir(staging) and not os.path.exists(out)
+    with open(sources[1], "wb") as f:
+        f.write(good)
+    with pytest.raises(ResumeError) as info:
+        hpcio.convert(sources, out, to="lines", num_shards=2, progress=False, resume=True)
+    assert str(info.value) == ("the partial output was made from other inputs or options by a conversion that "
+                               f"failed; run the same command without --resume to start over ({staging})")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = hpcio.convert(sources, out, to="lines", num_shards=2, progress=False)
+    assert [str(w.message) for w in caught] == [
+        f"starting over: removed the partial output that a failed conversion left ({staging})"]
+    assert summary["samples_written"] == 360 and _ids(out) == list(range(360)) and not os.path.exists(staging)
+
+
 def test_map_errors_are_bad_samples_too(sources, tmp_path):
     def explode(s):
         if s["id"] == 3:
@@ -135,7 +162,8 @@ def test_existing_destination_and_leftover_partial_output_are_refused(sources, t
     with pytest.raises(ResumeError, match="the destination already exists"):
         hpcio.convert(sources, out, to="lines", num_shards=1, progress=False)
     os.makedirs(staging_path(tmp_path / "new"))
-    with pytest.raises(ResumeError, match="an interrupted conversion left this partial output; pass --resume"):
+    with pytest.raises(ResumeError, match="an interrupted conversion left this partial output; run the same "
+                                          "command with --resume to finish it"):
         hpcio.convert(sources, tmp_path / "new", to="lines", num_shards=1, progress=False)
 
 
@@ -309,8 +337,8 @@ def test_split_and_join_commands(sources, tmp_path):
 
 
 def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, tmp_path):
-    with pytest.raises(hpcio.CapabilityError, match=r"^format 'parquet' does not implement the sharded-writing hook"):
-        hpcio.convert(sources, tmp_path / "w", to="parquet", progress=False)
+    with pytest.raises(hpcio.CapabilityError, match=r"^format 'msgpack' does not implement the sharded-writing hook"):
+        hpcio.convert(sources, tmp_path / "w", to="msgpack", progress=False)
     assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))
 
 
