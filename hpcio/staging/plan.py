@@ -32,8 +32,11 @@ class StagePlan:
 
     ``reference`` maps a relative path to the checksum the source vouches for (its index
     or manifest); ``prior`` to the checksum an earlier run recorded for the destination
-    copy of an unchanged source file.  ``links`` are the source's links copied as links;
-    ``replace`` the destination links standing where files are planned.
+    copy of an unchanged source file; ``changed`` to what an earlier run recorded of a
+    source file whose size or mtime changed since (copied again, and checked against its
+    index: a source that no longer matches its own index is refused).  ``links`` are the
+    source's links copied as links; ``replace`` the destination links standing where
+    files are planned.
     """
 
     src: str
@@ -45,6 +48,7 @@ class StagePlan:
     reference: dict[str, Digest]
     reference_origin: dict[str, str]
     prior: dict[str, FileRecord]
+    changed: dict[str, FileRecord]
     to_check: list[str]
     to_copy: list[str]
     stale: list[str]
@@ -179,10 +183,11 @@ def plan_stage(
     by_rel = {f.rel: f for f in files}
     existing, stale, replace = scan_destination(dst, set(by_rel), dirs)
     dst_manifest = read_manifest(dst) if os.path.isdir(dst) else None
-    prior = _prior_records(dst, dst_manifest, by_rel)
+    prior, changed = _prior_records(dst, dst_manifest, by_rel)
     to_check, to_copy = [], []
     for f in files:
-        if existing.get(f.rel) == f.size and (f.rel in reference or f.rel in prior):
+        # a source file changed since its copy is copied again, checked against its index
+        if existing.get(f.rel) == f.size and (f.rel in reference or f.rel in prior) and f.rel not in changed:
             to_check.append(f.rel)
         else:
             to_copy.append(f.rel)
@@ -197,7 +202,7 @@ def plan_stage(
     )
     return StagePlan(
         src=src, dst=dst, files=files, dirs=dirs, links=links, replace=replace, reference=reference, reference_origin=origin,
-        prior=prior, to_check=to_check, to_copy=to_copy, stale=stale, need_bytes=need_bytes,
+        prior=prior, changed=changed, to_check=to_check, to_copy=to_copy, stale=stale, need_bytes=need_bytes,
         need_inodes=need_inodes, free_bytes=free_bytes, free_inodes=free_inodes, limited_by=limited_by,
         tier=tier.name if tier else None, node_local=bool(node_local), old_manifest=dst_manifest is not None,
     )
@@ -233,17 +238,23 @@ def _references(src: str, src_root: str, files: list[SourceFile]) -> tuple[dict[
     return reference, origin
 
 
-def _prior_records(dst: str, dst_manifest, by_rel: dict[str, SourceFile]) -> dict[str, FileRecord]:
+def _prior_records(dst: str, dst_manifest,
+                   by_rel: dict[str, SourceFile]) -> tuple[dict[str, FileRecord], dict[str, FileRecord]]:
     """What an earlier run recorded (manifest or journals) for copies of source files
-    that have not changed since."""
+    that have not changed since, and for those whose size or mtime changed since."""
     old_records = list(dst_manifest.files) if dst_manifest else []
     old_records += list(read_journals(dst).values()) if os.path.isdir(dst) else []
     prior: dict[str, FileRecord] = {}
+    changed: dict[str, FileRecord] = {}
     for rec in old_records:
         f = by_rel.get(rec.path)
-        if f is not None and rec.size == f.size and rec.source_mtime_ns == f.mtime_ns:
+        if f is None:
+            continue
+        if rec.size == f.size and rec.source_mtime_ns == f.mtime_ns:
             prior[rec.path] = rec
-    return prior
+        else:
+            changed[rec.path] = rec
+    return prior, {rel: rec for rel, rec in changed.items() if rel not in prior}
 
 
 def _free_space(usage, tier: Tier | None) -> tuple[int, int, str]:

@@ -201,6 +201,11 @@ def _prepare(engine: CopyEngine, kept: list[str], chunked: dict[str, int]) -> No
     journal = Journal(plan.dst, 0, engine.durable)
     for rel in kept:
         journal.append(_kept_record(plan, rel))
+    # What the destination's copies of changed sources were made from stays on record
+    # until they are replaced: a run after this one fails still copies them again.
+    for rel, rec in plan.changed.items():
+        if os.path.isfile(engine.dst_path(rel)):
+            journal.append(rec)
     journal.close()
     if plan.old_manifest:
         unlink_quiet(os.path.join(plan.dst, MANIFEST_NAME))

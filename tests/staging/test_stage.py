@@ -237,6 +237,31 @@ def test_source_that_contradicts_its_index_fails(tmp_path, fast_tier):
     assert leftovers(fast_tier / "mds") == [] and not (fast_tier / "mds" / MANIFEST_NAME).exists()
 
 
+def test_a_source_flipped_after_staging_is_refused_on_every_rerun(tmp_path, fast_tier):
+    """One byte flipped in a staged source (its mtime moves): the next stagings re-read it,
+    refuse it as no longer matching its own index, and keep the earlier copy in place."""
+    src, dst = tmp_path / "mds", fast_tier / "mds"
+    with hpcio.open_writer(src, format="mds", size_limit=1 << 14, hashes=["xxh64"]) as w:
+        for i in range(500):
+            w.write({"id": i, "blob": bytes([i % 256]) * 100})
+    stage(src, dst, threads=1, tiers=NO_TIERS, progress=False)
+    shard = src / "shard.00002.mds"
+    good = shard.read_bytes()
+    flipped = good[:500] + bytes([good[500] ^ 1]) + good[501:]
+    shard.write_bytes(flipped)
+    recorded = {s["raw_data"]["basename"]: s["raw_data"]["hashes"]["xxh64"]
+                for s in json.loads((src / "index.json").read_text())["shards"]}
+    message = re.escape(f"xxh64 of the copied bytes is {xxhash.xxh64(flipped).hexdigest()}, but the source "
+                        f"index records {recorded['shard.00002.mds']} ({shard})")
+    for _ in range(2):  # the failed run keeps the copy on record: the next one checks it again
+        with pytest.raises(ChecksumMismatchError, match=message):
+            stage(src, dst, threads=1, tiers=NO_TIERS, progress=False)
+        assert (dst / "shard.00002.mds").read_bytes() == good
+    shard.write_bytes(good)  # repaired (a new mtime again): copied, and the staging completes
+    result = stage(src, dst, threads=1, tiers=NO_TIERS, progress=False)
+    assert result.copied == ["shard.00002.mds"] and (dst / MANIFEST_NAME).exists()
+
+
 def test_second_hop_verifies_against_the_first_manifest(dataset, tmp_path):
     src, files = dataset
     stage(src, tmp_path / "scratch", threads=2, chunk_bytes=MiB, tiers=NO_TIERS, progress=False)
