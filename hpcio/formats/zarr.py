@@ -4,8 +4,8 @@
 Layout (``docs/formats/zarr.md``)::
 
     store/zarr.json                   root group; attribute "hpcio": {version, num_samples,
-                                      parts: [{name, num_samples}], fields}
-    store/part-00000/zarr.json        part group; attribute "hpcio": {version, num_samples, fields}
+                                      parts: [{name, num_samples, files}], fields}
+    store/part-00000/zarr.json        part group; attribute "hpcio": {version, num_samples, fields[, files]}
     store/part-00000/<field>          fixed field: array (n, *shape), chunks along samples
     store/part-00000/<field>/offsets  ragged field: uint64 (n + 1,)
     store/part-00000/<field>/data     ragged field: uint8 (total bytes,)
@@ -16,7 +16,8 @@ closed) publishes the root.  Under the converter's sharded-writing hook each con
 shard ``k`` is part ``k`` and :func:`merge_index` publishes the root from the parts'
 descriptions.  Shards are written even when they equal the fill value, and
 the reader checks that every shard it reads exists: a missing shard is an error, not a
-run of zeros.
+run of zeros.  ``files`` records each part's data files with their bytes and xxh3_64
+(:mod:`._zarr_files`).
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..registry import Capabilities
-from . import _layout, base
+from . import _layout, _zarr_files, base
+from ._zarr_files import record_digests
 from .base import Writer as _Writer, files_bytes, inspect_report, sample_starts, verify_samples
 from .reports import InspectReport, VerifyReport
 
-__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "load_libraries",
-           "inspect", "verify"]
+__all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "finalize", "merge_index", "record_digests",
+           "load_libraries", "inspect", "verify"]
 
 NAME = "zarr"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -129,7 +131,7 @@ def _layout_problem(layout) -> str | None:
             isinstance(p, dict) and isinstance(p.get("name"), str) and _count(p.get("num_samples"))
             for p in parts):
         return "parts is not a list of {name, num_samples}"
-    return None
+    return _zarr_files.parts_problem(parts)
 
 
 def sniff(path) -> bool:
@@ -157,7 +159,7 @@ def finalize(path) -> dict:
                               path=os.path.join(path, name))
         if meta["num_samples"] and fields is None:
             fields = meta["fields"]
-        parts.append({"name": name, "num_samples": meta["num_samples"]})
+        parts.append(_zarr_files.part_entry(name, meta))
     layout = {"version": _layout.LAYOUT_VERSION, "fields": fields or {},
               "num_samples": sum(p["num_samples"] for p in parts), "parts": parts}
     root = zarr.open_group(path, mode="a")
@@ -168,9 +170,10 @@ def finalize(path) -> dict:
 def merge_index(directory, parts, **options) -> dict:
     """Publish the root group of a store written under the sharded-writing hook.
 
-    ``parts`` are the :meth:`Writer.index_part` descriptions in shard order.  Parts that
-    received no sample are left out of the layout (they hold no arrays); the others must
-    exist and agree on their fields.  The root ``zarr.json`` is rendered by zarr into a
+    ``parts`` are the :meth:`Writer.index_part` descriptions in shard order, with the
+    record of their files when the converter added it (:func:`record_digests`).  Parts
+    that received no sample are left out of the layout (they hold no arrays); the others
+    must exist and agree on their fields.  The root ``zarr.json`` is rendered by zarr into a
     scratch directory and renamed into place, so it appears whole.  Returns the layout.
     """
     directory = os.fspath(directory)
@@ -185,7 +188,7 @@ def merge_index(directory, parts, **options) -> dict:
         if fields is not None and part["fields"] != fields:
             raise SchemaError(_layout.field_conflict(part["fields"], fields), path=where)
         fields = part["fields"] if fields is None else fields
-        kept.append({"name": part["name"], "num_samples": part["num_samples"]})
+        kept.append(_zarr_files.part_entry(part["name"], part))
     layout = {"version": _layout.LAYOUT_VERSION, "fields": fields or {},
               "num_samples": sum(p["num_samples"] for p in kept), "parts": kept}
     scratch = os.path.join(directory, f".root.tmp.{os.getpid()}")
@@ -361,8 +364,10 @@ class Writer(_Writer):
             self._flush(final=True)
             if self.group is None:
                 self._create()
-            self.group.attrs["hpcio"] = {"version": _layout.LAYOUT_VERSION,
-                                         "num_samples": self.rows, "fields": self.buffer.fields}
+            meta = {"version": _layout.LAYOUT_VERSION, "num_samples": self.rows, "fields": self.buffer.fields}
+            if not self.hooked:  # under the hook the converter records them as it publishes the part
+                meta[_zarr_files.RECORD] = _zarr_files.part_files(self.part_path)
+            self.group.attrs["hpcio"] = meta
             if self.single:
                 finalize(self.path)
 
