@@ -23,8 +23,12 @@ import os
 from collections.abc import Mapping
 
 from .._hashing import DEFAULT_HASH, file_digest
+from .._paths import check_relative_name
+from ..errors import CapabilityError
+from .base import ShardFile
 
-__all__ = ["RECORD", "part_files", "record_digests", "part_entry", "parts_problem", "files_problem"]
+__all__ = ["RECORD", "part_files", "record_digests", "part_entry", "parts_problem", "files_problem", "files_of_parts",
+           "check_node_cache"]
 
 RECORD = "files"  # the key of a part entry (and of a part's attribute) holding the record
 METADATA = "zarr.json"  # a node cache's mirror copies these; they are no shard's files
@@ -89,3 +93,43 @@ def files_problem(files) -> str | None:
         if isinstance(name, str) and name.rsplit("/", 1)[-1] == METADATA:
             return f"files entry {name!r} names metadata, which is no part's data"
     return None
+
+
+def files_of_parts(store: str, parts: list, part_paths: list[str]) -> list[list[ShardFile]] | None:
+    """The files of each part's cache shard, from the root layout's ``parts`` of the
+    store ``store`` (their directories ``part_paths``); None when some part has no
+    record.  A name that would leave its part raises PathEscapeError naming the root
+    ``zarr.json``: a node cache copies to and from these paths."""
+    if any(RECORD not in p for p in parts):
+        return None
+    source = os.path.join(store, METADATA)
+    out = []
+    for p, part_path in zip(parts, part_paths):
+        shard = []
+        for name, entry in p[RECORD].items():
+            check_relative_name(name, what="Zarr part file name", source=source)
+            shard.append(ShardFile(os.path.join(part_path, name), entry["bytes"],
+                                   {DEFAULT_HASH: entry[DEFAULT_HASH]}))
+        out.append(shard)
+    return out
+
+
+def check_node_cache(path: str, layout: dict) -> None:
+    """Refuse a store whose root records no files for some part.  Listing them by a walk
+    of the shared tier would be possible, but nothing would then check a fetched file:
+    the sizes would be the ones just read off the same files, and there is no digest (the
+    chunks' crc32c is optional and zarr checks it only as it decodes).  Rewriting the
+    store records them."""
+    parts = layout["parts"]
+    missing = [p["name"] for p in parts if RECORD not in p]
+    source = os.path.join(path, METADATA)
+    if missing:
+        raise CapabilityError(
+            f"the root zarr.json records no files for {len(missing)} of the {len(parts)} parts (the first is "
+            f"{missing[0]}), so a node cache could neither list their files without walking the shared tier "
+            "nor check what it fetches; rewrite the store with hpcio's Zarr writer (hpcio convert SRC DST --to "
+            "zarr, or hpcio.open_writer(DST, format=\"zarr\")), which records each part's files with their "
+            "bytes and xxh3_64", path=source)
+    for p in parts:
+        for name in p[RECORD]:
+            check_relative_name(name, what="Zarr part file name", source=source)

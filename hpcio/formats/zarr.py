@@ -16,8 +16,8 @@ closed) publishes the root.  Under the converter's sharded-writing hook each con
 shard ``k`` is part ``k`` and :func:`merge_index` publishes the root from the parts'
 descriptions.  Shards are written even when they equal the fill value, and
 the reader checks that every shard it reads exists: a missing shard is an error, not a
-run of zeros.  ``files`` records each part's data files with their bytes and xxh3_64
-(:mod:`._zarr_files`).
+run of zeros.  ``files`` records each part's data files (:mod:`._zarr_files`): a node
+cache reads a store one part per cache shard.
 """
 
 from __future__ import annotations
@@ -418,40 +418,70 @@ def _check_array(name: str, arr, dtype, meta_path: str) -> None:
 
 
 class _Part:
-    """The arrays of one part, with ragged offsets held in memory."""
+    """The arrays of one part, with ragged offsets held in memory.
+
+    Opening reads only metadata (``zarr.json``); the offsets are read and checked at the
+    part's first read, so a store opens without reading a chunk file (through a node
+    cache, a link to the shared tier until fetched).  zarr opens a chunk file on each
+    read and keeps no descriptor: after :meth:`release` (arrays dropped, reopened from
+    their metadata) a read opens whatever file the path names then."""
 
     def __init__(self, store: str, name: str, fields: dict, n: int, zarr):
         root_meta = os.path.join(store, "zarr.json")
         self.path = resolve_inside(store, name, what="Zarr part name", source=root_meta)
         self.n = n
         self.fields = fields
-        self.arrays = {}
-        self.offsets = {}
+        self.zarr = zarr
+        self.offsets: dict | None = None  # ragged field -> offsets, from the first read on
         self.checked: set = set()
         if not os.path.isdir(self.path):
             raise ShardNotFoundError("Zarr part is missing", path=self.path)
-        for field, spec in fields.items():
-            if spec["storage"] == "fixed":
-                arr = self._open(zarr, field, spec.get("dtype"))
-                if arr.shape[0] != n:
-                    raise CorruptShardError(
-                        f"field {field!r}: array holds {arr.shape[0]} samples, layout says {n}",
-                        path=self.path)
-                self.arrays[field] = arr
-            else:
-                offsets = self._open(zarr, f"{field}/offsets", "<u8")
-                data = self._open(zarr, f"{field}/data", "|u1")
-                self._require(f"{field}/offsets", offsets, 0, offsets.shape[0])
-                table = self._get(f"{field}/offsets", offsets, slice(None), 0)
-                _layout.check_offsets(table, n, data.shape[0], field=field, path=self.path)
-                self.offsets[field] = table
-                self.arrays[field] = data
+        self.arrays: dict | None = self._open_arrays()
 
-    def _open(self, zarr, name, dtype=None):
+    def _open_arrays(self) -> dict:
+        """Fixed field -> array, ragged field -> (offsets, data), their metadata checked."""
+        arrays: dict = {}
+        for field, spec in self.fields.items():
+            if spec["storage"] == "fixed":
+                arr = self._open(field, spec.get("dtype"))
+                if arr.shape[0] != self.n:
+                    raise CorruptShardError(
+                        f"field {field!r}: array holds {arr.shape[0]} samples, layout says {self.n}",
+                        path=self.path)
+                arrays[field] = arr
+            else:
+                arrays[field] = (self._open(f"{field}/offsets", "<u8"), self._open(f"{field}/data", "|u1"))
+        return arrays
+
+    def _opened(self) -> tuple[dict, dict]:
+        """The arrays (opened again after :meth:`release`) and the ragged offsets, read
+        and checked on the part's first read."""
+        arrays = self.arrays
+        if arrays is None:
+            arrays = self.arrays = self._open_arrays()
+        offsets = self.offsets
+        if offsets is None:
+            offsets = {}
+            for field, spec in self.fields.items():
+                if spec["storage"] == "ragged":
+                    array, data = arrays[field]
+                    self._require(f"{field}/offsets", array, 0, array.shape[0])
+                    table = self._get(f"{field}/offsets", array, slice(None), 0)
+                    _layout.check_offsets(table, self.n, data.shape[0], field=field, path=self.path)
+                    offsets[field] = table
+            self.offsets = offsets
+        return arrays, offsets
+
+    def release(self) -> None:
+        """Drop zarr's arrays of the part; the checked offsets stay (a node cache checks a
+        fetched file's xxh3_64, so they still describe it)."""
+        self.arrays = None
+
+    def _open(self, name, dtype=None):
         where = resolve_inside(self.path, name, what="Zarr array name",
                                source=os.path.join(os.path.dirname(self.path), "zarr.json"))
         try:
-            arr = zarr.open_array(where, mode="r")
+            arr = self.zarr.open_array(where, mode="r")
         except FileNotFoundError:
             raise ShardNotFoundError(f"array {name!r} is missing", path=self.path) from None
         except _ZARR_ERRORS as exc:  # a damaged zarr.json: zarr raises json's, its own, ...
@@ -489,11 +519,12 @@ class _Part:
         out = [dict() for _ in range(len(rows))]
         if not len(rows):
             return out
+        arrays, offsets = self._opened()
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         for field in fields:
             spec = self.fields[field]
-            arr = self.arrays[field]
+            arr = arrays[field]
             if spec["storage"] == "fixed":
                 for lo, hi, _ in _layout.merged_spans(sorted_rows, sorted_rows + 1, arr.chunks[0]):
                     self._require(field, arr, lo, hi, sample_base + lo)
@@ -501,7 +532,8 @@ class _Part:
                 for k, pos in enumerate(order):
                     out[pos][field] = _layout.fixed_value(spec, values[k])
                 continue
-            table = self.offsets[field]
+            arr = arr[1]
+            table = offsets[field]
             starts, ends = table[rows], table[rows + 1]
             for lo, hi, members in _layout.merged_spans(starts, ends, arr.chunks[0]):
                 self._require(f"{field}/data", arr, lo, hi, sample_base + int(rows[members[0]]))
@@ -528,6 +560,23 @@ class Reader(_layout.LayoutReader):
         self.parts = [_Part(self.path, p["name"], layout["fields"], p["num_samples"], zarr)
                       for p in layout["parts"]]
         self.cum = sample_starts([p.n for p in self.parts])
+
+    @classmethod
+    def check_node_cache(cls, path, options) -> None:
+        """A node cache reads a store whose root records each part's files
+        (:mod:`._zarr_files`), one cache shard per part."""
+        path = os.fspath(path)
+        _zarr_files.check_node_cache(path, _read_layout(path))
+
+    def files_of_shards(self) -> list[list[base.ShardFile]] | None:
+        """Each part's data files with the bytes and xxh3_64 the root records (None when
+        it records none for some part)."""
+        return _zarr_files.files_of_parts(self.path, self.layout["parts"], [p.path for p in self.parts])
+
+    def release_shards(self, shards) -> None:
+        """Drop zarr's arrays of the parts ``shards``: the next read opens them again."""
+        for k in shards:
+            self.parts[int(k)].release()
 
 
 # --- inspect and verify -----------------------------------------------------------------
