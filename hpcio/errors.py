@@ -52,6 +52,7 @@ __all__ = [
     "UnequalStepsError",
     "TuningError",
     "OptionError",
+    "TargetFormatError",
     "ByteSizeError",
     "ConversionInterrupted",
     "LineageNotFoundError",
@@ -350,6 +351,11 @@ class OptionError(HpcioError, TypeError, ValueError):
 
     Both built-in bases: Python reports an unknown keyword as TypeError, a bad
     command-line value as ValueError, and callers may catch either."""
+
+
+class TargetFormatError(OptionError, CapabilityError):
+    """A conversion asked to write a format that hpcio convert cannot write (unknown, or
+    without the sharded-writing hook): a usage error, exit code 2 on the command line."""
 
 
 class InvalidArgumentError(HpcioError, ValueError):

@@ -252,7 +252,8 @@ def sniff_format(path: str | os.PathLike) -> ModuleType:
                 return module
     broken = "".join(f"; {name} did not load: {err}" for name, err in _plugin_errors.items())
     raise FormatSniffError(
-        f"cannot tell the format; pass format= one of {', '.join(_registered)}{broken}", path=path
+        f"cannot tell the format; name it (format= in Python, --format or --from on the command line): one of "
+        f"{', '.join(_registered)}{broken}", path=path
     )
 
 

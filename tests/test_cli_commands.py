@@ -91,10 +91,17 @@ def test_convert_refuses_an_abbreviated_option(run_hpcio, jsonl, tmp_path):
 
 
 def test_convert_unknown_format(run_hpcio, jsonl, tmp_path):
+    from hpcio.convert.driver import conversion_targets
+
     proc = run_hpcio("convert", jsonl, str(tmp_path / "out"), "--to", "nope")
-    # the child lists the formats it has: the built-in ones first (tests may register more here)
-    known = ", ".join(hpcio.registry._BUILTIN)
-    assert one_line_error(proc, 1).startswith(f"hpcio: error: unknown format 'nope'; known formats: {known}")
+    # only the formats the converter writes are offered (the child has the built-in ones only)
+    targets = [name for name in conversion_targets() if name in hpcio.registry._BUILTIN]
+    assert one_line_error(proc, 2) == ("hpcio: error: output format 'nope' (--to, or to= in Python) is not a known "
+                                       f"format; choose one of {', '.join(targets)}")
+    assert "imagefolder" not in conversion_targets() and "mds" in conversion_targets()
+    proc = run_hpcio("convert", jsonl, str(tmp_path / "out"), "--to", "imagefolder")
+    assert one_line_error(proc, 2).startswith("hpcio: error: output format 'imagefolder' (--to, or to= in Python) "
+                                              "is a format hpcio convert reads but cannot write; choose one of mds")
 
 
 # --- join and split -----------------------------------------------------------------------
@@ -162,7 +169,7 @@ def test_stage_and_unstage(run_hpcio, jsonl, tmp_path):
 
 def test_stage_missing_source(run_hpcio, tmp_path):
     proc = run_hpcio("stage", str(tmp_path / "missing"), str(tmp_path / "dst"), "--no-mpi", "--quiet")
-    assert one_line_error(proc, 1) == f"hpcio stage: error: staging source does not exist ({tmp_path / 'missing'})"
+    assert one_line_error(proc, 1) == f"hpcio: error: staging source does not exist ({tmp_path / 'missing'})"
     assert not (tmp_path / "dst").exists()
 
 
@@ -170,7 +177,7 @@ def test_unstage_refuses_a_directory_it_did_not_stage(run_hpcio, tmp_path):
     (tmp_path / "keep").write_text("x")
     proc = run_hpcio("unstage", str(tmp_path))
     assert one_line_error(proc, 1) == (
-        "hpcio unstage: error: refusing to remove a directory without a staging manifest "
+        "hpcio: error: refusing to remove a directory without a staging manifest "
         f"(.hpcio-manifest.json) ({tmp_path})"
     )
     assert (tmp_path / "keep").exists()
@@ -186,7 +193,7 @@ def test_tiers(run_hpcio, tmp_path):
 
 def test_tiers_missing_config(run_hpcio, tmp_path):
     proc = run_hpcio("tiers", "--config", str(tmp_path / "none.toml"))
-    assert one_line_error(proc, 1) == f"hpcio tiers: error: tier config file does not exist ({tmp_path / 'none.toml'})"
+    assert one_line_error(proc, 1) == f"hpcio: error: tier config file does not exist ({tmp_path / 'none.toml'})"
 
 
 # --- bench, info, inspect, verify (their successes are in test_cli.py / test_bench.py) ---

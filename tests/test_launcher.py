@@ -92,7 +92,7 @@ def test_stage_refuses_a_singleton_world(tmp_path, jsonl):
     out = _run(["stage", str(jsonl.parent), str(tmp_path / "copy")], tmp_path)
     assert out.returncode == 1
     expected = mismatch_message(2, "SLURM_STEP_NUM_TASKS", 1, _loaded_library())
-    assert out.stderr.strip() == f"hpcio stage: error: {expected}"
+    assert out.stderr.strip() == f"hpcio: error: {expected}"
     assert sorted(os.listdir(tmp_path)) == ["src.jsonl"]
 
 

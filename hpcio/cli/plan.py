@@ -12,12 +12,12 @@ HELP = "recommend a shard count and size for a dataset, GPUs, workers, nodes and
 
 DESCRIPTION = """\
 Recommend how to shard a dataset: the shard count is a multiple of
-nodes x ngpus x nworkers (each data loader worker of each rank reads whole shards),
+ngpus x nworkers (each data loader worker of each rank reads whole shards),
 shards are 100 MB - 1 GB (near --target), and the files fit the inode quota
 (Jean Zay: 500k inodes on WORK, 100k on STORE).  Give a dataset (its bytes and sample
 count are measured) or --bytes and --samples.  Prints the recommendation and why.
 
-  hpcio plan raw/ --ngpus 4 --nworkers 8 --nodes 8 --inode-quota 500000
+  hpcio plan raw/ --ngpus 32 --nworkers 8 --inode-quota 500000
   hpcio plan --bytes 1.2TB --samples 1281167 --ngpus 8 --nworkers 6
 """
 
@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="from_format", metavar="FORMAT", help="read the datasets as FORMAT")
     parser.add_argument("--bytes", type=byte_size, help="dataset size instead of measuring (e.g. 1.2TB)")
     parser.add_argument("--samples", type=int, help="sample count instead of measuring")
-    parser.add_argument("--ngpus", type=int, default=1, help="GPUs per node (default 1)")
+    parser.add_argument("--ngpus", type=int, default=1, metavar="G",
+                        help="GPUs (ranks) that will read the data, over all nodes, as for hpcio convert (default 1)")
     parser.add_argument("--nworkers", type=int, default=1, help="data loader workers per GPU (default 1)")
-    parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--inode-quota", type=int, help="inodes the output may use")
     parser.add_argument("--files-per-shard", type=int, default=1,
                         help="files each shard takes (2 for JINX with a .binx sidecar)")
@@ -54,7 +54,7 @@ def run(args) -> int:
             totals = [source_totals(s) for s in expand_sources(args.paths, args.from_format)]
             total = sum(nbytes for _n, nbytes in totals) if total is None else total
             samples = sum(n for n, _nbytes in totals) if samples is None else samples
-        rec = recommend(total, samples, ngpus=args.ngpus, nworkers=args.nworkers, nodes=args.nodes,
+        rec = recommend(total, samples, ngpus=args.ngpus, nworkers=args.nworkers,
                         inode_quota=args.inode_quota, files_per_shard=args.files_per_shard,
                         target=args.target)
     except (PlanError, HpcioError) as exc:

@@ -69,7 +69,7 @@ def run(args) -> int:
             symlinks=symlinks,
         )
     except HpcioError as exc:
-        print(f"hpcio stage: error: {exc}", file=sys.stderr)
+        print(f"hpcio: error: {exc}", file=sys.stderr)
         return 1
     if result.copier or args.dry_run:
         print(result.summary())

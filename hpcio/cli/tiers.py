@@ -102,13 +102,13 @@ def run(args) -> int:
         names = args.names or list(tiers)
         unknown = [n for n in names if n not in tiers]
         if unknown:
-            print(f"hpcio tiers: error: unknown or unset tiers {unknown}; known here: {sorted(tiers)}",
+            print(f"hpcio: error: unknown or unset tiers {unknown}; known here: {sorted(tiers)}",
                   file=sys.stderr)
-            return 1
+            return 2
         size = parse_bytes(args.bench_size, what="--bench-size")
         rows = [_row(tiers[n], args.bench, size, named=n in args.names) for n in names]
     except HpcioError as exc:
-        print(f"hpcio tiers: error: {exc}", file=sys.stderr)
+        print(f"hpcio: error: {exc}", file=sys.stderr)
         return 1
     # A tier whose bench failed fails the command, after every other tier's figures.
     status = 1 if any("bench_error" in r for r in rows) else 0

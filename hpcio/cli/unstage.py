@@ -19,7 +19,7 @@ def run(args) -> int:
     try:
         removed = unstage(args.path, dry_run=args.dry_run)
     except HpcioError as exc:
-        print(f"hpcio unstage: error: {exc}", file=sys.stderr)
+        print(f"hpcio: error: {exc}", file=sys.stderr)
         return 1
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {len(removed)} files from {args.path}")

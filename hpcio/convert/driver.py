@@ -43,8 +43,8 @@ from types import ModuleType
 import numpy as np
 
 from ..distributed.comm import Comm, get_comm
-from ..errors import CapabilityError, PlanError, ResumeError
-from ..registry import get_format
+from ..errors import HpcioError, PlanError, ResumeError, TargetFormatError, UnknownFormatError
+from ..registry import available_formats, get_format
 from ..sources import ReaderCache, Source, expand_sources, load_libraries
 from ..sources.fields import warn_binary_text
 from ..sources.inputs import check_options_taken, size_windows
@@ -74,14 +74,28 @@ __all__ = ["run_conversion", "PhaseClock", "SLOW_SHARD_ENV", "ROUND_BYTES_ENV", 
 _ABORT_GRACE_SECONDS = 0.5
 
 
+def conversion_targets() -> list[str]:
+    """The registered formats hpcio convert writes: those with the sharded-writing hook."""
+    out = []
+    for name in available_formats():
+        try:
+            if hasattr(get_format(name), "merge_index"):
+                out.append(name)
+        except (HpcioError, ImportError):
+            continue  # a format that cannot load writes nothing
+    return out
+
+
 def _sharded_format(name: str) -> ModuleType:
     """The format ``name``, which must have the hooks parallel conversion needs."""
-    fmt = get_format(name)
-    if not hasattr(fmt, "merge_index"):
-        raise CapabilityError(
-            f"format {fmt.NAME!r} does not implement the sharded-writing hook "
-            "(Writer(shard_id=...), merge_index) that parallel conversion needs"
-        )
+    try:
+        fmt = get_format(name)
+    except UnknownFormatError:
+        fmt = None
+    if fmt is None or not hasattr(fmt, "merge_index"):
+        what = "is not a known format" if fmt is None else "is a format hpcio convert reads but cannot write"
+        raise TargetFormatError(f"output format {name!r} (--to, or to= in Python) {what}; "
+                                f"choose one of {', '.join(conversion_targets())}")
     return fmt
 
 

@@ -432,8 +432,9 @@ def recommend(
         if value < 1:
             raise PlanError(f"{name} must be at least 1, got {value}")
     m = nodes * ngpus * nworkers
+    job = f"{nodes} node(s) x {ngpus} GPU(s)" if nodes > 1 else f"{ngpus} GPU(s)"
     reasons = [
-        f"{nodes} node(s) x {ngpus} GPU(s) x {nworkers} worker(s) = {m} data loader workers: "
+        f"{job} x {nworkers} worker(s) = {m} data loader workers: "
         f"the shard count is a multiple of {m} so each gets whole shards"
     ]
     lo = max(1, math.ceil(total_bytes / MAX_RECOMMENDED_SHARD / m)) * m

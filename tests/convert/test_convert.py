@@ -311,11 +311,12 @@ def test_convert_command_error_exit(sources, tmp_path):
 
 
 def test_plan_command(sources, tmp_path):
-    proc = run_command("plan", ["--bytes", "2TB", "--samples", "10000000", "--ngpus", "4", "--nworkers", "8",
-                                "--nodes", "8", "--inode-quota", "1000"])
+    proc = run_command("plan", ["--bytes", "2TB", "--samples", "10000000", "--ngpus", "32", "--nworkers", "8",
+                                "--inode-quota", "1000"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("768 shards of about 2604.2 MB (--num-shards 768, a multiple of 256; 769 files)")
     assert "inode quota (1000) allows at most 768 shards" in proc.stdout
+    assert "  - 32 GPU(s) x 8 worker(s) = 256 data loader workers" in proc.stdout
     proc = run_command("plan", [*sources, "--json"])
     rec = json.loads(proc.stdout)
     assert rec["num_shards"] == 1
@@ -337,7 +338,8 @@ def test_split_and_join_commands(sources, tmp_path):
 
 
 def test_a_format_without_the_sharded_writing_hook_is_refused_at_once(sources, tmp_path):
-    with pytest.raises(hpcio.CapabilityError, match=r"^format 'msgpack' does not implement the sharded-writing hook"):
+    with pytest.raises(hpcio.CapabilityError, match=r"^output format 'msgpack' \(--to, or to= in Python\) is a "
+                                                  r"format hpcio convert reads but cannot write; choose one of mds, "):
         hpcio.convert(sources, tmp_path / "w", to="msgpack", progress=False)
     assert not os.path.exists(tmp_path / "w") and not os.path.exists(staging_path(tmp_path / "w"))
 
