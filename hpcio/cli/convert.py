@@ -219,6 +219,12 @@ def run_guarded(fn, args) -> int:
         if _rank() == 0:
             print(f"hpcio: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        from hpcio.convert.driver import RESUME_HINT
+
+        if _rank() == 0:
+            print(f"hpcio: interrupted (Ctrl-C); {RESUME_HINT}", file=sys.stderr)
+        return 130
     except (HpcioError, ValueError, ImportError) as exc:
         if _rank() == 0 or launcher_world_size() == 1:
             print(f"hpcio: error: {exc}", file=sys.stderr)

@@ -123,11 +123,19 @@ def _collective(comm: Comm, fn, root_only: bool = True):
     return [value for _, value in everyone]
 
 
+#: What an interrupted conversion says to do: its partial output is kept and resumes.
+RESUME_HINT = "the partial output is kept: run the same command with --resume to finish it"
+
+
 def _fail_rank(comm: Comm, exc: BaseException) -> None:
     """Print ``exc`` and end every rank (under MPI); a lone process re-raises."""
     if comm.size == 1:
         raise exc
-    print(f"hpcio convert: rank {comm.rank} of {comm.size} failed: {exc}", file=sys.stderr, flush=True)
+    if isinstance(exc, KeyboardInterrupt):
+        what = f"interrupted (Ctrl-C); {RESUME_HINT}"
+    else:
+        what = "failed: " + (" ".join(str(exc).split()) or type(exc).__name__)
+    print(f"hpcio convert: rank {comm.rank} of {comm.size} {what}", file=sys.stderr, flush=True)
     # Launchers forward output asynchronously and drop what is in flight when they tear
     # the job down: give the message a moment to reach the log before aborting.
     time.sleep(_ABORT_GRACE_SECONDS)

@@ -233,6 +233,39 @@ def test_kill_9_then_resume_completes_without_loss_or_duplicates(reference, tmp_
     assert sorted(ids) == list(range(360))
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_ctrl_c_says_how_to_resume_and_the_resume_completes(reference, tmp_path, ranks):
+    """Ctrl-C reaches every process of the job (the terminal's process group): each rank
+    says it was interrupted and how to resume, and the same command with --resume
+    finishes the conversion byte for byte."""
+    srcs, ref, _ = reference
+    out = tmp_path / "out"
+    args = [*srcs, out, "--to", "lines", *SHARDS]
+    e = env()
+    e["HPCIO_CONVERT_SLOW_SHARD_SECONDS"] = "0.7"
+    cmd = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-c", BOOT, "convert", *map(str, args)]
+    proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            text=True)
+    parts = os.path.join(staging_path(out), ".hpcio", "parts")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (os.path.isdir(parts) and os.listdir(parts)):
+        time.sleep(0.05)
+    for pid in _rank_pids(proc.pid):
+        os.kill(pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    hint = "interrupted (Ctrl-C); the partial output is kept: run the same command with --resume to finish it"
+    if ranks == 1:
+        assert f"hpcio: {hint}" in err.splitlines(), err
+    else:
+        said = [line for line in err.splitlines() if line.startswith("hpcio convert: rank ")]
+        assert said and all(line.endswith(hint) for line in said), err
+        assert not [line for line in err.splitlines() if line.endswith("failed: ")], err
+    resumed = run_command("convert", [*args, "--resume"], ranks=ranks)
+    assert resumed.returncode == 0, resumed.stderr
+    assert tree_bytes(out) == tree_bytes(ref)
+
+
 def _parquet_and_jinx_sources(directory):
     """A Parquet file of 12 row groups and a JINX dataset (read lazily)."""
     import numpy as np
