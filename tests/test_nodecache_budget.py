@@ -127,3 +127,17 @@ def test_the_adapter_reads_a_cached_mixture_as_an_uncached_one(tmp_path):
     assert runs[0] == runs[1] and len(runs[0]) == 2 * 1536
     cache.wait()
     assert cache.stats()["resident_bytes"] <= cache.limit
+
+
+def test_a_finished_pass_pins_no_shard(tmp_path):
+    """After a pass ends, the shard its last run read is free to evict: a read outside
+    any pass then stays under the limit (it pinned that shard, and went over)."""
+    path = write_mds(tmp_path / "a", 256, 0)
+    sizes = [f.size for shard in hpcio.open(path).reader.files_of_shards() for f in shard]
+    cache = hpcio.NodeCache(tmp_path / "cache", limit=int(max(sizes) * 1.5), prefetch=0)
+    ds = hpcio.open(path, cache=cache)
+    assert [s["id"] for s in ds.shuffle(1)] == [s["id"] for s in hpcio.open(path).shuffle(1)]
+    for i in (0, 100, 255, 17):
+        assert ds[i]["id"] == i
+    stats = cache.stats()
+    assert stats["over_limit"] == 0 and stats["resident_bytes"] <= cache.limit

@@ -144,7 +144,13 @@ class Consumer:
 
     def _advance(self, cursor: int, batch: int) -> None:
         self.cursor, self.batch = cursor, max(batch, 1)
-        if self.segments and self.cursor - self.w0 >= max((self.w_end - self.w0) // 2, 1) \
+        if self.segments and self.cursor >= self._length():
+            # the announced stream is read: its last run is no longer in use, so the
+            # window is published empty rather than pinning that run's shard
+            self.segments, self.runs = [], (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            self.cursor = self.w0 = self.w_end = 0
+            self._publish()
+        elif self.segments and self.cursor - self.w0 >= max((self.w_end - self.w0) // 2, 1) \
                 and self.w_end < self._length():
             self._window()
             self._publish()
