@@ -52,6 +52,7 @@ __all__ = [
     "UnequalStepsError",
     "TuningError",
     "OptionError",
+    "ConversionLockedError",
     "TargetFormatError",
     "ByteSizeError",
     "ConversionInterrupted",
@@ -254,6 +255,11 @@ class PlanError(HpcioError, ValueError):
 
 class ResumeError(HpcioError, RuntimeError):
     """A previous partial run is in the way, or cannot be resumed with these inputs."""
+
+
+class ConversionLockedError(ResumeError):
+    """Another conversion is writing the same output (the message names its host and
+    pid)."""
 
 
 class BadSampleError(HpcioError, ValueError):

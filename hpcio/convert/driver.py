@@ -52,6 +52,7 @@ from ..units import format_bytes
 from . import jobstate, plan as planning
 from .affinity import share_node_cpus
 from .clock import PhaseClock, peak_rss_bytes
+from .lock import OutputLock
 from .progress import Progress
 from .publish import PLAN_VERSION, digest_share, lineage_record, publish_dataset
 from .resume import (
@@ -194,7 +195,16 @@ class _Job:
         return staging_path(self.dst)
 
     def run(self) -> dict:
-        """Every phase, in order; returns the summary (the same on every rank)."""
+        """Every phase, in order, with the output's lock held on rank 0 (:mod:`.lock`);
+        returns the summary (the same on every rank)."""
+        lock = OutputLock(self.dst)
+        try:
+            _collective(self.comm, lock.acquire)
+            return self.run_locked()
+        finally:
+            lock.release()
+
+    def run_locked(self) -> dict:
         comm = self.comm
         opts = self.options
         if opts.resume and (finished := jobstate.finished_output(
