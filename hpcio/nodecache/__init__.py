@@ -108,11 +108,13 @@ class NodeCache:
         trust_links(os.path.join(root, "data"), remote)
         inner = module.Reader(os.path.join(root, "data"), **options)
         try:
-            files = _files(inner, os.path.join(root, "data"), module.NAME)
+            # the cache fetches and evicts units of files: a run of shards sharing their files is one
+            files, first = _units(_files(inner, os.path.join(root, "data"), module.NAME),
+                                  os.path.join(root, "data"), module.NAME)
             store = Store(root, remote, files, self.fetchers)
-            cum = np.concatenate([[0], np.cumsum(inner.shard_sizes(), dtype=np.int64)])
+            cum = np.concatenate([[0], np.cumsum(inner.shard_sizes(), dtype=np.int64)])[first]
             consumer = Consumer(store, cum, budget=self._budget, policy=self.policy, prefetch=self.prefetch,
-                                horizon=self.horizon, release=inner.release_shards)
+                                horizon=self.horizon, release=_release_units(inner.release_shards, first))
         except BaseException:
             inner.close()
             raise
@@ -192,6 +194,37 @@ def _files(reader, top: str, name: str) -> list:
     top = os.path.abspath(top)
     return [[ShardFile(os.path.relpath(os.path.abspath(f.path), top), f.size, f.hashes) for f in shard]
             for shard in files]
+
+
+def _units(files: list, top: str, name: str) -> tuple[list, np.ndarray]:
+    """The cache's units of the reader's shards ``files``: each run of consecutive shards
+    reading the same files (the row groups of one Parquet file) is one unit, since the
+    cache fetches and evicts whole files.  Returns each unit's files and the first shard
+    of each unit followed by the shard count.  A file read by shards of two units is
+    refused: evicting one unit would pull the file from under the other."""
+    first: list[int] = []
+    for k, shard in enumerate(files):
+        if not first or [f.path for f in shard] != [f.path for f in files[k - 1]]:
+            first.append(k)
+    units = [files[k] for k in first]
+    owner: dict[str, int] = {}
+    for u, unit in enumerate(units):
+        for f in unit:
+            if owner.setdefault(f.path, u) != u:
+                raise CapabilityError(f"the {name} reader's shards {first[owner[f.path]]} and {first[u]} both read "
+                                      "this file but are not one run of shards reading the same files, which a "
+                                      "node cache fetches and evicts as one unit", path=os.path.join(top, f.path))
+    return units, np.array([*first, len(files)], dtype=np.int64)
+
+
+def _release_units(release_shards, first: np.ndarray):
+    """``release_shards`` of the reader, called with cache units (``first`` as
+    :func:`_units` returns it): the reader is handed every shard of each unit."""
+
+    def release(units) -> None:
+        release_shards([k for u in units for k in range(int(first[u]), int(first[u + 1]))])
+
+    return release
 
 
 class _DirectoryLock:

@@ -19,7 +19,11 @@ class CachedReader(Reader):
     ``will_read`` announces the pass to the cache (the future its eviction and prefetch
     use) instead of to the format, whose read-ahead would read shards not yet fetched
     from the shared tier; ``prefetch`` starts fetching the next batch's shards.  Anything
-    else is the format reader's."""
+    else is the format reader's.  The consumer's shards (``consumer.cum``,
+    ``consumer.shards_of``) are the cache's units: a run of the format's shards reading
+    the same files, as the row groups of one Parquet file do, is one, since the cache
+    fetches and evicts whole files; ``shard_sizes`` and ``release_shards`` here are the
+    format's."""
 
     def __init__(self, inner: Reader, consumer: Consumer, remote: str):
         self.inner, self.consumer, self.remote = inner, consumer, remote
@@ -47,7 +51,7 @@ class CachedReader(Reader):
         return self.inner.read(j, fields)
 
     def _fits(self) -> int:
-        """Shards one read may make resident together: half of what the limit holds."""
+        """Cache units one read may make resident together: half of what the limit holds."""
         store = self.consumer.store
         mean = float(store.sizes.mean()) if store.n and store.sizes.any() else 0.0
         return max(1, int(self.consumer.limit // mean) // 2) if mean else store.n
@@ -105,7 +109,7 @@ class CachedReader(Reader):
 
     def iter_range(self, start: int = 0, stop: int | None = None,
                    fields: Sequence[str] | None = None) -> Iterator[Mapping]:
-        """Samples ``start..stop`` in order, a shard at a time: each shard fetched (and the
+        """Samples ``start..stop`` in order, a cache unit at a time: each fetched (and the
         next ones started) before the format's sequential path reads it."""
         stop = len(self) if stop is None else stop
         cum = self.consumer.cum
