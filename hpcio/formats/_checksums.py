@@ -12,6 +12,8 @@ single-file dataset (``data.jsonl.hashes.json``).  It is JSON, in the shape of a
 ``samples`` (WebDataset and MessagePack) is the file's sample count: hpcio's reader then
 knows the dataset's length without scanning every file at open, and scans each when it
 first reads it (which is also what lets such a dataset read through a node cache).
+Parquet entries record each file's row groups and schema too, for the same reason
+(:mod:`hpcio.formats._parquet_manifest`).
 
 No reader of the formats themselves looks at it (webdataset, msgpack and JSON tools read
 the files unchanged); hpcio's readers check it with ``validate_hashes=True`` and

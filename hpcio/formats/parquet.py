@@ -9,6 +9,11 @@ each column is kept in the field metadata (``hpcio.kind``) so values come back w
 their type; files written by other tools are read with pyarrow's own conversion
 (``to_pylist``).  A reader takes one file or a directory of ``.parquet`` files, reads only the projected columns, and decodes whole row groups
 (kept up to a byte budget) so ``read_many`` is a batch ``take``.
+
+The writer records each file's size, xxh3_64, row groups and schema in its hash manifest
+(:mod:`hpcio.formats._parquet_manifest`); when the manifest records every file, a reader
+opens each file on its first read (checking its footer then), so opening reads no file's
+bytes.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from ..errors import (
     SchemaError,
 )
 from ..registry import Capabilities
-from . import _values
+from . import _parquet_manifest as _manifest, _values
+from ._checksums import Manifest, manifest_path
 from .base import (
     BatchReader,
     FileWriter,
@@ -169,14 +175,22 @@ class Writer(FileWriter):
         damaged page raises instead of returning wrong values.  The footer carries none.
     schema
         ``{field: kind}`` overriding what the first sample implies.
+    hashes
+        ``["xxh3_64"]`` (None, the default): ``hashes.json`` beside the files (or
+        ``<file>.hashes.json``) records each file's size, xxh3_64, row groups and schema
+        (:mod:`hpcio.formats._parquet_manifest`), with which hpcio's reader opens no file
+        at open and ``hpcio verify`` checks each file; ``[]`` writes the files alone.
+        The files are the same either way.
     """
 
     def __init__(self, path, row_group_size: int = 1024, max_count: int = 1_000_000,
-                 compression: str = "zstd", checksum: bool = True, schema: Mapping | None = None, **options):
+                 compression: str = "zstd", checksum: bool = True, schema: Mapping | None = None,
+                 hashes=None, **options):
         super().__init__(path)
         if options:
             raise OptionError(f"unknown Parquet writer options: {', '.join(options)}")
         self.pa, self.pq = _pa()
+        self.manifest = Manifest(hashes, "Parquet")
         self.single = self.path.endswith(".parquet")
         self.pending = PendingFiles(None if self.single else self.path)
         self.row_group_size = row_group_size
@@ -189,6 +203,7 @@ class Writer(FileWriter):
         self.sink = None  # the file it writes into
         self.file_rows = 0
         self.file_number = 0
+        self.final: str | None = None  # the name the file being written gets
 
     def _schema(self):
         pa = self.pa
@@ -245,6 +260,7 @@ class Writer(FileWriter):
             self.kinds = {}
         if self.file is None:
             final = self._target()
+            self.final = final
             sink = self.pa.OSFile(self.pending.add(final), "wb")
             try:
                 self.file = self.pq.ParquetWriter(sink, self._schema(), compression=self.compression,
@@ -273,13 +289,17 @@ class Writer(FileWriter):
         finally:
             if sink is not None:
                 sink.close()
+        if file is not None and self.final is not None and self.manifest.enabled:
+            # hashed once written, from the page cache
+            entry = _manifest.file_entry(self.pq, PendingFiles.temp_name(self.final))
+            self.manifest.files[os.path.basename(self.final)] = entry
 
     def close(self) -> None:
         with self.aborting():
             if self.rows or (self.file is None and not self.pending):
                 self._flush()
             self.close_file()
-            self.pending.publish()
+            self.publish(manifest_path(self.path, self.single))
 
 
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:
@@ -330,39 +350,75 @@ class Reader(BatchReader):
         # validate_hashes is accepted as every format takes it: page checksums are
         # verified on every read whatever it says.
         super().__init__(path)
-        pa, pq = _pa()
-        self.files = []
-        self.paths = list_files(self.path)
-        self.groups = []  # (file index, row group, first row)
-        counts = []
-        schema = None
-        for p in self.paths:
-            try:
-                with _jemalloc_allocations():
-                    f = pq.ParquetFile(p, page_checksum_verification=True)
-                arrow_schema = f.schema_arrow
-            except (pa.ArrowException, ValueError, OSError) as exc:  # ValueError: names not UTF-8
-                raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
-            if schema is None:
-                schema = arrow_schema
-            elif not arrow_schema.equals(schema):
-                raise SchemaError(f"Parquet schema mismatch: columns {_describe(arrow_schema)} differ "
-                                  f"from the first file's {_describe(schema)}", path=p,
-                                  sample=sum(counts))
-            for g in range(f.metadata.num_row_groups):
-                self.groups.append((len(self.files), g))
-                counts.append(f.metadata.row_group(g).num_rows)
-            self.files.append(f)
-        self.schema = schema
-        self.fields = [] if schema is None else list(schema.names)
-        self.kinds = {} if schema is None else {
-            fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
-        self.cum = sample_starts(counts)
+        pa, _pq = _pa()
         if cache_bytes is not None and cache_bytes < 0:
             raise InvalidArgumentError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self._cache_given = cache_bytes is not None
         self.cache: OrderedDict = OrderedDict()
         self.cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+        self.paths = list_files(self.path)
+        # Every file's row groups and schema from the hash manifest when it records them
+        # all: then each file is opened on its first read, and its footer checked then.
+        layouts = _manifest.recorded_layouts(self.paths)
+        self.layouts = layouts if all(entry is not None for entry in layouts) else None
+        self.files: list = [None] * len(self.paths)  # a file's ParquetFile, once opened
+        self.groups = []  # (file index, row group in the file)
+        counts: list[int] = []
+        sizes: list[int] = []  # uncompressed bytes of each row group
+        self.first_group = []  # each file's first row group
+        schema = None
+        try:
+            for k, p in enumerate(self.paths):
+                if self.layouts is not None:
+                    entry = self.layouts[k]
+                    arrow_schema = schema if schema is not None and entry["schema"] == self.layouts[0]["schema"] \
+                        else _manifest.parse_schema(pa, entry["schema"], p)
+                    rows, group_bytes = entry["row_groups"], entry["row_group_bytes"]
+                else:
+                    arrow_schema = self._file(k).schema_arrow
+                    rows, group_bytes = _manifest.footer_groups(self._file(k).metadata)
+                if schema is None:
+                    schema = arrow_schema
+                elif not arrow_schema.equals(schema):
+                    raise SchemaError(f"Parquet schema mismatch: columns {_describe(arrow_schema)} differ "
+                                      f"from the first file's {_describe(schema)}", path=p,
+                                      sample=sum(counts))
+                self.first_group.append(len(self.groups))
+                self.groups += [(k, g) for g in range(len(rows))]
+                counts += rows
+                sizes += group_bytes
+        except BaseException:
+            self.close()
+            raise
+        self.schema = schema
+        self.fields = [] if schema is None else list(schema.names)
+        self.kinds = {} if schema is None else {
+            fld.name: (fld.metadata or {}).get(_KIND_KEY, b"").decode() or None for fld in schema}
+        self.cum = sample_starts(counts)
+        self.group_bytes = np.array(sizes, dtype=np.int64)
+
+    def _file(self, k: int):
+        """File ``k``'s ParquetFile, opened on first use; when the reader took the file's
+        row groups from the hash manifest, its footer is checked against them then."""
+        f = self.files[k]
+        if f is not None:
+            return f
+        pa, pq = _pa()
+        p = self.paths[k]
+        try:
+            with _jemalloc_allocations():
+                f = pq.ParquetFile(p, page_checksum_verification=True)
+            f.schema_arrow  # noqa: B018 - a footer whose names are not UTF-8 raises here
+        except (pa.ArrowException, ValueError, OSError) as exc:  # ValueError: names not UTF-8
+            raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
+        if self.layouts is not None:
+            try:
+                _manifest.check_footer(f, self.layouts[k], p, int(self.cum[self.first_group[k]]))
+            except BaseException:
+                f.close()
+                raise
+        self.files[k] = f
+        return f
 
     @classmethod
     def check_node_cache(cls, path, options) -> None:
@@ -380,16 +436,16 @@ class Reader(BatchReader):
     def will_read(self, indices) -> None:
         """A pass is about to read samples ``indices``: unless ``cache_bytes`` was given,
         the cache holds every row group the pass touches (their uncompressed size, from
-        the files' metadata) when they fit in half the memory available, so a shuffled
-        pass decodes each once, where a smaller cache would decode one for nearly every
-        sample; else it stays ``CACHE_BYTES`` (shuffle in blocks of row groups there)."""
+        the footers or the hash manifest) when they fit in half the memory available, so
+        a shuffled pass decodes each once, where a smaller cache would decode one for
+        nearly every sample; else it stays ``CACHE_BYTES`` (shuffle in blocks of row
+        groups there)."""
         from .._memory import available_bytes
 
         if self._cache_given:
             return
-        touched = np.unique(locate(self.cum, np.asarray(indices, dtype=np.int64))[0]).tolist()
-        needed = sum(self.files[self.groups[g][0]].metadata.row_group(self.groups[g][1]).total_byte_size
-                     for g in touched)
+        touched = np.unique(locate(self.cum, np.asarray(indices, dtype=np.int64))[0])
+        needed = int(self.group_bytes[touched].sum())
         needed += needed // 4  # decoded tables run a little over the metadata's sizes
         available = available_bytes()
         fits = available is not None and needed <= available // 2
@@ -408,11 +464,12 @@ class Reader(BatchReader):
         table = self.cache.get(key)
         if table is None:
             fi, rg = self.groups[g]
+            file = self._file(fi)
             try:
                 # Decoding is where Arrow allocates, on its threads: the pool is switched
                 # per row group decoded, not per read of a cached one.
                 with _jemalloc_allocations():
-                    table = self.files[fi].read_row_group(rg, columns=list(fields))
+                    table = file.read_row_group(rg, columns=list(fields))
             except (OSError, ValueError) as exc:
                 raise CorruptShardError(f"row group {rg} cannot be read: {exc}",
                                         path=self.paths[fi],
@@ -475,7 +532,8 @@ class Reader(BatchReader):
 
     def close(self) -> None:
         for f in self.files:
-            f.close()
+            if f is not None:
+                f.close()
         self.files = []
         self.cache.clear()
 
@@ -489,7 +547,7 @@ def inspect(path) -> InspectReport:
     """Samples, files and columns (hpcio's kind, or the Arrow type of columns written by
     other tools) of Parquet files, from their footers."""
     with Reader(path) as r:
-        meta = r.files[0].metadata if r.files else None
+        meta = r._file(0).metadata if r.paths else None
         codec = meta.row_group(0).column(0).compression if meta and meta.num_row_groups and meta.num_columns else None
         return inspect_report(
             NAME, path, samples=len(r), shards=len(r.paths),
@@ -499,5 +557,6 @@ def inspect(path) -> InspectReport:
 
 
 def verify(path, *, allow_pickle: bool = False, max_errors: int = 1000) -> VerifyReport:
-    """Decode every row group and every value of every file."""
-    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors)
+    """Check every file against its hash manifest, then decode every row group and
+    every value of every file."""
+    return verify_samples(NAME, path, lambda: Reader(path), list_files, max_errors=max_errors, manifest=True)

@@ -115,9 +115,9 @@ def _jsonl(reader, i: int) -> Place:
 def _parquet(reader, i: int) -> Place:
     g = int(np.searchsorted(reader.cum, i, side="right")) - 1
     file_index, group = reader.groups[g]
-    meta = reader.files[file_index].metadata
-    before = sum(meta.row_group(r).num_rows for r in range(group))
-    row = before + i - int(reader.cum[g])
+    # the file's row groups are consecutive in the reader's: its first is g - group (no
+    # footer read, which a reader that took them from the hash manifest has not opened)
+    row = i - int(reader.cum[g - group])
     return Place(reader.paths[file_index], row=row,
                  note=f"row {row} of the file (row group {group}); Parquet stores it by column, "
                       "so no byte range holds it alone")
