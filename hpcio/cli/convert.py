@@ -88,7 +88,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, to_required: bool =
     """The options every command that writes shards shares (convert, split, join)."""
     out = parser.add_argument_group("output")
     out.add_argument("--to", required=to_required, metavar="FORMAT",
-                     help="output format: mds, jinx, webdataset, zarr, hdf5")
+                     help="output format: mds, jinx, webdataset, zarr, hdf5, parquet")
     out.add_argument("--from", dest="from_format", metavar="FORMAT",
                      help="read every source as FORMAT instead of detecting it")
     out.add_argument("--compression", help="output compression, e.g. sample::zstd (MDS), zst (JINX)")

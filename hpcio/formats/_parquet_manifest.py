@@ -23,10 +23,11 @@ import base64
 import os
 
 from .._hashing import DEFAULT_HASH, file_digest
-from ..errors import CorruptShardError
-from ._checksums import recorded_entries
+from ..errors import CorruptShardError, SchemaError, ShardNotFoundError
+from ._checksums import MANIFEST_NAME, Manifest, recorded_entries
 
-__all__ = ["schema_text", "parse_schema", "footer_groups", "file_entry", "recorded_layouts", "check_footer"]
+__all__ = ["schema_text", "parse_schema", "footer_groups", "file_entry", "recorded_layouts", "check_footer",
+           "merge_index"]
 
 
 def schema_text(schema) -> str:
@@ -99,3 +100,44 @@ def check_footer(f, entry: dict, path: str, first_sample: int) -> None:
     if schema_text(f.schema_arrow) != entry["schema"]:
         raise CorruptShardError("the file's schema (columns and their metadata) differs from the one its hash "
                                 "manifest records", path=path, sample=first_sample)
+
+
+def merge_index(directory, parts, **options) -> None:
+    """The sharded-writing hook's last step: Parquet has no dataset index (readers list
+    the ``.parquet`` files), so this checks that every file a part names exists and that
+    the files holding samples agree on their columns (the reader requires it), then
+    writes the ``hashes.json`` of the parts' entries.  Shards that received no sample
+    (None) have no file."""
+    from .._paths import resolve_inside
+
+    directory = os.fspath(directory)
+    manifest = Manifest(None, "Parquet")
+    kinds = None
+    for part in parts:
+        if part is None:
+            continue
+        path = resolve_inside(directory, part["file"], what="Parquet file name", source=directory)
+        if not os.path.isfile(path):
+            raise ShardNotFoundError("Parquet file named by an index part is missing", path=path)
+        if kinds is not None and part["kinds"] != kinds:
+            raise SchemaError(_kind_conflict(part["kinds"], kinds), path=path)
+        kinds = part["kinds"] if kinds is None else kinds
+        if "hashes" in part:
+            manifest.files[os.path.basename(path)] = part["hashes"]
+    data = manifest.encode(os.path.join(directory, MANIFEST_NAME))
+    if data is not None:
+        from .base import PendingFiles
+
+        pending = PendingFiles()
+        with open(pending.add(os.path.join(directory, MANIFEST_NAME)), "wb") as f:
+            f.write(data)
+        pending.publish()
+
+
+def _kind_conflict(kinds: dict, expected: dict) -> str:
+    """Why the column kinds of one file (``kinds``) do not match the dataset's."""
+    if kinds.keys() != expected.keys():
+        return f"fields {sorted(kinds)} differ from the dataset's {sorted(expected)}"
+    name = next(n for n in expected if kinds[n] != expected[n])
+    return (f"field {name!r} is {kinds[name]} here but {expected[name]} in the shards before; name its "
+            "kind with the writer option schema=")

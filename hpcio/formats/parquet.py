@@ -40,6 +40,7 @@ from ..errors import (
 from ..registry import Capabilities
 from . import _parquet_manifest as _manifest, _values
 from ._checksums import Manifest, manifest_path
+from ._parquet_manifest import merge_index
 from .base import (
     BatchReader,
     FileWriter,
@@ -57,7 +58,7 @@ from .base import (
 from .reports import InspectReport, VerifyReport
 
 __all__ = ["NAME", "CAPABILITIES", "sniff", "Reader", "Writer", "list_files", "load_libraries",
-           "inspect", "verify"]
+           "merge_index", "inspect", "verify"]
 
 NAME = "parquet"
 CAPABILITIES = Capabilities(random_access=True, append=False, partial_read=True, batch_read=True)
@@ -181,17 +182,24 @@ class Writer(FileWriter):
         (:mod:`hpcio.formats._parquet_manifest`), with which hpcio's reader opens no file
         at open and ``hpcio verify`` checks each file; ``[]`` writes the files alone.
         The files are the same either way.
+    shard_id, num_shards
+        The sharded-writing hook (:mod:`hpcio.formats.contract`): every sample goes into
+        the single file ``part-<shard_id>.parquet`` (no roll-over, no manifest);
+        :meth:`index_part` then describes it for :func:`merge_index`.
     """
 
     def __init__(self, path, row_group_size: int = 1024, max_count: int = 1_000_000,
                  compression: str = "zstd", checksum: bool = True, schema: Mapping | None = None,
-                 hashes=None, **options):
+                 hashes=None, shard_id: int | None = None, num_shards: int | None = None, **options):
         super().__init__(path)
         if options:
             raise OptionError(f"unknown Parquet writer options: {', '.join(options)}")
         self.pa, self.pq = _pa()
         self.manifest = Manifest(hashes, "Parquet")
-        self.single = self.path.endswith(".parquet")
+        self.shard_id = shard_id
+        if shard_id is not None:
+            max_count = float("inf")  # type: ignore[assignment]
+        self.single = self.path.endswith(".parquet") and shard_id is None
         self.pending = PendingFiles(None if self.single else self.path)
         self.row_group_size = row_group_size
         self.max_count = max_count
@@ -202,8 +210,9 @@ class Writer(FileWriter):
         self.file = None  # the ParquetWriter of the file being written
         self.sink = None  # the file it writes into
         self.file_rows = 0
-        self.file_number = 0
+        self.file_number = 0 if shard_id is None else shard_id
         self.final: str | None = None  # the name the file being written gets
+        self.file_names: list[str] = []
 
     def _schema(self):
         pa = self.pa
@@ -289,17 +298,29 @@ class Writer(FileWriter):
         finally:
             if sink is not None:
                 sink.close()
-        if file is not None and self.final is not None and self.manifest.enabled:
-            # hashed once written, from the page cache
-            entry = _manifest.file_entry(self.pq, PendingFiles.temp_name(self.final))
-            self.manifest.files[os.path.basename(self.final)] = entry
+        if file is not None and self.final is not None:
+            self.file_names.append(os.path.basename(self.final))
+            if self.manifest.enabled:  # hashed once written, from the page cache
+                entry = _manifest.file_entry(self.pq, PendingFiles.temp_name(self.final))
+                self.manifest.files[os.path.basename(self.final)] = entry
 
     def close(self) -> None:
         with self.aborting():
-            if self.rows or (self.file is None and not self.pending):
+            # an empty dataset is one file of no rows; an empty shard of the hook, no file
+            if self.rows or (self.file is None and not self.pending and self.shard_id is None):
                 self._flush()
             self.close_file()
-            self.publish(manifest_path(self.path, self.single))
+            # under the hook merge_index writes the manifest of every rank's file
+            self.publish(None if self.shard_id is not None else manifest_path(self.path, self.single))
+
+    def index_part(self) -> dict | None:
+        """The file written under the sharded-writing hook (name, sample count, column
+        kinds and manifest entry); None when no sample was written (no file)."""
+        if not self.file_names:
+            return None
+        part = {"file": self.file_names[0], "samples": self.count, "kinds": dict(self.kinds or {})}
+        entry = self.manifest.files.get(self.file_names[0])
+        return part if entry is None else {**part, "hashes": entry}
 
 
 def _decode_column(column, kind: str | None, name: str, path: str, samples) -> list:

@@ -1,5 +1,5 @@
-"""End to end with the shipped formats: JSONL sources into MDS, JINX, WebDataset, Zarr
-and HDF5, at 1, 2 and 4 MPI ranks; the outputs are read back by hpcio and by the
+"""End to end with the shipped formats: JSONL sources into MDS, JINX, WebDataset, Zarr,
+HDF5 and Parquet, at 1, 2 and 4 MPI ranks; the outputs are read back by hpcio and by the
 reference libraries."""
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ FORMATS = {
     "webdataset": [],
     "zarr": ["--compression", "lz4"],
     "hdf5": ["--compression", "blosc"],
+    "parquet": [],
 }
 # 4 ranks only where the format's writer has more than one kind of shard file to get right
 RANK_CASES = [(to, ranks) for to in sorted(FORMATS) for ranks in ((2, 4) if to in ("mds", "jinx") else (2,))]
@@ -223,6 +224,31 @@ def test_zarr_output_reads_in_zarr(converted, tmp_path):
     assert layout["num_samples"] == N
 
 
+def test_parquet_output_reads_in_pyarrow_and_hashes_json_records_every_file(converted, tmp_path):
+    out, summary = converted("parquet")
+    names = [f"part-{k:06d}.parquet" for k in range(summary["num_shards"])]
+    code = (
+        "import sys, json, pyarrow.parquet as pq\n"
+        "rows, files = [], {}\n"
+        f"for name in {names!r}:\n"
+        "    path = sys.argv[1] + '/' + name\n"
+        "    rows += [[r['id'], r['text'], json.loads(r['meta'])] for r in pq.read_table(path).to_pylist()]\n"
+        "    meta = pq.read_metadata(path)\n"
+        "    files[name] = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]\n"
+        "print(json.dumps([rows, files]))\n"
+    )
+    rows, row_groups = _run_reader(code, out, tmp_path)
+    assert sorted(rows) == _expected_rows()
+    assert sorted(os.listdir(out)) == [".hpcio", "hashes.json", *names]
+    recorded = json.loads((out / "hashes.json").read_text())["files"]
+    assert sorted(recorded) == names
+    for name in names:
+        assert recorded[name]["bytes"] == os.path.getsize(out / name)
+        assert recorded[name]["row_groups"] == row_groups[name]
+        assert recorded[name]["samples"] == sum(row_groups[name])
+    assert hpcio.open(out).reader.layouts is not None  # opened from hashes.json, no footer read
+
+
 def test_hdf5_output_reads_in_h5py(converted, tmp_path):
     out, summary = converted("hdf5")
     code = (
@@ -241,7 +267,8 @@ def test_hdf5_output_reads_in_h5py(converted, tmp_path):
     assert sorted(os.listdir(out)) == [".hpcio", "hashes.json"] + [f"shard-{k:06d}.h5" for k in range(summary["num_shards"])]
 
 
-@pytest.mark.parametrize(("to", "where"), [("zarr", "part-00001"), ("hdf5", "shard-000001.h5")])
+@pytest.mark.parametrize(("to", "where"), [("zarr", "part-00001"), ("hdf5", "shard-000001.h5"),
+                                           ("parquet", "part-000001.parquet")])
 def test_shards_whose_fields_disagree_publish_nothing(tmp_path, to, where):
     src = tmp_path / "src"
     src.mkdir()
