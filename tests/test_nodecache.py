@@ -126,7 +126,7 @@ def test_formats_that_cannot_list_shard_files_are_refused(tmp_path):
     with pytest.raises(CapabilityError) as err:
         hpcio.open(path, cache=hpcio.NodeCache(tmp_path / "cache", limit="1MB"))
     assert str(err.value) == ("the jsonl reader cannot list its shards' files, so it cannot read "
-                              f"through a node cache (mds, jinx, webdataset and msgpack can) ({os.path.realpath(path)})")
+                              f"through a node cache (mds, jinx, webdataset, msgpack, hdf5, zarr and parquet can) ({os.path.realpath(path)})")
 
 
 def test_options_are_checked_before_any_work(tmp_path):

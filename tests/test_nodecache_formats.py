@@ -231,18 +231,3 @@ def test_msgpack_without_recorded_sample_counts_is_refused(tmp_path):
     path = write_msgpack(tmp_path / "single.msgpack", n=4)
     _refused(path, tmp_path / "cache",
              f"a node cache mirrors a directory of MessagePack files: pass the directory, not a file ({path})")
-
-
-# --- Parquet ----------------------------------------------------------------------------
-def test_parquet_is_refused_before_a_reader_opens_it(tmp_path):
-    pytest.importorskip("pyarrow")
-    path = tmp_path / "remote"
-    with hpcio.open_writer(path, format="parquet", row_group_size=16, max_count=64) as w:
-        for i in range(256):
-            w.write({"id": i, "text": f"sample {i}"})
-    _refused(path, tmp_path / "cache",
-             "Parquet cannot read through a node cache: its reader reads every file's footer at open, which "
-             "would read each file's tail from the shared tier around the cache, and its shards are row groups, "
-             "several to a file, which the cache cannot fetch or evict apart; convert it (hpcio convert SRC DST "
-             f"--to mds) to read it through one ({path})")
-    assert hpcio.open(path)[255]["id"] == 255  # read directly it is as before

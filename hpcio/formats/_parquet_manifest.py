@@ -23,11 +23,11 @@ import base64
 import os
 
 from .._hashing import DEFAULT_HASH, file_digest
-from ..errors import CorruptShardError, SchemaError, ShardNotFoundError
+from ..errors import CapabilityError, CorruptShardError, SchemaError, ShardNotFoundError
 from ._checksums import MANIFEST_NAME, Manifest, recorded_entries
 
 __all__ = ["schema_text", "parse_schema", "footer_groups", "file_entry", "recorded_layouts", "check_footer",
-           "merge_index"]
+           "check_node_cache", "merge_index"]
 
 
 def schema_text(schema) -> str:
@@ -100,6 +100,23 @@ def check_footer(f, entry: dict, path: str, first_sample: int) -> None:
     if schema_text(f.schema_arrow) != entry["schema"]:
         raise CorruptShardError("the file's schema (columns and their metadata) differs from the one its hash "
                                 "manifest records", path=path, sample=first_sample)
+
+
+def check_node_cache(path, paths) -> None:
+    """Why the Parquet dataset at ``path`` (its files ``paths``) cannot read through a node
+    cache, raised as CapabilityError: it is a single file (the cache mirrors a directory),
+    or its manifest does not record every file's footer, which a reader would then read
+    at open through the shared tier, around the cache."""
+    if not os.path.isdir(path):
+        raise CapabilityError("a node cache mirrors a directory of Parquet files: pass the directory, not a "
+                              "file", path=str(path))
+    missing = [p for p, entry in zip(paths, recorded_layouts(paths)) if entry is None]
+    if missing:
+        raise CapabilityError(
+            f"{MANIFEST_NAME} records no row groups for {len(missing)} of the {len(paths)} Parquet files, so "
+            "opening them would read every such file's footer through the shared tier, around the node cache; "
+            f"rewrite them with hpcio, which records them in {MANIFEST_NAME} (hpcio convert SRC DST --to "
+            "parquet), or convert them to MDS (--to mds)", path=missing[0])
 
 
 def merge_index(directory, parts, **options) -> None:

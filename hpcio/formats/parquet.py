@@ -13,7 +13,7 @@ their type; files written by other tools are read with pyarrow's own conversion
 The writer records each file's size, xxh3_64, row groups and schema in its hash manifest
 (:mod:`hpcio.formats._parquet_manifest`); when the manifest records every file, a reader
 opens each file on its first read (checking its footer then), so opening reads no file's
-bytes.
+bytes, which is what lets a node cache (:class:`hpcio.NodeCache`) read the files.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import numpy as np
 
 from .. import tuning
 from ..errors import (
-    CapabilityError,
     CorruptShardError,
     DecodeError,
     InvalidArgumentError,
@@ -45,12 +44,14 @@ from .base import (
     BatchReader,
     FileWriter,
     PendingFiles,
+    ShardFile,
     by_shard,
     files_bytes,
     first_file_head,
     inspect_report,
     inverse_permutation,
     locate,
+    manifest_shard_files,
     sample_starts,
     shard_files,
     verify_samples,
@@ -180,7 +181,8 @@ class Writer(FileWriter):
         ``["xxh3_64"]`` (None, the default): ``hashes.json`` beside the files (or
         ``<file>.hashes.json``) records each file's size, xxh3_64, row groups and schema
         (:mod:`hpcio.formats._parquet_manifest`), with which hpcio's reader opens no file
-        at open and ``hpcio verify`` checks each file; ``[]`` writes the files alone.
+        at open, ``hpcio verify`` checks each file and a node cache what it fetches;
+        ``[]`` writes the files alone.
         The files are the same either way.
     shard_id, num_shards
         The sharded-writing hook (:mod:`hpcio.formats.contract`): every sample goes into
@@ -443,16 +445,28 @@ class Reader(BatchReader):
 
     @classmethod
     def check_node_cache(cls, path, options) -> None:
-        """Parquet is refused by a node cache: a reader reads every file's footer (its row
-        groups and schema) at open, which on the cache's mirror reads each file's tail
-        through its link from the shared tier, around the cache, in every process; and its
-        shards are row groups, several to a file, which the cache fetches and evicts
-        whole files of."""
-        raise CapabilityError(
-            "Parquet cannot read through a node cache: its reader reads every file's footer at open, which "
-            "would read each file's tail from the shared tier around the cache, and its shards are row groups, "
-            "several to a file, which the cache cannot fetch or evict apart; convert it (hpcio convert SRC DST "
-            "--to mds) to read it through one", path=path)
+        """A node cache reads a directory of Parquet files whose hash manifest records
+        every file's size, xxh3_64, row groups and schema (what hpcio's writer and
+        ``hpcio convert --to parquet`` record): without them opening would read every
+        footer through the shared tier.  A single file is refused (the cache mirrors a
+        directory); ``validate_hashes`` is not, as this reader reads nothing for it (the
+        cache checks each file's xxh3_64 as it fetches it)."""
+        _manifest.check_node_cache(path, list_files(path) if os.path.isdir(path) else [])
+
+    def files_of_shards(self) -> list[list[ShardFile]]:
+        """Each row group's file, with the size and xxh3_64 its hash manifest records:
+        the row groups of a file share it, and a node cache fetches it once for them."""
+        per_file = manifest_shard_files(self.paths)
+        return [per_file[k] for k, _g in self.groups]
+
+    def release_shards(self, shards) -> None:
+        """Close the files of the row groups ``shards``; the decoded row groups kept stay
+        (a node cache checks the fetched bytes are the same) and the next read opens the
+        file now at its path."""
+        for k in sorted({self.groups[int(g)][0] for g in shards}):
+            f, self.files[k] = self.files[k], None
+            if f is not None:
+                f.close()
 
     def will_read(self, indices) -> None:
         """A pass is about to read samples ``indices``: unless ``cache_bytes`` was given,

@@ -190,7 +190,7 @@ def _files(reader, top: str, name: str) -> list:
     sizes = reader.shard_sizes()
     if files is None or sizes is None:
         raise CapabilityError(f"the {name} reader cannot list its shards' files, so it cannot read "
-                              "through a node cache (mds, jinx, webdataset and msgpack can)", path=top)
+                              "through a node cache (mds, jinx, webdataset, msgpack, hdf5, zarr and parquet can)", path=top)
     top = os.path.abspath(top)
     return [[ShardFile(os.path.relpath(os.path.abspath(f.path), top), f.size, f.hashes) for f in shard]
             for shard in files]
