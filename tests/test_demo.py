@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
+import sys
 
 import numpy as np
 import orjson
@@ -155,3 +157,19 @@ def test_vlm_tour_round_trips_multi_image_samples_in_every_format(tmp_path):
     report = demo.tour(tmp_path, "vlm", n=12, log=lambda *_: None, tune=False)
     assert [(r.format, r.status) for r in report.formats] == [(f, "ok") for f in demo.TOUR_FORMATS]
     assert report.ok
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_only_when_asked(tmp_path, capsys, monkeypatch):
+    demo.write_jsonl(tmp_path / "quiet.jsonl", "text", 3)  # stderr is not a terminal: nothing
+    assert capsys.readouterr().err == ""
+    demo.write_jsonl(tmp_path / "log.jsonl", "text", 3, progress=True)  # a log: a last line
+    assert re.fullmatch(r"\[hpcio demo\] log\.jsonl: 3/3 samples \(100%\), [\d,]+ samples/s, done\n",
+                        capsys.readouterr().err)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", Terminal())
+    demo.write_jsonl(tmp_path / "bar.jsonl", "text", 3)
+    assert "3/3" in sys.stderr.getvalue() and "[hpcio demo]" not in sys.stderr.getvalue()  # tqdm's bar

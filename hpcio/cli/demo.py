@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("-n", type=_count, default=100, help="number of samples (default: 100)")
     gen.add_argument("--seed", type=_count, default=0, help="dataset seed (default: 0)")
     gen.add_argument("--start", type=_count, default=0, help="index of the first sample (default: 0)")
+    gen.add_argument("--no-progress", action="store_true",
+                     help="no progress display (default: a bar on a terminal, a line every 30 s in a log)")
 
     tour = sub.add_parser(
         "run",
@@ -64,13 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(TOUR_FORMATS),
         help=f"comma-separated formats to try (default: {','.join(TOUR_FORMATS)})",
     )
+    tour.add_argument("--no-progress", action="store_true",
+                      help="no progress display while generating the samples")
 
 
 def _generate(args: argparse.Namespace) -> int:
     from ..demo import write_jsonl
 
     t0 = time.perf_counter()
-    size = write_jsonl(args.out, args.profile, args.n, seed=args.seed, start=args.start)
+    size = write_jsonl(args.out, args.profile, args.n, seed=args.seed, start=args.start,
+                       progress=not args.no_progress)
     dt = time.perf_counter() - t0
     print(
         f"wrote {args.n} {args.profile} samples ({size / 1e6:.1f} MB of JSON) to {args.out} "
@@ -89,11 +94,12 @@ def _tour(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     if args.out:
-        report = tour(args.out, args.profile, args.n, args.seed, formats, log=log)
+        report = tour(args.out, args.profile, args.n, args.seed, formats, log=log,
+                      progress=not args.no_progress)
     else:
         with tempfile.TemporaryDirectory(prefix="hpcio-demo-") as tmp:
             report = tour(os.path.join(tmp, "demo"), args.profile, args.n, args.seed,
-                          formats, log=log)
+                          formats, log=log, progress=not args.no_progress)
     print(format_report(report))
     if not report.ok:
         print(

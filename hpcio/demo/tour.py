@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .. import tuning
 from ..distributed.order import GlobalOrder
 from ..errors import CapabilityError, SelfCheckError
-from .jsonl import write_jsonl
+from .jsonl import write_samples
 from .samples import BYTES_FIELDS, _check_profile, generate
 
 __all__ = ["TOUR_FORMATS", "DEFAULT_COUNTS", "FormatResult", "TourReport", "tour", "format_report"]
@@ -203,6 +203,7 @@ def tour(
     formats: Sequence[str] = TOUR_FORMATS,
     log=print,
     tune: bool = True,
+    progress: bool | None = None,
 ) -> TourReport:
     """Generate a demo dataset, write it in each format, read it back and check it.
 
@@ -230,6 +231,9 @@ def tour(
         Run with every :func:`hpcio.tune` switch on, as a program that owns its process
         (``hpcio demo``) may; the garbage collector and Arrow pool switches are put back
         after, the kept heap stays for the process (it cannot be undone).
+    progress : bool, optional
+        Progress of generating the samples, as :func:`hpcio.demo.write_jsonl` shows it
+        (default: a bar on a terminal, nothing otherwise).
     """
     _check_profile(profile)
     n = DEFAULT_COUNTS[profile] if n is None else n
@@ -237,14 +241,27 @@ def tour(
     os.makedirs(out, exist_ok=True)
     report = TourReport(profile, n, seed, out)
 
-    log(f"generating {n} {profile} samples (seed {seed})")
-    t0 = time.perf_counter()
-    samples = list(generate(profile, n, seed))
-    report.generate_rate = n / max(time.perf_counter() - t0, 1e-9)
-
     report.source_path = os.path.join(out, f"{profile}.jsonl")
-    log(f"writing the raw source {report.source_path}")
-    report.source_bytes = write_jsonl(report.source_path, profile, n, seed)
+    log(f"generating {n} {profile} samples (seed {seed}) into the raw source {report.source_path}")
+    # Each sample is made once, kept for the checks and written as it comes: a vlm
+    # sample's JPEGs take tens of milliseconds, the bulk of the tour's time.
+    samples: list[dict] = []
+    seconds = 0.0
+
+    def generated():
+        nonlocal seconds
+        stream = generate(profile, n, seed)
+        while True:
+            t0 = time.perf_counter()
+            sample = next(stream, None)
+            seconds += time.perf_counter() - t0
+            if sample is None:
+                return
+            samples.append(sample)
+            yield sample
+
+    report.source_bytes = write_samples(report.source_path, profile, generated(), n, progress=progress)
+    report.generate_rate = n / max(seconds, 1e-9)
 
     log("writing shards and reading them back:")
     with tuning.fully_tuned() if tune else contextlib.nullcontext(tuning.tune()) as switches:
