@@ -306,13 +306,16 @@ hpcio_status hpcio_zstd_decode_stream(const uint8_t *src, uint64_t len, uint64_t
 hpcio_status hpcio_zstd_decode_fd(int in_fd, int out_fd, uint64_t limit, uint64_t *out_len,
                                   hpcio_error *err);
 
-/* hpcio_zstd_decode_stream for frames src[starts[j]:ends[j]] (j < m) on up to nthreads
- * threads: outs[j] (malloc'd, free with hpcio_free) holds out_lens[j] bytes.  Each
- * frame's output is bounded by limit.  On failure every outs[j] is freed and NULL. */
+/* hpcio_zstd_decode_stream for frames src[starts[j]:ends[j]] (j < m), one after the
+ * other: outs[j] (malloc'd, free with hpcio_free) holds out_lens[j] bytes.  Each frame's
+ * output is bounded by limit, and their sum by batch_limit while they decode: a frame
+ * without a declared size is capped at what the frames before it left, so a batch of
+ * such frames never holds more than batch_limit (plus one growth step).  On failure
+ * every outs[j] is freed and NULL. */
 hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
                                            const uint64_t *starts, const uint64_t *ends,
-                                           size_t m, uint64_t limit, uint8_t **outs,
-                                           uint64_t *out_lens, int nthreads,
+                                           size_t m, uint64_t limit, uint64_t batch_limit,
+                                           uint8_t **outs, uint64_t *out_lens,
                                            hpcio_error *err);
 
 /* Compress src into dst (capacity from hpcio_zstd_bound).  content_size = 0 omits the

@@ -2,6 +2,7 @@
  * decode of frames without a declared size under a size limit, file-to-file decode, and
  * compression. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -285,46 +286,44 @@ hpcio_status hpcio_zstd_decode_fd(int in_fd, int out_fd, uint64_t limit, uint64_
     return st;
 }
 
-typedef struct {
-    const uint8_t *src;
-    uint64_t src_len;
-    const uint64_t *starts, *ends;
-    uint64_t limit;
-    uint8_t **outs;
-    uint64_t *out_lens;
-} stream_batch;
-
-static hpcio_status decode_stream_one(void *shared, void *ctx, size_t j, hpcio_error *err)
-{
-    const stream_batch *s = shared;
-    const uint64_t a = s->starts[j], b = s->ends[j];
-    hpcio_status st = hpcio_check_frame(a, b, s->src_len, j, "frame", err);
-
-    if (st != HPCIO_OK)
-        return st;
-    st = decode_stream_ctx(ctx, s->src + a, b - a, s->limit, &s->outs[j], &s->out_lens[j],
-                           err);
-    if (st != HPCIO_OK) {
-        err->item = (int64_t)j;
-        err->offset = err->offset < 0 ? (int64_t)a : (int64_t)a + err->offset;
-    }
-    return st;
-}
-
 hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
                                            const uint64_t *starts, const uint64_t *ends,
-                                           size_t m, uint64_t limit, uint8_t **outs,
-                                           uint64_t *out_lens, int nthreads,
+                                           size_t m, uint64_t limit, uint64_t batch_limit,
+                                           uint8_t **outs, uint64_t *out_lens,
                                            hpcio_error *err)
 {
-    stream_batch s = {src, src_len, starts, ends, limit, outs, out_lens};
-    hpcio_status st;
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    hpcio_status st = HPCIO_OK;
+    uint64_t left = batch_limit;
 
     for (size_t j = 0; j < m; j++) {
         outs[j] = NULL;
         out_lens[j] = 0;
     }
-    st = hpcio_parallel_for(m, nthreads, dctx_new, dctx_free, decode_stream_one, &s, err);
+    if (dctx == NULL)
+        return hpcio_fail(err, HPCIO_E_NOMEM, -1, -1, "cannot allocate a zstd context");
+    /* One after the other, each capped by what the batch has left: decoded in parallel,
+     * every frame could reach the batch limit before their sum is known. */
+    for (size_t j = 0; j < m && st == HPCIO_OK; j++) {
+        const uint64_t a = starts[j], b = ends[j];
+        const int batch_bound = left < limit;
+
+        st = hpcio_check_frame(a, b, src_len, j, "frame", err);
+        if (st == HPCIO_OK)
+            st = decode_stream_ctx(dctx, src + a, b - a, batch_bound ? left : limit, &outs[j],
+                                   &out_lens[j], err);
+        if (st == HPCIO_E_LIMIT && batch_bound)
+            snprintf(err->msg, sizeof(err->msg),
+                     "%zu zstd frames of one batch decode to more than %llu bytes in all, the "
+                     "limit for one batch", j + 1, (unsigned long long)batch_limit);
+        if (st != HPCIO_OK) {
+            err->item = (int64_t)j;
+            err->offset = err->offset < 0 ? (int64_t)a : (int64_t)a + err->offset;
+        } else {
+            left -= out_lens[j];
+        }
+    }
+    ZSTD_freeDCtx(dctx);
     if (st != HPCIO_OK) {
         for (size_t j = 0; j < m; j++) {
             free(outs[j]);

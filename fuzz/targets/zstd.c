@@ -59,16 +59,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     hpcio_error_clear(&err);
-    st = hpcio_zstd_decode_stream_many(b.src, b.len, b.starts, b.ends, b.m, LIMIT, outs, lens,
-                                       b.nthreads, &err);
+    /* the batch bound: twice the per-frame limit, so both bounds are exercised */
+    st = hpcio_zstd_decode_stream_many(b.src, b.len, b.starts, b.ends, b.m, LIMIT, 2 * LIMIT, outs,
+                                       lens, &err);
     check_status(st, &err);
+    uint64_t total = 0;
     for (size_t j = 0; j < b.m; j++) {
         if (st == HPCIO_OK) {
             FUZZ_CHECK(lens[j] <= LIMIT);
+            total += lens[j];
             free(outs[j]);
         } else {
             FUZZ_CHECK(outs[j] == NULL);
         }
     }
+    FUZZ_CHECK(total <= 2 * LIMIT);
     return 0;
 }

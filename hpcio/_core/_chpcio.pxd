@@ -135,8 +135,8 @@ cdef extern from "hpcio.h" nogil:
                                       hpcio_error *err)
     hpcio_status hpcio_zstd_decode_stream_many(const uint8_t *src, uint64_t src_len,
                                                const uint64_t *starts, const uint64_t *ends,
-                                               size_t m, uint64_t limit, uint8_t **outs,
-                                               uint64_t *out_lens, int nthreads,
+                                               size_t m, uint64_t limit, uint64_t batch_limit,
+                                               uint8_t **outs, uint64_t *out_lens,
                                                hpcio_error *err)
     uint64_t hpcio_zstd_bound(uint64_t len)
     hpcio_status hpcio_zstd_compress(const uint8_t *src, uint64_t len, int level,

@@ -214,7 +214,7 @@ cdef object _decode_many(content_size_fn content_size, decode_known_fn decode_kn
     try:
         with nogil:
             st = hpcio_zstd_decode_stream_many(data_ptr(src), src.shape[0], &sv[0], &ev[0], m,
-                                               min(lim, batch_lim), outs, &szv[0], nthreads, &err)
+                                               lim, batch_lim, outs, &szv[0], &err)
             decoded = st == HPCIO_OK
             if decoded:
                 st = _batch_total(&szv[0], m, batch_lim, codec, &err)

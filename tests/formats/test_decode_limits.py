@@ -81,6 +81,44 @@ def test_batch_of_bombs_fails_before_allocating(bombs, how):
     assert "1073741824" in str(exc) and "one batch" in str(exc) and "HPCIO_MAX_DECODED_BYTES" in str(exc)
 
 
+def zstd_undeclared_frame(size: int) -> bytes:
+    """:func:`zstd_rle_frame` without the content size in its header (as streaming
+    compressors write): only decoding it tells how large it is."""
+    frame = zstd_rle_frame(size)
+    return struct.pack("<IBB", 0xFD2FB528, 0x00, 0x38) + frame[10:]
+
+
+def test_a_batch_of_frames_without_declared_sizes_stays_within_the_limit(tmp_path, monkeypatch):
+    """Eight frames of 128 MiB that declare no size, under a limit of 256 MiB: they are
+    decoded one after the other under what the batch has left, so the batch fails having
+    held about the limit, not eight frames' worth (1 GiB) before their sum was checked."""
+    import subprocess
+    import sys
+
+    record = zstd_undeclared_frame(128 << 20)
+    path = tmp_path / "undeclared"
+    with monkeypatch.context() as patch:
+        patch.setattr(Compression, "compress", lambda self, data, **options: record)
+        with hpcio.open_writer(path, format="mds", columns={"text": "str"}, compression="sample::zstd") as w:
+            for i in range(8):
+                w.write({"text": str(i)})
+    code = f"""
+import resource, sys, hpcio
+from hpcio.errors import DecompressionLimitError
+ds = hpcio.open({str(path)!r}, max_decoded_bytes="256MiB")
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    ds.get_batch(range(8))
+except DecompressionLimitError as exc:
+    print(exc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) >> 10)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("3 zstd frames of one batch decode to more than 268435456 bytes in all, the limit for "
+                             "one batch"), out
+    assert int(out[1]) < 400  # MiB of peak growth: the limit and one growth step, not 1 GiB
+
+
 def test_one_value_is_bounded_by_the_option_and_the_variable(bombs, monkeypatch):
     with pytest.raises(DecompressionLimitError, match="more than the limit of 1048576") as info:
         hpcio.open(bombs, max_decoded_bytes="1MiB")[3]
