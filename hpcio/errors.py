@@ -52,6 +52,7 @@ __all__ = [
     "UnequalStepsError",
     "TuningError",
     "OptionError",
+    "DatasetChangedError",
     "ConversionLockedError",
     "TargetFormatError",
     "ByteSizeError",
@@ -190,6 +191,11 @@ class ShardReadError(HpcioError, OSError):
 class ShardChangedError(ShardReadError):
     """A shard file shrank while a reader had it mapped (replaced or truncated under a
     running job); reading the lost pages would kill the process with SIGBUS."""
+
+
+class DatasetChangedError(ShardChangedError):
+    """A staged dataset was staged again while a reader had it open: the shard it was
+    about to open may be of the new version (:mod:`hpcio._published`)."""
 
 
 class StagingError(HpcioError, OSError):

@@ -28,6 +28,7 @@ import socket
 import xxhash
 
 from .._durable import fsync_dir
+from .._published import MANIFEST_NAME, journal_name  # its readers check them too
 from .._version import __version__
 from ..errors import CorruptShardError, StagingError
 
@@ -48,7 +49,6 @@ __all__ = [
     "TMP_MARK",
 ]
 
-MANIFEST_NAME = ".hpcio-manifest.json"
 JOURNAL_GLOB = ".hpcio-journal.*.jsonl"
 # A file being written is named ``<name>.tmp.<job>`` until it is complete and renamed.
 TMP_MARK = ".tmp."
@@ -248,7 +248,7 @@ class Journal:
     """Append-only record of files finished during one run (one file per rank)."""
 
     def __init__(self, directory: str | os.PathLike, rank: int, durable: bool = True):
-        self.path = os.path.join(directory, f".hpcio-journal.{rank}.jsonl")
+        self.path = os.path.join(directory, journal_name(rank))
         self.durable = durable
         self._fd: int | None = None
 

@@ -118,8 +118,8 @@ def test_tiers_cli_lists_free_space_and_bench(tmp_path, monkeypatch, capsys):
     assert header.split()[:4] == ["tier", "path", "free", "free"]
     assert line.startswith(f"scratch  {tmp_path}") and line.endswith("purged after 30 d unused")
     assert cache_line == "node cache default: /dev/shm/hpcio-cache (tier shm)"
-    assert cli(tiers_cli, ["nope"]) == 1
-    assert "unknown or unset tiers ['nope']" in capsys.readouterr().err
+    assert cli(tiers_cli, ["nope"]) == 2  # a bad argument
+    assert capsys.readouterr().err.startswith("hpcio: error: unknown or unset tiers ['nope']; known here: ")
 
 
 def test_stage_and_unstage_cli(dataset, fast_tier, monkeypatch, capsys):

@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..._published import Version
 from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
 from .compression import _FAST_HASHES, _digest
 from .index import _ShardInfo
@@ -74,6 +75,7 @@ class ShardCache:
         self.read_path = read_path
         self.maps: OrderedDict[int, _OpenShard] = OrderedDict()
         self.mem: OrderedDict[int, _OpenShard] = OrderedDict()
+        self.version = Version(directory)  # a staged dataset staged again is not mixed
         self.table = None if any_per_sample or not len(shards) else _io.ShardTable(len(shards))
         self.modes = np.zeros(len(shards), np.int8)
 
@@ -113,6 +115,11 @@ class ShardCache:
                 mapped.close()
                 raise
             cache, bound = self.maps, self.max_open
+        try:
+            self.version.check(path)
+        except BaseException:
+            sh.close()
+            raise
         cache[k] = sh
         if len(cache) > bound:
             self._close_one(cache, oldest=True)
