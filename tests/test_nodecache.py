@@ -238,3 +238,14 @@ def test_the_same_training_loop_runs_with_and_without_the_cache(tmp_path):
     cache = hpcio.NodeCache(tmp_path / "cache", limit=int(shard_bytes(path).sum() // 3))
     assert _train(hpcio.open(path, cache=cache)) == _train(hpcio.open(path))
     assert cache.stats()["resident_bytes"] <= cache.limit
+
+
+def test_simulate_takes_the_reads_the_cache_makes():
+    from hpcio.nodecache.policy import read_groups, read_starts
+
+    uses, sizes = np.array([0, 1, 2, 3, 0, 1, 4, 5, 0]), np.ones(6, np.int64)
+    assert simulate(uses, sizes, 3, batch=3) == simulate(uses, sizes, 3, groups=np.arange(9) // 3)
+    assert read_starts(np.array([0, 1, 0, 2, 3, 1]), 2) == [0, 3, 5]  # a third shard begins a part
+    assert read_groups(uses, 4, 2).tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    # read in parts of 2 shards under a limit of 2, every part evicts the one before it
+    assert simulate(uses, sizes, 2, groups=read_groups(uses, 4, 2)) == 9

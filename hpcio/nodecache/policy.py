@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["POLICIES", "NEVER", "check_policy", "first_uses", "victims", "simulate"]
+__all__ = ["POLICIES", "NEVER", "check_policy", "first_uses", "victims", "simulate", "read_starts", "read_groups"]
 
 POLICIES = ("belady", "lru")
 
@@ -63,9 +63,41 @@ def victims(policy: str, next_use: np.ndarray, last_use: np.ndarray, sizes: np.n
     return order[: int(np.searchsorted(freed, need)) + 1]
 
 
-def simulate(sequence, shard_bytes, limit: int, policy: str = "belady", batch: int = 1) -> int:
+def read_starts(shards: np.ndarray, fits: int) -> list[int]:
+    """Where the parts of one batch read begin, given the shard of each of its samples:
+    a new part begins at a sample whose shard would make ``fits`` + 1 distinct shards in
+    the part, so each part's shards are resident together under the limit."""
+    if len(np.unique(shards)) <= fits:
+        return [0]
+    starts, seen = [0], set()
+    for j, k in enumerate(np.asarray(shards).tolist()):
+        if k not in seen and len(seen) == fits:
+            starts.append(j)
+            seen = set()
+        seen.add(k)
+    return starts
+
+
+def read_groups(sequence, batch: int, fits: int) -> np.ndarray:
+    """For :func:`simulate`'s ``groups``: the read each use of ``sequence`` belongs to when
+    it is read ``batch`` uses at a time, each batch in the parts :func:`read_starts`
+    gives."""
+    seq = np.asarray(sequence, dtype=np.int64)
+    out = np.empty(len(seq), np.int64)
+    group = 0
+    for lo in range(0, len(seq), batch):
+        part = seq[lo:lo + batch]
+        starts = read_starts(part, fits) + [len(part)]
+        for a, b in zip(starts[:-1], starts[1:]):
+            out[lo + a:lo + b] = group
+            group += 1
+    return out
+
+
+def simulate(sequence, shard_bytes, limit: int, policy: str = "belady", batch: int = 1, groups=None) -> int:
     """Bytes a cache of ``limit`` bytes fetches serving the shard uses ``sequence`` in
-    order, ``batch`` uses at a time, fetching on a miss and evicting by ``policy`` with the
+    order, ``batch`` uses at a time (or in the reads ``groups`` numbers, one
+    non-decreasing id per use), fetching on a miss and evicting by ``policy`` with the
     whole future known.
 
     A batch's shards are resident together while it is read (a batch read is one call),
@@ -78,7 +110,8 @@ def simulate(sequence, shard_bytes, limit: int, policy: str = "belady", batch: i
     if not len(seq):
         return 0
     n_shards = int(max(seq.max() + 1, len(sizes)))
-    pairs = np.unique((np.arange(len(seq)) // max(batch, 1)) * n_shards + seq)
+    group = np.arange(len(seq)) // max(batch, 1) if groups is None else np.asarray(groups, dtype=np.int64)
+    pairs = np.unique(group * n_shards + seq)
     batches, shards = pairs // n_shards, pairs % n_shards
     later = np.full(len(pairs), len(seq) + 1, dtype=np.int64)  # the next batch using the shard
     order = np.lexsort((batches, shards))

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..formats.base import Reader
 from .consumer import Consumer
+from .policy import read_starts
 
 __all__ = ["CachedReader"]
 
@@ -60,18 +61,8 @@ class CachedReader(Reader):
         """``indices`` in consecutive parts whose shards fit the limit together: a batch
         larger than that is read a part at a time, and the limit still holds."""
         indices = np.asarray(indices, dtype=np.int64)
-        shards = self.consumer.shards_of(indices)
-        fits = self._fits()
-        if len(np.unique(shards)) <= fits:
-            return [indices]
-        parts, seen, lo = [], set(), 0
-        for j, k in enumerate(shards.tolist()):
-            if k not in seen and len(seen) == fits:
-                parts.append(indices[lo:j])
-                seen, lo = set(), j
-            seen.add(k)
-        parts.append(indices[lo:])
-        return parts
+        starts = read_starts(self.consumer.shards_of(indices), self._fits()) + [len(indices)]
+        return [indices[a:b] for a, b in zip(starts[:-1], starts[1:])]
 
     def read_many(self, indices: np.ndarray, fields: Sequence[str] | None = None) -> list:
         out: list = []
