@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..errors import HpcioError
-from ..staging.tiers import bench_tier, config_path, fs_usage, node_local_tier, resolve_tiers
+from ..staging.tiers import bench_tier, fs_usage, node_local_tier, resolve_tiers
 from ..units import format_bytes, parse_bytes
 
 HELP = "list storage tiers (free bytes and inodes, quotas, purge policy); --bench measures bandwidth"
@@ -15,7 +15,9 @@ HELP = "list storage tiers (free bytes and inodes, quotas, purge policy); --benc
 
 def add_arguments(parser) -> None:
     parser.add_argument("names", nargs="*", help="tiers to show (default: every tier with a path)")
-    parser.add_argument("--config", help=f"tier config file (default: $HPCIO_TIERS_CONFIG or {config_path()})")
+    # the rule, not this user's path: docs/cli.md holds this help as committed text
+    parser.add_argument("--config", help="tier config file (default: $HPCIO_TIERS_CONFIG, else "
+                                         "$XDG_CONFIG_HOME/hpcio/tiers.toml, ~/.config/hpcio/tiers.toml when unset)")
     parser.add_argument("--bench", action="store_true",
                         help="measure sequential write and read bandwidth (fsync, page cache dropped)")
     parser.add_argument("--bench-size", default="256M",
