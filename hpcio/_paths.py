@@ -13,7 +13,7 @@ import os
 
 from .errors import PathEscapeError
 
-__all__ = ["check_relative_name", "encodable", "resolve_inside", "is_inside", "listed_inside"]
+__all__ = ["check_relative_name", "encodable", "resolve_inside", "is_inside", "listed_inside", "named_inside"]
 
 
 def check_relative_name(name, *, what: str, source, offset=None, sample=None) -> str:
@@ -100,3 +100,17 @@ def listed_inside(directory, names, *, what: str) -> list[str]:
                                       path=directory)
         out.append(path)
     return out
+
+
+def named_inside(directory, name: str, *, what: str, source) -> str:
+    """The path of the file ``name`` (relative, from an index) under ``directory``,
+    refusing with PathEscapeError one that a symbolic link (the file, or a directory on
+    its way) leads out of ``directory``.  Only a name with a directory in it, or a file
+    that is a link, is resolved: a plain shard costs one ``lstat``."""
+    directory = os.fspath(directory)
+    path = os.path.join(directory, name)
+    if "/" in name or os.path.islink(path):
+        real_root, real = os.path.realpath(directory), os.path.realpath(path)
+        if not is_inside(real, real_root) and not _trusted(real_root, real):
+            raise PathEscapeError(f"{what} {name!r} resolves to {real}, outside {real_root}", path=source)
+    return path

@@ -35,3 +35,33 @@ def test_a_shard_linked_out_of_the_dataset_is_refused(tmp_path, fmt):
     shutil.move(target, str(d / "moved"))
     os.symlink("moved", victim)
     assert sum(1 for _ in hpcio.open(str(d))) == 12
+
+
+def test_an_mds_shard_under_a_directory_linked_out_of_the_dataset_is_refused(tmp_path):
+    """MDS names its shards in index.json: a basename under a subdirectory that is a link
+    leaving the dataset is refused when the shard is opened; a plain one costs one lstat."""
+    import json
+
+    d = tmp_path / "data"
+    with hpcio.open_writer(str(d), format="mds", size_limit=1 << 10) as w:
+        for i in range(40):
+            w.write({"id": i, "text": f"t{i}" * 20})
+    index = json.loads((d / "index.json").read_text())
+    assert len(index["shards"]) > 1
+    first = index["shards"][0]["raw_data"]["basename"]
+    os.makedirs(tmp_path / "elsewhere")
+    shutil.move(str(d / first), str(tmp_path / "elsewhere" / first))
+    os.symlink(str(tmp_path / "elsewhere"), str(d / "sub"))
+    index["shards"][0]["raw_data"]["basename"] = f"sub/{first}"
+    (d / "index.json").write_text(json.dumps(index))
+    (d / "index.hpcio").unlink(missing_ok=True)
+    ds = hpcio.open(str(d))
+    assert ds[len(ds) - 1]["id"] == 39  # the other shards read
+    with pytest.raises(PathEscapeError) as err:
+        ds[0]
+    assert str(err.value) == (f"shard file 'sub/{first}' resolves to {tmp_path / 'elsewhere' / first}, outside {d} "
+                              f"({d / 'index.json'})")
+    os.unlink(d / "sub")  # the same name through a directory of its own reads
+    os.makedirs(d / "sub")
+    shutil.move(str(tmp_path / "elsewhere" / first), str(d / "sub" / first))
+    assert [s["id"] for s in hpcio.open(str(d))] == list(range(40))

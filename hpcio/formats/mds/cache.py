@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..._paths import named_inside
 from ..._published import Version
 from ...errors import CorruptShardError, ShardNotFoundError, TruncatedShardError
 from .compression import _FAST_HASHES, _digest
@@ -162,7 +163,8 @@ class ShardCache:
     def file(self, info: _ShardInfo) -> str:
         """The path of ``info``'s file, which must exist; the counts of the shards before
         it are checked first."""
-        path = os.path.join(self.directory, info.file_basename)
+        path = named_inside(self.directory, info.file_basename, what="shard file",
+                            source=os.path.join(self.directory, info.source))
         if not os.path.isfile(path):
             raise ShardNotFoundError(
                 f"shard file {info.file_basename} named by {info.source} is missing", path=path
