@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._published import Version
 from ..errors import (
     CapabilityError,
     CorruptShardError,
@@ -219,6 +220,8 @@ class Reader(BatchReader):
         super().__init__(path)
         self.paths = list_files(self.path)
         validate_files(self.paths, validate_hashes)
+        # a staged dataset staged again is not read across its versions
+        self.version = Version(os.path.dirname(self.paths[0])) if self.paths else None
         n = len(self.paths)
         self.maps: list = [None] * n
         self.files: list = [None] * n
@@ -246,7 +249,10 @@ class Reader(BatchReader):
         try:
             size = os.fstat(f.fileno()).st_size
             self.maps[k] = _io.map_file(f.fileno()) if size else b""
+            if self.version is not None:
+                self.version.check(self.paths[k])
         except BaseException:
+            self.maps[k] = None
             f.close()
             raise
         self.files[k] = f

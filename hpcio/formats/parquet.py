@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .. import tuning
+from .._published import Version
 from ..errors import (
     CorruptShardError,
     DecodeError,
@@ -384,6 +385,7 @@ class Reader(BatchReader):
         # all: then each file is opened on its first read, and its footer checked then.
         layouts = _manifest.recorded_layouts(self.paths)
         self.layouts = layouts if all(entry is not None for entry in layouts) else None
+        self.version = Version(os.path.dirname(self.paths[0]) if self.paths else self.path)  # opened lazily
         self.files: list = [None] * len(self.paths)  # a file's ParquetFile, once opened
         self.groups = []  # (file index, row group in the file)
         counts: list[int] = []
@@ -436,6 +438,7 @@ class Reader(BatchReader):
             raise CorruptShardError(f"not a readable Parquet file: {exc}", path=p) from None
         if self.layouts is not None:
             try:
+                self.version.check(p)
                 _manifest.check_footer(f, self.layouts[k], p, int(self.cum[self.first_group[k]]))
             except BaseException:
                 f.close()

@@ -3,6 +3,8 @@ reading the shards it has open from the old version and refuses to open one more
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import hpcio
@@ -12,31 +14,35 @@ from hpcio.staging import stage
 NO_TIERS: dict = {}
 
 
-def write_version(path, tag: bytes):
-    """An MDS dataset of 2 shards whose every sample holds ``tag``: two versions written
+OPTIONS = {"mds": {"size_limit": 1 << 12}, "webdataset": {"max_count": 20}, "msgpack": {"max_count": 20},
+           "parquet": {"max_count": 20, "row_group_size": 10}}
+
+
+def write_version(path, tag: bytes, fmt: str = "mds"):
+    """A dataset of several files whose every sample holds ``tag``: two versions written
     with different tags have the same sizes."""
-    with hpcio.open_writer(path, format="mds", size_limit=1 << 12, overwrite=True) as w:
+    shutil.rmtree(path, ignore_errors=True)
+    with hpcio.open_writer(path, format=fmt, **OPTIONS[fmt]) as w:
         for i in range(64):
             w.write({"id": i, "tag": tag * 100})
 
 
-def test_a_reader_keeps_the_old_version_or_refuses_to_mix(tmp_path):
+@pytest.mark.parametrize("fmt", sorted(OPTIONS))
+def test_a_reader_keeps_the_old_version_or_refuses_to_mix(tmp_path, fmt):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    write_version(src, b"A")
+    write_version(src, b"A", fmt)
     stage(src, dst, threads=1, tiers=NO_TIERS, progress=False)
     ds = hpcio.open(dst)
     assert len(ds.reader.shard_sizes()) >= 2
-    first = ds[0]  # opens shard 0
-    assert first["tag"] == b"A" * 100
-    write_version(src, b"B")  # a new version, every file the same size
+    assert ds[0]["tag"] == b"A" * 100  # opens the first file
+    write_version(src, b"B", fmt)  # a new version, every file the same size
     stage(src, dst, threads=1, tiers=NO_TIERS, progress=False)
-    assert ds[1]["tag"] == b"A" * 100  # shard 0 is open: still the old version, whole
+    assert ds[1]["tag"] == b"A" * 100  # the first file is open: still the old version, whole
     with pytest.raises(DatasetChangedError) as info:
-        ds[len(ds) - 1]  # the last shard, not opened before the new version landed
-    assert str(info.value) == (
+        ds[len(ds) - 1]  # the last file, not opened before the new version landed
+    assert str(info.value).startswith(
         "the dataset was staged again since this reader opened it: this shard may be of the new version and "
-        "the samples read so far of the old one; open the dataset again to read the new version "
-        f"({ds.reader.cache.file(ds.reader.shards[-1])})")
+        f"the samples read so far of the old one; open the dataset again to read the new version ({dst}")
     assert {s["tag"] for s in hpcio.open(dst)} == {b"B" * 100}  # opened again: the new version, whole
 
 

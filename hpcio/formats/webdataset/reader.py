@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from ..._paths import listed_inside
+from ..._published import Version
 from ...errors import CapabilityError, CorruptShardError, KeyNotFoundError, ShardNotFoundError, TruncatedShardError
 from .. import _nested
 from .._checksums import MANIFEST_NAME, recorded_samples, validate_files
@@ -56,8 +57,9 @@ class _Shard:
     _OPENED = ("file", "map", "fd", "mapped_size", "_check_mapped_size")
 
     def __init__(self, path: str, key_dots: int, cache_dir: str | None = None,
-                 samples: int | None = None):
+                 samples: int | None = None, version: Version | None = None):
         self.path = path
+        self.version = version
         self.key_dots = key_dots
         self.cache_dir = cache_dir
         self.recorded = samples
@@ -88,6 +90,8 @@ class _Shard:
             raise
         self.file = file
         self.fd, self.mapped_size, self._check_mapped_size = file.fileno(), size, _io.check_mapped_size
+        if self.version is not None:
+            self.version.check(path)  # a staged dataset staged again since it was opened
 
     def __getattr__(self, name):
         # only reached while an attribute the open or the scan sets is missing
@@ -214,8 +218,9 @@ class Reader(_Reader):
         try:
             paths = list_shards(path)
             validate_files(paths, validate_hashes)
+            version = Version(os.path.dirname(paths[0])) if paths else None
             for p, samples in zip(paths, recorded_samples(paths)):
-                self.shards.append(_Shard(p, key_dots, cache_dir, samples))
+                self.shards.append(_Shard(p, key_dots, cache_dir, samples, version))
         except BaseException:
             self.close()
             raise
