@@ -10,13 +10,14 @@ views hold an index array.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .columns import VarColumn
 from .distributed.order import Arange, Composed, GlobalOrder, IndexMap, at, take
-from .errors import DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgumentError, WrongTypeError
+from .errors import CapabilityError, DecodeError, HpcioError, IndexOutOfRangeError, InvalidArgumentError, WrongTypeError
 from .formats.base import DEFAULT_BATCH, Reader
 from .options import check_reader_options, check_writer_options
 from .registry import get_format, sniff_format
@@ -345,7 +346,9 @@ def open(path: str | os.PathLike, format: str | None = None, *, cache=None, **op
     ``options`` go to the format's reader (e.g. ``cache_dir=`` for whole-shard
     compressed MDS, ``lazy=`` for JINX).  ``cache``, a :class:`hpcio.NodeCache`, reads
     the shards through a bounded node-local copy of them (see :doc:`staging`); without
-    one, ``$HPCIO_NODE_CACHE`` names the cache's directory for formats that can use one.
+    one, ``$HPCIO_NODE_CACHE`` names the cache's directory for formats that can use one;
+    a dataset that such a cache cannot read (:meth:`Reader.check_node_cache`) is then
+    read directly, with a warning saying why.
     """
     apply_freed_heap()  # only if the user opted in: hpcio.tune(keep_freed_heap=True)
     module = get_format(format) if format else sniff_format(path)
@@ -353,7 +356,12 @@ def open(path: str | os.PathLike, format: str | None = None, *, cache=None, **op
     if cache is None and os.environ.get("HPCIO_NODE_CACHE") and module.Reader.files_of_shards is not Reader.files_of_shards:
         from .nodecache import from_environment
 
-        cache = from_environment()
+        try:
+            module.Reader.check_node_cache(path, options)
+            cache = from_environment()
+        except CapabilityError as exc:  # the job script's cache, not the user's call: read in place
+            warnings.warn(f"not reading {os.fspath(path)} through the node cache $HPCIO_NODE_CACHE names: "
+                          f"{' '.join(str(exc).split())}", stacklevel=2)
     if cache is not None:
         from .nodecache import NodeCache
 

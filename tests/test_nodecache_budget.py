@@ -141,3 +141,27 @@ def test_a_finished_pass_pins_no_shard(tmp_path):
         assert ds[i]["id"] == i
     stats = cache.stats()
     assert stats["over_limit"] == 0 and stats["resident_bytes"] <= cache.limit
+
+
+def test_the_environment_s_cache_reads_what_it_can_and_says_what_it_cannot(tmp_path, monkeypatch):
+    """$HPCIO_NODE_CACHE turns a cache on for a script that does not name one: a dataset
+    that cache cannot read (Parquet written by pyarrow) is read in place, with a warning."""
+    import warnings
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    mds = write_mds(tmp_path / "a", 64, 0)
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"id": list(range(10))}), tmp_path / "pq" / "part-0.parquet")
+    monkeypatch.setenv("HPCIO_NODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HPCIO_NODE_CACHE_LIMIT", "1MB")
+    with hpcio.open(mds) as through:
+        assert through.reader.consumer is not None and through[3]["id"] == 3  # through the cache
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = hpcio.open(tmp_path / "pq")
+    assert [s["id"] for s in ds] == list(range(10))
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith(
+        f"not reading {tmp_path / 'pq'} through the node cache $HPCIO_NODE_CACHE names: "), said
