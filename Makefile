@@ -1,16 +1,22 @@
 # make demo   generate demo data, write it as shards, read it back (samples/s table)
 # make lint   ruff, mypy over hpcio/, stubtest of the _core stubs, the size check, and the
 #             tests of the habits (typed errors, paths named in docs); first in CI
-# make test   the test suite (without the interop, slow and benchmark tests)
+# make test   the test suite: every test but those marked interop, slow, bench, openmpi,
+#             slurm and wheel (PYTEST_DEFAULT_MARKS)
 # make test-interop  the interop tests, in the cached Python 3.12 reference environment
 # make test-bench    the benchmark smoke runs (asv --quick, peers, DataLoader sweep)
 # make test-openmpi  conversion and staging under Debian's Open MPI, against the mpich wheel
 # make test-slurm    every slurm/ script submitted to a real Slurm started on this machine
 #                    (tools/slurm/cluster.sh; needs root), which is stopped afterwards
+# make wheel         the manylinux wheel in dist/ (tools/wheel.sh: python -m build, then
+#                    auditwheel repair bundles C-Blosc2 into hpcio.libs/), built in a
+#                    venv of its own, build/wheel-env, without torch
+# make test-wheel    make wheel, then that wheel installed into a fresh venv where no
+#                    compiler or pkg-config is on the PATH, and the demo run from it
 # make fuzz          the C kernels' libFuzzer targets built (clang, ASan, UBSan) and the
 #                    Python parsers' atheris targets, every committed input replayed, then
 #                    each target fuzzed for FUZZ_SECONDS
-# Each target sets up .venv first (tools/setup.sh; fast when already done).
+# Each target but wheel sets up .venv first (tools/setup.sh; fast when already done).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,9 +24,9 @@ HPCIO_INTEROP_ENV ?= $(HOME)/.cache/hpcio/interop-py312
 export HPCIO_INTEROP_ENV
 HPCIO_OPENMPI_ENV ?= $(HOME)/.cache/hpcio/openmpi-py311
 export HPCIO_OPENMPI_ENV
-PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi and not slurm
+PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi and not slurm and not wheel
 
-.PHONY: setup lint demo test test-interop test-bench test-openmpi test-slurm fuzz docs clean
+.PHONY: setup lint demo test test-interop test-bench test-openmpi test-slurm wheel test-wheel fuzz docs clean
 
 setup:
 	VENV=$(VENV) tools/setup.sh
@@ -61,6 +67,13 @@ test-slurm: setup
 	eval "$$(tools/slurm/cluster.sh env)" && HPCIO_REQUIRE_SLURM=1 $(PY) -m pytest -m slurm tests/test_slurm.py; \
 		status=$$?; tools/slurm/cluster.sh stop; exit $$status
 
+# Its own build venv (build/wheel-env), not .venv: building the wheel needs no torch.
+wheel:
+	tools/wheel.sh
+
+test-wheel: setup wheel
+	HPCIO_REQUIRE_WHEEL=1 $(PY) -m pytest -m wheel
+
 FUZZ_SECONDS ?= 20
 fuzz: setup
 	PY=$(PY) FUZZ_CI_SECONDS=$(FUZZ_SECONDS) tools/fuzz.sh ci
@@ -69,4 +82,4 @@ docs: setup
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf site build .pytest_cache
+	rm -rf site build dist .pytest_cache
