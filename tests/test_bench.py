@@ -27,7 +27,12 @@ def _env(**extra):
     return env
 
 
-def _bench(tmp_path, *args, timeout=300, interop_python=None):
+# A hang guard, not a budget: the default-suite smoke runs take about 30 s alone on 2
+# cores and over 130 s beside four busy processes, so the limit is many times that.
+BENCH_TIMEOUT_S = 1800
+
+
+def _bench(tmp_path, *args, timeout=BENCH_TIMEOUT_S, interop_python=None):
     out = tmp_path / "report"
     cmd = [sys.executable, "-m", "hpcio.cli.main", "bench", "--out", str(out), "--data", str(tmp_path / "data"),
            "--text-samples", "300", "--vlm-samples", "30", "--repeats", "1", *args]
