@@ -129,6 +129,28 @@ def test_a_shard_size_rewritten_in_the_index_is_refused_before_later_shards_are_
         ds[len(ds) - 1]
 
 
+def test_a_compressed_shard_whose_zip_data_size_is_wrong_is_refused_and_verify_says_so(tmp_path):
+    """``zip_data.bytes`` is trusted only once the file has that size: the one shard of
+    a whole-shard compressed dataset is checked too, not only the shards before another."""
+    from hpcio.errors import TruncatedShardError
+
+    path = tmp_path / "z"
+    with hpcio.open_writer(path, format="mds", compression="zstd") as w:
+        for i in range(20):
+            w.write({"id": i, "text": "x" * 50})
+    index = json.load(open(path / "index.json"))
+    entry = index["shards"][0]["zip_data"]
+    size = entry["bytes"]
+    entry["bytes"] += 7
+    json.dump(index, open(path / "index.json", "w"))
+    (path / "index.hpcio").unlink(missing_ok=True)
+    message = f"shard is {size} bytes, index.json says {size + 7}"
+    with pytest.raises(TruncatedShardError, match=message):
+        hpcio.open(path)[0]
+    report = mds.verify(str(path))
+    assert not report["ok"] and [message in str(e) for e in report["errors"]] == [True]
+
+
 def test_hdf5_chunks_carry_a_fletcher32_checksum(tmp_path):
     import h5py
 

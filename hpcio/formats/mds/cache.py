@@ -223,8 +223,7 @@ class ShardCache:
     def decompress_shard(self, info: _ShardInfo, path: str) -> bytes:
         with open(path, "rb") as f:
             data = f.read()
-        if self.compact and len(data) != info.zip_bytes:
-            # unprotected indexes had the size checked with the counts (_check_counts_before)
+        if len(data) != info.zip_bytes:  # the file as index.json sizes it, before it is trusted
             cls = TruncatedShardError if len(data) < info.zip_bytes else CorruptShardError
             raise cls(f"shard is {len(data)} bytes, {info.source} says {info.zip_bytes}", path=path,
                       offset=min(len(data), info.zip_bytes))
