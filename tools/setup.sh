@@ -5,13 +5,15 @@
 #
 # Environment: PYTHON (interpreter for a new venv, default python3), VENV (default
 # .venv), HPCIO_DEBUG / HPCIO_SANITIZE (build switches; part of the rebuild key),
-# HPCIO_EXTRAS (further extras whose requirements to install, e.g. bench).
+# HPCIO_EXTRAS (further extras whose requirements to install, e.g. bench),
+# HPCIO_TORCH_INDEX (the index of torch's CPU builds, tried first; empty: PyPI's build).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
+TORCH_INDEX=${HPCIO_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
 STAMP="$VENV/.hpcio-build-stamp"
 
 say() { printf 'setup: %s\n' "$*"; }
@@ -71,8 +73,28 @@ for pin in sys.argv[1:]:
     assert version(name).split("+")[0] == want
 PYEOF
 then
-    say "installing ${TORCH_PINS[*]}"
-    "$PY" -m pip install -q "${TORCH_PINS[@]}"
+    # The CPU builds where their index has the pins: on x86_64, PyPI's torch is the CUDA
+    # build, whose nvidia-* and triton packages add about 4 GB to the venv for nothing
+    # that the demo or the tests run.  Elsewhere (no such index reached) PyPI's build.
+    cpu_pins=()
+    if [ -n "$TORCH_INDEX" ] && [ "$(uname -m)" = x86_64 ] \
+       && "$PY" - "$TORCH_INDEX" "${TORCH_PINS[@]}" <<'PYEOF' >/dev/null 2>&1
+import sys, urllib.request
+index = sys.argv[1].rstrip("/")
+for pin in sys.argv[2:]:
+    name, want = pin.split("==")
+    page = urllib.request.urlopen(f"{index}/{name}/", timeout=20).read().decode()
+    assert f"{name}-{want}%2Bcpu-" in page or f"{name}-{want}+cpu-" in page
+PYEOF
+    then
+        for pin in "${TORCH_PINS[@]}"; do cpu_pins+=("$pin+cpu"); done
+        say "installing ${cpu_pins[*]} (CPU builds, from $TORCH_INDEX)"
+        "$PY" -m pip install -q --extra-index-url "$TORCH_INDEX" "${cpu_pins[@]}"
+    else
+        say "installing ${TORCH_PINS[*]} from the default index (${TORCH_INDEX:-HPCIO_TORCH_INDEX} has" \
+            "no CPU build of them or cannot be reached; on x86_64 this is the CUDA build)"
+        "$PY" -m pip install -q "${TORCH_PINS[@]}"
+    fi
 fi
 
 # --- 4. hpcio, editable, with the test extra (compiles the kernels) ----------------------
@@ -114,7 +136,33 @@ with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 PYEOF
     "$PY" -m pip install -q -r "$VENV/.hpcio-build-requires"
-    "$PY" -m pip install -q --no-build-isolation -e '.[test]'
+    # The test extra's requirements (quiet), then the compile with a line per extension
+    # and per C file: it takes minutes, and `pip -q` would show nothing until the end.
+    "$PY" - <<'PYEOF' > "$VENV/.hpcio-test-requires"
+import re, tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+extras = project["optional-dependencies"]
+def expand(reqs):  # "hpcio[codecs,formats]" stands for those extras' requirements
+    for req in reqs:
+        own = re.fullmatch(r"hpcio\[(.*)\]", req)
+        if own is None:
+            yield req
+        else:
+            for name in own.group(1).split(","):
+                yield from expand(extras[name.strip()])
+print("\n".join(dict.fromkeys(expand(project["dependencies"] + extras["test"]))))
+PYEOF
+    "$PY" -m pip install -q -r "$VENV/.hpcio-test-requires"
+    say "compiling the kernels (full log: $VENV/.hpcio-build.log)"
+    if ! PYTHONUNBUFFERED=1 "$PY" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 \
+        | tee "$VENV/.hpcio-build.log" \
+        | sed -nu -e "s/^ *building '\([^']*\)' extension.*/setup:   \1/p" \
+                  -e 's/^ *[^ ]*\(gcc\|cc\|clang\)[^ ]* .* -c \([^ ]*\) .*/setup:     \2/p'; then
+        echo "setup: compiling hpcio failed; the end of $VENV/.hpcio-build.log:" >&2
+        tail -n 40 "$VENV/.hpcio-build.log" >&2
+        exit 1
+    fi
     installed_here || {
         echo "setup: hpcio installed, but its compiled core does not import:" >&2
         "$PY" -c 'import hpcio._core; hpcio._core.load_all()' >&2 || true
