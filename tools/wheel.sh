@@ -23,8 +23,11 @@ RAW="$BUILD/dist"
 
 say() { printf 'wheel: %s\n' "$*"; }
 
-if ! "$ENV_DIR/bin/python" -c 'import sys' >/dev/null 2>&1; then
+# Kept while it is a venv of the same interpreter as PYTHON (the wheel is for that one).
+want=$("$PYTHON" -c 'import sys; print(sys.version)')
+if [ "$("$ENV_DIR/bin/python" -c 'import sys; print(sys.version)' 2>/dev/null)" != "$want" ]; then
     say "creating $ENV_DIR with $("$PYTHON" --version 2>&1)"
+    rm -rf "$ENV_DIR"
     "$PYTHON" -m venv "$ENV_DIR"
 fi
 PY="$ENV_DIR/bin/python"
