@@ -1,8 +1,10 @@
 """Every command and Python snippet in README.md and docs/**/*.md runs.
 
 Fenced blocks labelled ``bash``, ``sh`` or ``python`` are executed, in page order, in one
-temporary directory per page (a page's blocks build on one another; its Python blocks share
-one namespace, in one fresh interpreter). Blocks labelled ``text``, ``json`` or ``toml``
+temporary directory per page, as a reader copies them into one terminal and one Python
+session: a page's blocks build on one another, its Python blocks share one namespace in
+one fresh interpreter, and each shell block starts in the page's directory with the
+variables earlier shell blocks exported. Blocks labelled ``text``, ``json`` or ``toml``
 show output, layouts or configuration and are not run; an unlabelled block fails the test,
 so no command hides from it.
 
@@ -22,6 +24,7 @@ HTML comments directly above a fence tell the test what a reader need not see:
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import signal
@@ -110,17 +113,36 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+# The start of a page's program. A reader's terminal keeps what a block exports: each shell
+# block's exported variables, dumped when it exits, are the environment of the blocks after it.
+PRELUDE = """\
+import os, subprocess, sys, tempfile
+ns = {'__name__': '__main__'}
+KEEP_OUT = {'PWD', 'OLDPWD', 'SHLVL', '_', 'DOC_ENV_OUT'}
+def shell(code, where):
+    fd, dump = tempfile.mkstemp(prefix='.doc-env-')
+    os.close(fd)
+    env = dict(os.environ, DOC_ENV_OUT=dump)
+    code = 'trap \\'env -0 > "$DOC_ENV_OUT"\\' EXIT\\n' + code
+    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', code], env=env)
+    with open(dump, 'rb') as f:
+        items = [item.decode().partition('=') for item in f.read().split(b'\\0') if item]
+    os.unlink(dump)
+    if proc.returncode:
+        sys.exit(f'{where}: exit status {proc.returncode}')
+    if not items:  # the block replaced the trap: keep the environment as it was
+        return
+    exported = {k: v for k, _, v in items if k not in KEEP_OUT}
+    for k in [k for k in os.environ if k not in exported and k not in KEEP_OUT]:
+        del os.environ[k]
+    os.environ.update(exported)\
+"""
+
+
 def _script(page_blocks: list[Block], tier: str) -> str:
     """One Python program running the page's blocks of ``tier`` (and lower) in order."""
     wanted = TIERS[: TIERS.index(tier) + 1]
-    lines = [
-        "import subprocess, sys",
-        "ns = {'__name__': '__main__'}",
-        "def shell(code, where):",
-        "    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', code])",
-        "    if proc.returncode:",
-        "        sys.exit(f'{where}: exit status {proc.returncode}')",
-    ]
+    lines = [PRELUDE]
     for block in page_blocks:
         kind = RUN.get(block.language)
         if kind is None or block.tier not in wanted:
@@ -144,11 +166,13 @@ def _cases():
 
 
 def _run_page(page: Path, tier: str, tmp_path: Path) -> None:
-    for name in ("slurm", "tools"):  # the pages' commands name these paths of a clone
+    # a reader runs the pages from a clone's root: these are the paths of one that they name
+    for name in ("slurm", "tools", "asv_bench", "hpcio"):
         (tmp_path / name).symlink_to(ROOT / name)
     script = tmp_path / "doc_blocks.py"
     script.write_text(_script(blocks(page), tier), encoding="utf-8")
-    env = dict(os.environ, HPCIO_REPO=str(ROOT),
+    # USER too, which every login shell has and a CI job may not (`/local/$USER`)
+    env = dict(os.environ, HPCIO_REPO=str(ROOT), USER=os.environ.get("USER") or getpass.getuser(),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     # its own session, so a timeout ends the page's DataLoader workers and servers too
