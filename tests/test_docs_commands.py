@@ -1,24 +1,30 @@
-"""Every command and Python snippet in README.md and docs/**/*.md runs.
+"""Every command and Python snippet in README.md and docs/**/*.md runs as a reader runs it.
 
 Fenced blocks labelled ``bash``, ``sh`` or ``python`` are executed, in page order, in one
 temporary directory per page, as a reader copies them into one terminal and one Python
 session: a page's blocks build on one another, its Python blocks share one namespace in
 one fresh interpreter, and each shell block starts in the page's directory with the
 variables earlier shell blocks exported. Blocks labelled ``text``, ``json`` or ``toml``
-show output, layouts or configuration and are not run; an unlabelled block fails the test,
-so no command hides from it.
+show output, layouts or configuration and are not run; an unlabelled block fails the
+test, so no command hides from it.
 
-HTML comments directly above a fence tell the test what a reader need not see:
+Nothing a reader does not see is run: whatever a snippet needs (data, ``rank``, an
+import) is made by an earlier block of its page or by lines of the block itself. HTML
+comments directly above a fence only say how far the test runs a block:
 
-* ``<!-- test: setup ... -->`` code (in the block's language) run before the block, to
-  define what the snippet takes as given (``rank``, a ``jpeg_bytes``);
-* ``<!-- test: replace OLD => NEW -->`` shrinks a size or points a path into the test
-  directory;
+* ``<!-- test: replace OLD => NEW -->`` edits the block before it runs. Only for what has
+  no honest small form (a cluster's partition names; the clone a command runs in, which
+  the test's directory is not): the page says in visible text next to the block what a
+  reader changes, and ``test_few_replacements`` bounds their number. Sizes and paths
+  are not replaced: a block shows what runs here in seconds, and says how to scale up;
 * ``<!-- test: slow REASON -->`` runs the block in the ``slow`` suite only;
 * ``<!-- test: slurm REASON -->`` runs it in the ``slurm`` suite only, with a running Slurm
   (``tools/slurm/cluster.sh``, see tests/test_slurm.py);
 * ``<!-- test: skip REASON -->`` never runs it: a few commands that cannot run on a test
-  machine (installing into the environment, a site's module system); each says why.
+  machine (installing into the environment, a site's module system).
+
+The page says in visible text, too, why a ``slow``, ``slurm`` or ``skip`` block is not run
+here; the comment only tells the test.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +48,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN = {"bash": "shell", "sh": "shell", "python": "python"}
 SHOWN = {"text", "json", "toml"}
 TIERS = ("default", "slow", "slurm")
+# At most this many 'test: replace' comments over all pages (see test_few_replacements).
+MAX_REPLACEMENTS = 3
 # A command a block of output must not start with: such a block is a command to run.
 COMMAND_WORDS = ("hpcio ", "$ ", "make ", "sbatch ", "srun ", "mpiexec ", "pip ", "python ")
 
@@ -58,7 +65,6 @@ class Block:
     code: str
     tier: str = "default"
     reason: str = ""
-    setup: list[str] = field(default_factory=list)
     replacements: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -70,7 +76,7 @@ class Block:
         for old, new in self.replacements:
             assert old in code, f"{self.where}: 'replace {old}' matches nothing"
             code = code.replace(old, new)
-        return "\n".join([*self.setup, code])
+        return code
 
 
 def _directives(text: str, fence_start: int) -> list[tuple[str, str]]:
@@ -91,12 +97,14 @@ def _apply(block: Block, name: str, value: str) -> None:
     if name in ("skip", "slow", "slurm"):
         assert value, f"{block.where}: 'test: {name}' needs a reason"
         block.tier, block.reason = name, value
-    elif name == "setup":
-        block.setup.append(textwrap.dedent(value))
     elif name == "replace":
         old, sep, new = value.partition(" => ")
         assert sep, f"{block.where}: write 'replace OLD => NEW'"
         block.replacements.append((old, new))
+    elif name == "setup":
+        # hidden set-up passes where a reader fails (a NameError, a missing file)
+        raise AssertionError(f"{block.where}: no hidden 'test: setup': make what the block needs "
+                             "in a visible block above it, or in the block itself")
     else:
         raise AssertionError(f"{block.where}: unknown directive 'test: {name}'")
 
@@ -157,7 +165,11 @@ def _script(page_blocks: list[Block], tier: str) -> str:
 
 def _cases():
     for page in PAGES:
-        page_blocks = blocks(page)
+        try:
+            page_blocks = blocks(page)
+        except AssertionError:  # a bad directive: the page's test fails, saying which
+            yield pytest.param(page, "default", id=f"{page.relative_to(ROOT)}-default")
+            continue
         tiers = {b.tier for b in page_blocks if b.language in RUN}
         for tier in TIERS:
             if tier == "default" and any(t in ("default", "slow") for t in tiers) or tier in tiers:
@@ -213,6 +225,13 @@ def test_every_block_is_labelled(page):
 def test_few_blocks_are_skipped():
     skipped = [b for page in PAGES for b in blocks(page) if b.tier == "skip"]
     assert len(skipped) <= 8, [b.where for b in skipped]
+
+
+def test_few_replacements():
+    """A replacement runs what a reader does not: each one left is named on its page (a
+    cluster's partitions, the clone a command runs in), and there are few."""
+    replaced = [(b.where, old) for page in PAGES for b in blocks(page) for old, _ in b.replacements]
+    assert len(replaced) <= MAX_REPLACEMENTS, replaced
 
 
 # ---- the "Coming from" page names only what exists --------------------------------
