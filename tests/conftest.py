@@ -173,3 +173,21 @@ def row_group_reads(monkeypatch) -> list:
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
     return reads
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """The shard (cache unit) of every copy a node cache's Store makes, in order (fetches
+    ahead included)."""
+    from hpcio.nodecache.store import Store
+
+    shards = []
+    copy_in = Store.copy_in
+
+    def counted(self, k):
+        got = copy_in(self, k)
+        shards.append(k)
+        return got
+
+    monkeypatch.setattr(Store, "copy_in", counted)
+    return shards

@@ -15,7 +15,6 @@ import pytest
 
 import hpcio
 from hpcio.errors import CapabilityError
-from hpcio.nodecache.store import Store
 
 
 def write_webdataset(path, n=400, hashes=None):
@@ -29,21 +28,6 @@ def write_webdataset(path, n=400, hashes=None):
 def shard_sizes_on_disk(path):
     files = hpcio.open(path).reader.files_of_shards()
     return np.array([sum(os.path.getsize(f.path) for f in shard) for shard in files])
-
-
-@pytest.fixture
-def fetched(monkeypatch):
-    """The shard of every copy a Store makes, in order (fetches ahead included)."""
-    shards = []
-    copy_in = Store.copy_in
-
-    def counted(self, k):
-        got = copy_in(self, k)
-        shards.append(k)
-        return got
-
-    monkeypatch.setattr(Store, "copy_in", counted)
-    return shards
 
 
 def open_files_under(*tops):

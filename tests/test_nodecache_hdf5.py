@@ -13,7 +13,7 @@ import pytest
 
 import hpcio
 from hpcio.errors import CapabilityError, ChecksumMismatchError, CorruptShardError, ExternalStorageError
-from tests.test_nodecache_formats import check_reads_through_the_cache, fetched, open_files_under  # noqa: F401
+from tests.test_nodecache_formats import check_reads_through_the_cache, open_files_under
 
 h5py = pytest.importorskip("h5py")
 
@@ -62,7 +62,7 @@ def test_the_writer_records_each_file_and_leaves_the_files_as_they_were(tmp_path
         assert (entry["samples"], entry["fields"]) == (layout["num_samples"], layout["fields"]) == (80, layout["fields"])
 
 
-def test_hdf5_reads_through_the_cache_match_direct_reads(tmp_path, fetched):  # noqa: F811
+def test_hdf5_reads_through_the_cache_match_direct_reads(tmp_path, fetched):
     path = write_hdf5(tmp_path / "remote")
     cache, ds = check_reads_through_the_cache(path, tmp_path / "cache", fetched)
     # evicted files were closed (once the next read saw the evictions): nothing held is

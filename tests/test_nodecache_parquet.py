@@ -18,7 +18,7 @@ import hpcio
 from hpcio.errors import CapabilityError, ChecksumMismatchError, CorruptShardError
 from hpcio.formats.base import ShardFile
 from hpcio.nodecache import _release_units, _units
-from hpcio.nodecache.store import Store
+from test_nodecache_formats import open_files_under
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -37,21 +37,6 @@ def write_parquet(path, hashes=None):
 
 def parquet_files(path):
     return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".parquet"))
-
-
-@pytest.fixture
-def fetched(monkeypatch):
-    """The cache unit of every copy a Store makes, in order (fetches ahead included)."""
-    units = []
-    copy_in = Store.copy_in
-
-    def counted(self, k):
-        got = copy_in(self, k)
-        units.append(k)
-        return got
-
-    monkeypatch.setattr(Store, "copy_in", counted)
-    return units
 
 
 @pytest.fixture
@@ -78,19 +63,6 @@ def opened(monkeypatch):
 
     monkeypatch.setattr(pq, "ParquetFile", Noted)
     return paths
-
-
-def open_files_under(*tops):
-    """Targets of this process's descriptors and maps under ``tops``."""
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            out.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            continue
-    with open("/proc/self/maps") as f:
-        out += [line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6]
-    return sorted({t for t in out if any(t.startswith(top) for top in tops)})
 
 
 def _refused(path, cache_dir, message, **options):

@@ -17,7 +17,6 @@ import hpcio
 from hpcio._hashing import file_digest
 from hpcio.errors import CapabilityError, ChecksumMismatchError, PathEscapeError, ShardChangedError
 from hpcio.formats import _zarr_files, zarr as zfmt
-from hpcio.nodecache.store import Store
 
 # tests/ is on sys.path (no __init__.py): the helpers the other formats' cache tests use
 from test_nodecache_formats import check_reads_through_the_cache, open_files_under
@@ -57,21 +56,6 @@ def convert_parts(path):
 def store(request, tmp_path):
     make = write_parts if request.param == "writers" else convert_parts
     return make(tmp_path / "remote")
-
-
-@pytest.fixture
-def fetched(monkeypatch):
-    """The shard of every copy a Store makes, in order (fetches ahead included)."""
-    shards = []
-    copy_in = Store.copy_in
-
-    def counted(self, k):
-        got = copy_in(self, k)
-        shards.append(k)
-        return got
-
-    monkeypatch.setattr(Store, "copy_in", counted)
-    return shards
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import os
 import socket
 import time
 
+from .._processes import alive
 from ..errors import ConversionLockedError
 
 __all__ = ["OutputLock", "lock_path"]
@@ -79,7 +80,7 @@ class OutputLock:
             except FileExistsError:
                 with open(self.path, "rb") as f:
                     holder = _parse(f.read())
-                if holder.get("host") == socket.gethostname() and not _alive(holder.get("pid")):
+                if holder.get("host") == socket.gethostname() and not alive(holder.get("pid")):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.path)  # its holder died on this host
                     continue
@@ -141,15 +142,3 @@ def _parse(data: bytes) -> dict:
     except ValueError:
         return {}
     return record if isinstance(record, dict) else {}
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -90,6 +90,17 @@ class Manifest:
         files.update(self.files)
         return orjson.dumps({"files": dict(sorted(files.items()))}, option=orjson.OPT_INDENT_2) + b"\n"
 
+    def add_to(self, pending, directory: str) -> None:
+        """Write the ``hashes.json`` of this manifest's files into ``directory`` under a
+        temporary name of ``pending`` (a :class:`~hpcio.formats.base.PendingFiles`),
+        added last so it is published after the files it names (a visible manifest
+        always finds its files)."""
+        target = os.path.join(directory, MANIFEST_NAME)
+        data = self.encode(target)
+        if data is not None:
+            with open(pending.add(target), "wb") as f:
+                f.write(data)
+
 
 def manifest_path(dataset: str, single_file: bool) -> str:
     """Where the manifest of a dataset goes: beside a single file, or in its directory."""

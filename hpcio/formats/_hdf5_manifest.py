@@ -21,10 +21,9 @@ import os
 
 from .._hashing import DEFAULT_HASH, file_digest, new_hash
 from ..errors import CapabilityError, CorruptShardError
-from ._checksums import MANIFEST_NAME, Manifest, recorded_entries, recorded_samples
-from .base import PendingFiles
+from ._checksums import recorded_entries, recorded_samples
 
-__all__ = ["image_entry", "file_entry", "add_manifest", "recorded_layouts", "check_recorded", "open_every_file",
+__all__ = ["image_entry", "file_entry", "recorded_layouts", "check_recorded", "open_every_file",
            "check_node_cache"]
 
 # No HDF5 file of hpcio's holds more samples than this; a count above it is a garbled
@@ -44,17 +43,6 @@ def file_entry(path: str, samples: int, fields: dict) -> dict:
     """The manifest entry of the file at ``path`` (written by HDF5 itself: the mpio driver)."""
     return {"bytes": os.path.getsize(path), "hashes": {DEFAULT_HASH: file_digest(path)}, "samples": samples,
             "fields": fields}
-
-
-def add_manifest(pending: PendingFiles, manifest: Manifest, directory: str) -> None:
-    """Write the ``hashes.json`` of ``manifest``'s files into ``directory`` under a
-    temporary name of ``pending``, added last so that it is published after the files it
-    names (a visible manifest always finds its files)."""
-    target = os.path.join(directory, MANIFEST_NAME)
-    data = manifest.encode(target)
-    if data is not None:
-        with open(pending.add(target), "wb") as f:
-            f.write(data)
 
 
 def plausible_samples(samples: int, size: int | None, file: str | None = None) -> bool:

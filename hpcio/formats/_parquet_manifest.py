@@ -141,14 +141,11 @@ def merge_index(directory, parts, **options) -> None:
         kinds = part["kinds"] if kinds is None else kinds
         if "hashes" in part:
             manifest.files[os.path.basename(path)] = part["hashes"]
-    data = manifest.encode(os.path.join(directory, MANIFEST_NAME))
-    if data is not None:
-        from .base import PendingFiles
+    from .base import PendingFiles
 
-        pending = PendingFiles()
-        with open(pending.add(os.path.join(directory, MANIFEST_NAME)), "wb") as f:
-            f.write(data)
-        pending.publish()
+    pending = PendingFiles()
+    manifest.add_to(pending, directory)
+    pending.publish()
 
 
 def _kind_conflict(kinds: dict, expected: dict) -> str:

@@ -246,7 +246,7 @@ class Writer(_Writer):
             if self.buffer.count or not self.pending:
                 self._write_file()
             if self.shard_id is None:  # under the hook merge_index writes every shard's entry
-                _hdf5_manifest.add_manifest(self.pending, self.manifest, self.path)
+                self.manifest.add_to(self.pending, self.path)
             self.pending.publish()
 
     def abort(self) -> None:
@@ -305,7 +305,7 @@ def merge_index(directory, parts, **options) -> None:
             raise SchemaError(_layout.field_conflict(part["fields"], fields), path=path)
         fields = part["fields"] if fields is None else fields
     pending = PendingFiles()
-    _hdf5_manifest.add_manifest(pending, manifest, directory)
+    manifest.add_to(pending, directory)
     pending.publish()
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._processes import alive
 from ..errors import NodeCacheError
 from .budget import Budget
 from .policy import NEVER, first_uses, victims
@@ -371,7 +372,7 @@ def node_future(store: Store) -> tuple[np.ndarray, np.ndarray]:
         if len(words) < _HEAD:
             continue
         pid, cursor, batch, runs = (int(w) for w in words[:_HEAD])
-        if not _alive(pid):
+        if not alive(pid):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             continue
@@ -382,13 +383,3 @@ def node_future(store: Store) -> tuple[np.ndarray, np.ndarray]:
         np.minimum(next_use, uses, out=next_use)
         pinned |= uses < batch
     return next_use, pinned
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

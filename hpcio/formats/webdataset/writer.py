@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ..._paths import check_relative_name, resolve_inside
 from ...errors import OptionError, SchemaError, ShardNotFoundError, UnsupportedValueError
 from .. import _nested
-from .._checksums import MANIFEST_NAME, Manifest, manifest_path
+from .._checksums import Manifest, manifest_path
 from ..base import FileWriter, PendingFiles
 from .members import member_suffix
 
@@ -166,9 +166,6 @@ def merge_index(directory, parts, **options) -> None:
             raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)
         if "hashes" in part:
             manifest.files[os.path.basename(path)] = part["hashes"]
-    data = manifest.encode(os.path.join(directory, MANIFEST_NAME))
-    if data is not None:
-        pending = PendingFiles()
-        with open(pending.add(os.path.join(directory, MANIFEST_NAME)), "wb") as f:
-            f.write(data)
-        pending.publish()
+    pending = PendingFiles()
+    manifest.add_to(pending, directory)
+    pending.publish()
