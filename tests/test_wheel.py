@@ -4,11 +4,14 @@ The machine state is made, not assumed: a fresh ``python -m venv`` (no system
 site-packages), ``PATH`` reduced to a directory holding only a link to that venv's
 python, ``CC``/``CXX``/``CFLAGS``/``LDFLAGS``/``PKG_CONFIG_PATH`` and the like removed, and
 every install ``--only-binary=:all:`` (hpcio itself ``--no-index`` from ``dist/``), so a
-step that wanted to build anything would fail instead of quietly compiling.  The system's
-libzstd-dev cannot be removed here (the dev venv builds against it), so the test shows
-instead that nothing of it is needed: no compiler, linker or pkg-config is reachable, pip
-built no wheel, and the kernels resolve C-Blosc2 (with the zstd it bundles) from
-``hpcio.libs/``, in ``ldd``'s view and in the running process's memory map.
+step that wanted to build anything would fail instead of quietly compiling.  The -dev
+packages cannot be removed here (the dev venv builds against them), so every step runs in
+a mount namespace (``unshare --mount``, as root) in which what they install is gone:
+empty directories are mounted over the header and build-metadata directories
+(:data:`DEV_DIRS`: ``zstd.h``, ``libzstd.pc``, zstd's CMake files...), and the test checks
+they are gone there.  It shows that nothing of them is needed: pip built no wheel, and
+the kernels resolve C-Blosc2 (with the zstd it bundles) from ``hpcio.libs/``, in
+``ldd``'s view and in the running process's memory map.
 
 Marker ``wheel``, outside the default suite: ``make test-wheel`` builds the wheel first and
 sets ``HPCIO_REQUIRE_WHEEL=1``, so a missing wheel fails there instead of skipping.
@@ -39,6 +42,10 @@ BUILD_TOOLS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "ld", "ld.gold", "
 BUILD_VARIABLES = ("CC", "CXX", "CPP", "LDSHARED", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CPATH",
                    "C_INCLUDE_PATH", "LIBRARY_PATH", "LD_LIBRARY_PATH", "PKG_CONFIG_PATH", "HPCIO_ZSTD_PREFIX",
                    "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "HPCIO_DEBUG", "HPCIO_SANITIZE")
+# What -dev packages install for a build: headers, pkg-config and CMake files.
+DEV_DIRS = ("/usr/include", "/usr/local/include", "/usr/lib/x86_64-linux-gnu/pkgconfig", "/usr/share/pkgconfig",
+            "/usr/lib/x86_64-linux-gnu/cmake", "/usr/lib/pkgconfig")
+DEV_FILES = ("/usr/include/zstd.h", "/usr/lib/x86_64-linux-gnu/pkgconfig/libzstd.pc")
 # Libraries a manylinux wheel may take from the system (glibc's own).
 SYSTEM_LIBS = ("linux-vdso.so", "libc.so", "libm.so", "libdl.so", "librt.so", "libpthread.so", "ld-linux")
 # Each step, on a loaded 2-core node, stays far below these (a hang guard, not a budget).
@@ -71,8 +78,19 @@ def _requirements(wheel: str, extras: set[str]) -> list[str]:
     return out
 
 
+def _without_dev_files(cmd) -> list[str]:
+    """``cmd`` run in a private mount namespace in which :data:`DEV_DIRS` are empty."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/unshare"):
+        missing("WHEEL", "the install test hides the -dev files in a mount namespace: it needs root and unshare")
+    hide = " && ".join(f"/usr/bin/mount -t tmpfs -o size=1m,mode=0755 none {d}" for d in DEV_DIRS
+                       if os.path.isdir(d))
+    return ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+            f'{hide} && exec "$@"', "sh", *map(str, cmd)]
+
+
 def _run(cmd, env, cwd, timeout):
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(_without_dev_files(cmd), env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
 
@@ -96,10 +114,12 @@ def installed(tmp_path_factory):
     cwd = root / "work"  # not the source tree, whose hpcio/ would shadow the installed one
     cwd.mkdir()
 
-    probe = _run([str(python), "-c", f"import json, shutil; print(json.dumps([shutil.which(t) for t in {BUILD_TOOLS!r}]))"],
-                 env, cwd, 120)
-    found = {tool: where for tool, where in zip(BUILD_TOOLS, json.loads(probe.stdout)) if where}
+    probe = _run([str(python), "-c", "import json, os, shutil; print(json.dumps([[shutil.which(t) for t in "
+                  f"{BUILD_TOOLS!r}], [f for f in {DEV_FILES!r} if os.path.exists(f)]]))"], env, cwd, 120)
+    tools, dev_files = json.loads(probe.stdout)
+    found = {tool: where for tool, where in zip(BUILD_TOOLS, tools) if where}
     assert not found, f"build tools reachable in the install's environment: {found}"
+    assert not dev_files, f"-dev files not hidden in the install's namespace: {dev_files}"
 
     started = time.monotonic()
     pip = [str(python), "-m", "pip", "install", "--only-binary=:all:", "--no-cache-dir"]
