@@ -31,7 +31,10 @@ PYTEST_DEFAULT_MARKS := not interop and not slow and not bench and not openmpi a
 setup:
 	VENV=$(VENV) tools/setup.sh
 
-demo: setup
+# The demo needs no torch: a .venv made for it alone holds the formats' libraries only
+# (make test adds torch and the test extra to it later).
+demo:
+	VENV=$(VENV) HPCIO_SETUP=demo tools/setup.sh
 	$(VENV)/bin/hpcio demo run
 
 # The compiled modules stubtest compares with their .pyi stubs.

@@ -6,7 +6,9 @@
 # Environment: PYTHON (interpreter for a new venv, default python3), VENV (default
 # .venv), HPCIO_DEBUG / HPCIO_SANITIZE (build switches; part of the rebuild key),
 # HPCIO_EXTRAS (further extras whose requirements to install, e.g. bench),
-# HPCIO_TORCH_INDEX (the index of torch's CPU builds, tried first; empty: PyPI's build).
+# HPCIO_TORCH_INDEX (the index of torch's CPU builds, tried first; empty: PyPI's build),
+# HPCIO_SETUP (test, the default: torch and the test extra; demo: what `hpcio demo run`
+# needs, the formats and demo extras, no torch).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -15,6 +17,12 @@ PYTHON=${PYTHON:-python3}
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
 TORCH_INDEX=${HPCIO_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
 STAMP="$VENV/.hpcio-build-stamp"
+PROFILE=${HPCIO_SETUP:-test}
+case "$PROFILE" in
+    test) EXTRAS=test ;;
+    demo) EXTRAS=formats,demo ;;
+    *) echo "setup: HPCIO_SETUP is test or demo, not '$PROFILE'" >&2; exit 2 ;;
+esac
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -65,7 +73,8 @@ PY="$VENV/bin/python"
 }
 
 # --- 3. torch first: streaming imports torchvision, and the pins must win ----------------
-if ! "$PY" - "${TORCH_PINS[@]}" <<'PYEOF' >/dev/null 2>&1
+# (the test environment's only: the demo needs no torch)
+if [ "$PROFILE" = test ] && ! "$PY" - "${TORCH_PINS[@]}" <<'PYEOF' >/dev/null 2>&1
 import sys
 from importlib.metadata import version
 for pin in sys.argv[1:]:
@@ -97,7 +106,33 @@ PYEOF
     fi
 fi
 
-# --- 4. hpcio, editable, with the test extra (compiles the kernels) ----------------------
+# --- 4. the profile's requirements (quiet), when they changed or were never installed ----
+REQUIRES="$VENV/.hpcio-$PROFILE-requires"
+"$PY" - "$EXTRAS" <<'PYEOF' > "$REQUIRES.new"
+import re, sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+extras = project["optional-dependencies"]
+def expand(reqs):  # "hpcio[codecs,formats]" stands for those extras' requirements
+    for req in reqs:
+        own = re.fullmatch(r"hpcio\[(.*)\]", req)
+        if own is None:
+            yield req
+        else:
+            for name in own.group(1).split(","):
+                yield from expand(extras[name.strip()])
+wanted = [req for name in sys.argv[1].split(",") for req in expand(extras[name])]
+print("\n".join(dict.fromkeys([*expand(project["dependencies"]), *wanted])))
+PYEOF
+if cmp -s "$REQUIRES.new" "$REQUIRES"; then
+    rm -f "$REQUIRES.new"
+else
+    say "installing the $PROFILE environment's requirements (extras: $EXTRAS)"
+    "$PY" -m pip install -q -r "$REQUIRES.new"
+    mv "$REQUIRES.new" "$REQUIRES"
+fi
+
+# --- 5. hpcio, editable (compiles the kernels) -------------------------------------------
 # The rebuild key: everything the build reads (not the C files Cython generates).
 build_key() {
     {
@@ -125,7 +160,7 @@ sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(hpcio.__file__))) != os
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] && installed_here; then
     say "hpcio is installed and up to date in $VENV"
 else
-    say "installing hpcio (editable, compiling the kernels) with the test extra"
+    say "installing hpcio (editable, compiling the kernels)"
     rm -f "$STAMP"
     # Build in the venv itself, not in pip's throw-away isolated environment: the
     # kernels link the libblosc2 of the blosc2 package found at build time, and an
@@ -136,24 +171,8 @@ with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 PYEOF
     "$PY" -m pip install -q -r "$VENV/.hpcio-build-requires"
-    # The test extra's requirements (quiet), then the compile with a line per extension
-    # and per C file: it takes minutes, and `pip -q` would show nothing until the end.
-    "$PY" - <<'PYEOF' > "$VENV/.hpcio-test-requires"
-import re, tomllib
-with open("pyproject.toml", "rb") as f:
-    project = tomllib.load(f)["project"]
-extras = project["optional-dependencies"]
-def expand(reqs):  # "hpcio[codecs,formats]" stands for those extras' requirements
-    for req in reqs:
-        own = re.fullmatch(r"hpcio\[(.*)\]", req)
-        if own is None:
-            yield req
-        else:
-            for name in own.group(1).split(","):
-                yield from expand(extras[name.strip()])
-print("\n".join(dict.fromkeys(expand(project["dependencies"] + extras["test"]))))
-PYEOF
-    "$PY" -m pip install -q -r "$VENV/.hpcio-test-requires"
+    # The compile with a line per extension and per C file: it takes minutes, and
+    # `pip -q` would show nothing until the end.
     say "compiling the kernels (full log: $VENV/.hpcio-build.log)"
     if ! PYTHONUNBUFFERED=1 "$PY" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 \
         | tee "$VENV/.hpcio-build.log" \
@@ -177,7 +196,7 @@ fi
 # set, and every fresh process then compiles each module it imports again (tens of ms).
 "$PY" -m compileall -q -j 0 hpcio >/dev/null
 
-# --- 5. requirements of further extras on request (HPCIO_EXTRAS=bench), no rebuild -------
+# --- 6. requirements of further extras on request (HPCIO_EXTRAS=bench), no rebuild -------
 if [ -n "${HPCIO_EXTRAS:-}" ]; then
     "$PY" - "$HPCIO_EXTRAS" <<'PYEOF' > "$VENV/.hpcio-extra-requires"
 import sys, tomllib
