@@ -77,9 +77,11 @@ def trust_links(mirror, target) -> None:
     _TRUSTED_LINKS[os.path.realpath(mirror)] = os.path.realpath(target)
 
 
-def _trusted(real_root: str, real: str) -> bool:
-    return any(is_inside(real_root, mirror) and is_inside(real, target)
-               for mirror, target in _TRUSTED_LINKS.items())
+def _leaves(real_root: str, real: str) -> bool:
+    """Whether the resolved ``real`` lies outside ``real_root``, other than through a
+    node cache mirror's links into its dataset."""
+    return not is_inside(real, real_root) and not any(
+        is_inside(real_root, mirror) and is_inside(real, target) for mirror, target in _TRUSTED_LINKS.items())
 
 
 def listed_inside(directory, names, *, what: str) -> list[str]:
@@ -95,7 +97,7 @@ def listed_inside(directory, names, *, what: str) -> list[str]:
         if os.path.islink(path):
             real_root = real_root or os.path.realpath(directory)
             real = os.path.realpath(path)
-            if not is_inside(real, real_root) and not _trusted(real_root, real):
+            if _leaves(real_root, real):
                 raise PathEscapeError(f"{what} {name!r} is a symbolic link to {real}, outside {real_root}",
                                       path=directory)
         out.append(path)
@@ -111,6 +113,6 @@ def named_inside(directory, name: str, *, what: str, source) -> str:
     path = os.path.join(directory, name)
     if "/" in name or os.path.islink(path):
         real_root, real = os.path.realpath(directory), os.path.realpath(path)
-        if not is_inside(real, real_root) and not _trusted(real_root, real):
+        if _leaves(real_root, real):
             raise PathEscapeError(f"{what} {name!r} resolves to {real}, outside {real_root}", path=source)
     return path

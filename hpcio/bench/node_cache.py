@@ -378,7 +378,7 @@ def _summary(rec: dict, layout: dict, limit: int, samples: int, batch: int) -> d
     one sample at a time, and in the reads hpcio's cache makes of it (``batch`` samples,
     in parts whose shards are resident together: what the policy itself works under)."""
     from ..nodecache import simulate
-    from ..nodecache.policy import read_groups
+    from ..nodecache.policy import read_groups, units_per_read
 
     sizes = np.asarray(layout["bytes"], dtype=np.int64)
     total = int(sizes.sum())
@@ -396,7 +396,7 @@ def _summary(rec: dict, layout: dict, limit: int, samples: int, batch: int) -> d
         epochs.append(row)
     tier_bytes = sum(e["tier_bytes"] for e in epochs)
     minimum = simulate(whole, sizes, limit) if len(whole) else 0
-    fits = max(1, int(limit // sizes.mean()) // 2)  # the cache's reads (CachedReader._fits)
+    fits = units_per_read(limit, sizes)  # as the cache reads
     in_reads = simulate(whole, sizes, limit, groups=read_groups(whole, batch, fits)) if len(whole) else 0
     return {"dataset_bytes": total, "epochs": epochs, "tier_bytes": tier_bytes, "ratio": tier_bytes / total,
             "belady_min_bytes": minimum, "belady_min_ratio": minimum / total,

@@ -27,6 +27,7 @@ import os
 import orjson
 
 from .._hashing import DEFAULT_HASH, file_digest, new_hash, recorded_hashes
+from .._paths import resolve_inside
 from ..errors import ChecksumMismatchError, CorruptShardError, ShardNotFoundError
 
 __all__ = ["MANIFEST_NAME", "HashedFile", "Manifest", "recorded_entries", "recorded_samples", "validate_files",
@@ -89,6 +90,17 @@ class Manifest:
             files = {}  # replaced whole: its files are not checked until written again
         files.update(self.files)
         return orjson.dumps({"files": dict(sorted(files.items()))}, option=orjson.OPT_INDENT_2) + b"\n"
+
+    def add_part(self, directory: str, part: dict, what: str) -> str:
+        """The path of the file a sharded-writing ``part`` names in ``directory``
+        (``what``: "HDF5 shard", for the errors), which must lie inside it and exist; its
+        entry, when the part carries one, is recorded for :meth:`add_to`."""
+        path = resolve_inside(directory, part["file"], what=f"{what} name", source=directory)
+        if not os.path.isfile(path):
+            raise ShardNotFoundError(f"{what} named by an index part is missing", path=path)
+        if "hashes" in part:
+            self.files[os.path.basename(path)] = part["hashes"]
+        return path
 
     def add_to(self, pending, directory: str) -> None:
         """Write the ``hashes.json`` of this manifest's files into ``directory`` under a

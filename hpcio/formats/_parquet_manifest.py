@@ -23,7 +23,7 @@ import base64
 import os
 
 from .._hashing import DEFAULT_HASH, file_digest
-from ..errors import CapabilityError, CorruptShardError, SchemaError, ShardNotFoundError
+from ..errors import CapabilityError, CorruptShardError, SchemaError
 from ._checksums import MANIFEST_NAME, Manifest, recorded_entries
 
 __all__ = ["schema_text", "parse_schema", "footer_groups", "file_entry", "recorded_layouts", "check_footer",
@@ -125,22 +125,16 @@ def merge_index(directory, parts, **options) -> None:
     the files holding samples agree on their columns (the reader requires it), then
     writes the ``hashes.json`` of the parts' entries.  Shards that received no sample
     (None) have no file."""
-    from .._paths import resolve_inside
-
     directory = os.fspath(directory)
     manifest = Manifest(None, "Parquet")
     kinds = None
     for part in parts:
         if part is None:
             continue
-        path = resolve_inside(directory, part["file"], what="Parquet file name", source=directory)
-        if not os.path.isfile(path):
-            raise ShardNotFoundError("Parquet file named by an index part is missing", path=path)
+        path = manifest.add_part(directory, part, "Parquet file")
         if kinds is not None and part["kinds"] != kinds:
             raise SchemaError(_kind_conflict(part["kinds"], kinds), path=path)
         kinds = part["kinds"] if kinds is None else kinds
-        if "hashes" in part:
-            manifest.files[os.path.basename(path)] = part["hashes"]
     from .base import PendingFiles
 
     pending = PendingFiles()

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from .._paths import resolve_inside
 from ..codecs import MAX_DECODED_ENV, max_decoded_bytes as max_decoded_bytes_option
 from ..errors import (
     CapabilityError,
@@ -294,11 +293,7 @@ def merge_index(directory, parts, **options) -> None:
     fields = None
     manifest = Manifest(None, "HDF5")
     for part in parts:
-        path = resolve_inside(directory, part["file"], what="HDF5 shard name", source=directory)
-        if not os.path.isfile(path):
-            raise ShardNotFoundError("HDF5 shard named by an index part is missing", path=path)
-        if "hashes" in part:
-            manifest.files[os.path.basename(path)] = part["hashes"]
+        path = manifest.add_part(directory, part, "HDF5 shard")
         if not part["samples"]:
             continue
         if fields is not None and part["fields"] != fields:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["POLICIES", "NEVER", "check_policy", "first_uses", "victims", "simulate", "read_starts", "read_groups"]
+__all__ = ["POLICIES", "NEVER", "check_policy", "first_uses", "victims", "simulate", "units_per_read", "read_starts",
+           "read_groups"]
 
 POLICIES = ("belady", "lru")
 
@@ -61,6 +62,13 @@ def victims(policy: str, next_use: np.ndarray, last_use: np.ndarray, sizes: np.n
         order = np.argsort(last_use, kind="stable")
     freed = np.cumsum(sizes[order])
     return order[: int(np.searchsorted(freed, need)) + 1]
+
+
+def units_per_read(limit: int, sizes: np.ndarray) -> int:
+    """Cache units one read may make resident together: half of what ``limit`` holds of
+    units of the mean size (``sizes``), so the next read's fetches find room."""
+    mean = float(sizes.mean()) if len(sizes) and sizes.any() else 0.0
+    return max(1, int(limit // mean) // 2) if mean else max(1, len(sizes))
 
 
 def read_starts(shards: np.ndarray, fits: int) -> list[int]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..formats.base import Reader
 from .consumer import Consumer
-from .policy import read_starts
+from .policy import read_starts, units_per_read
 
 __all__ = ["CachedReader"]
 
@@ -52,10 +52,8 @@ class CachedReader(Reader):
         return self.inner.read(j, fields)
 
     def _fits(self) -> int:
-        """Cache units one read may make resident together: half of what the limit holds."""
-        store = self.consumer.store
-        mean = float(store.sizes.mean()) if store.n and store.sizes.any() else 0.0
-        return max(1, int(self.consumer.limit // mean) // 2) if mean else store.n
+        """Cache units one read may make resident together (:func:`.policy.units_per_read`)."""
+        return units_per_read(self.consumer.limit, self.consumer.store.sizes)
 
     def _parts(self, indices: np.ndarray) -> list[np.ndarray]:
         """``indices`` in consecutive parts whose shards fit the limit together: a batch

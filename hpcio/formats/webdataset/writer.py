@@ -7,8 +7,8 @@ import os
 import tarfile
 from collections.abc import Mapping
 
-from ..._paths import check_relative_name, resolve_inside
-from ...errors import OptionError, SchemaError, ShardNotFoundError, UnsupportedValueError
+from ..._paths import check_relative_name
+from ...errors import OptionError, SchemaError, UnsupportedValueError
 from .. import _nested
 from .._checksums import Manifest, manifest_path
 from ..base import FileWriter, PendingFiles
@@ -161,11 +161,7 @@ def merge_index(directory, parts, **options) -> None:
     for part in parts:
         if part is None:
             continue
-        path = resolve_inside(directory, part["file"], what="WebDataset shard name", source=directory)
-        if not os.path.isfile(path):
-            raise ShardNotFoundError("WebDataset shard named by an index part is missing", path=path)
-        if "hashes" in part:
-            manifest.files[os.path.basename(path)] = part["hashes"]
+        manifest.add_part(directory, part, "WebDataset shard")
     pending = PendingFiles()
     manifest.add_to(pending, directory)
     pending.publish()
